@@ -1,0 +1,39 @@
+package v1alpha1
+
+// Defaults of the health check, applied when spec.healthCheck is absent too so
+// that every cluster is checked the same way unless told otherwise.
+const (
+	DefaultHealthCheckPath               = "/readyz"
+	DefaultHealthCheckIntervalSeconds    = 5
+	DefaultHealthCheckTimeoutSeconds     = 2
+	DefaultHealthCheckUnhealthyThreshold = 2
+	DefaultHealthCheckHealthyThreshold   = 1
+)
+
+// SetDefaults_UpstreamCluster fills in the defaults of an UpstreamCluster.
+func SetDefaults_UpstreamCluster(obj *UpstreamCluster) {
+	if obj.Spec.HealthCheck == nil {
+		obj.Spec.HealthCheck = &HealthCheck{}
+	}
+	hc := obj.Spec.HealthCheck
+	if hc.Path == "" {
+		hc.Path = DefaultHealthCheckPath
+	}
+	if hc.IntervalSeconds == 0 {
+		hc.IntervalSeconds = DefaultHealthCheckIntervalSeconds
+	}
+	if hc.TimeoutSeconds == 0 {
+		hc.TimeoutSeconds = DefaultHealthCheckTimeoutSeconds
+	}
+	if hc.UnhealthyThreshold == 0 {
+		hc.UnhealthyThreshold = DefaultHealthCheckUnhealthyThreshold
+	}
+	if hc.HealthyThreshold == 0 {
+		hc.HealthyThreshold = DefaultHealthCheckHealthyThreshold
+	}
+	for i := range obj.Spec.DispatchPolicies {
+		if obj.Spec.DispatchPolicies[i].Strategy == "" {
+			obj.Spec.DispatchPolicies[i].Strategy = RoundRobin
+		}
+	}
+}

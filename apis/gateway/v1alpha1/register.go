@@ -1,0 +1,51 @@
+package v1alpha1
+
+import (
+	"net/url"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/conversion"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// GroupName is the API group of kube-gateway.
+const GroupName = "gateway.kubewharf.io"
+
+// SchemeGroupVersion is the group version of this package.
+var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha1"}
+
+// Resource returns the group-qualified resource of this group.
+func Resource(resource string) schema.GroupResource {
+	return SchemeGroupVersion.WithResource(resource).GroupResource()
+}
+
+var (
+	// SchemeBuilder registers the types of this package.
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes, addDefaultingFuncs)
+	// AddToScheme adds the types of this package to a scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)
+
+func addKnownTypes(scheme *runtime.Scheme) error {
+	types := []runtime.Object{
+		&UpstreamCluster{},
+		&UpstreamClusterList{},
+		&UpstreamClusterProxyOptions{},
+	}
+	scheme.AddKnownTypes(SchemeGroupVersion, types...)
+	// The API has one version, so the internal version is the same Go types: no
+	// conversion code, and the generic registry still finds an internal kind.
+	scheme.AddKnownTypes(schema.GroupVersion{Group: GroupName, Version: runtime.APIVersionInternal}, types...)
+	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
+	// The proxy subresource decodes its options from the query string.
+	return scheme.AddConversionFunc((*url.Values)(nil), (*UpstreamClusterProxyOptions)(nil),
+		func(a, b interface{}, _ conversion.Scope) error {
+			return b.(*UpstreamClusterProxyOptions).ConvertFromUrlValues(a.(*url.Values))
+		})
+}
+
+func addDefaultingFuncs(scheme *runtime.Scheme) error {
+	scheme.AddTypeDefaultingFunc(&UpstreamCluster{}, func(obj interface{}) { SetDefaults_UpstreamCluster(obj.(*UpstreamCluster)) })
+	return nil
+}

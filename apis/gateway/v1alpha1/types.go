@@ -1,0 +1,331 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// UpstreamCluster is a member cluster reachable through the gateway at
+// /apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/{name}/proxy/{path}: its
+// apiserver endpoints, the credential the gateway uses toward it, and how requests
+// are dispatched, limited and balanced among its endpoints.
+type UpstreamCluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the desired configuration of the member cluster.
+	Spec UpstreamClusterSpec `json:"spec"`
+	// Status is what the gateway observed about the member cluster.
+	// +optional
+	Status UpstreamClusterStatus `json:"status,omitempty"`
+}
+
+// UpstreamClusterSpec is the configuration of a member cluster.
+type UpstreamClusterSpec struct {
+	// Servers are the member's kube-apiserver endpoints. At least one is required.
+	// +listType=map
+	// +listMapKey=endpoint
+	Servers []UpstreamServer `json:"servers"`
+
+	// ClientConfig says how the gateway connects and authenticates to the servers.
+	ClientConfig ClientConfig `json:"clientConfig"`
+
+	// HealthCheck configures active health checking of the servers.
+	// +optional
+	HealthCheck *HealthCheck `json:"healthCheck,omitempty"`
+
+	// Impersonation maps the hub identity to the identity impersonated on the member.
+	// Empty: the member sees the hub user as is (name, groups, UID, extras).
+	// +optional
+	Impersonation *ImpersonationPolicy `json:"impersonation,omitempty"`
+
+	// FlowControl declares the flow-control schemas dispatch policies refer to.
+	// +optional
+	FlowControl *FlowControl `json:"flowControl,omitempty"`
+
+	// DispatchPolicies are matched in order against each proxied request; the first
+	// match decides the server subset, the balancing strategy and the flow-control
+	// schema. No match: all enabled servers, RoundRobin, no flow control.
+	// +optional
+	// +listType=atomic
+	DispatchPolicies []DispatchPolicy `json:"dispatchPolicies,omitempty"`
+}
+
+// UpstreamServer is one kube-apiserver endpoint of a member cluster.
+type UpstreamServer struct {
+	// Endpoint is the https URL of the apiserver: scheme, host and optional port,
+	// without path, query or fragment, e.g. https://192.0.2.10:6443.
+	Endpoint string `json:"endpoint"`
+	// Disabled takes the endpoint out of rotation without removing it.
+	// +optional
+	Disabled bool `json:"disabled,omitempty"`
+}
+
+// ClientConfig says how the gateway connects to a member's apiservers. Credentials
+// never sit in the UpstreamCluster: they are read from a Secret on the hub.
+type ClientConfig struct {
+	// SecretRef names the hub Secret holding the gateway's credential toward the
+	// member: key `token` (a bearer token), or keys `tls.crt` and `tls.key` (a client
+	// certificate); optionally `ca.crt` (PEM CA bundle of the member's apiservers).
+	// The Secret must live in the namespace the gateway is configured to read
+	// (flag --secret-namespace).
+	SecretRef SecretReference `json:"secretRef"`
+	// CAData is a PEM CA bundle to verify the member's serving certificates. Optional
+	// when the Secret has `ca.crt`; when both are set, both are trusted.
+	// +optional
+	CAData []byte `json:"caData,omitempty"`
+	// ServerName overrides the name used to verify the servers' certificates (SNI).
+	// +optional
+	ServerName string `json:"serverName,omitempty"`
+	// Insecure skips verification of the servers' certificates. Never use it outside
+	// tests: anyone on the path can read the gateway's credential.
+	// +optional
+	Insecure bool `json:"insecure,omitempty"`
+}
+
+// SecretReference names a Secret on the hub.
+type SecretReference struct {
+	// Namespace of the Secret.
+	Namespace string `json:"namespace"`
+	// Name of the Secret.
+	Name string `json:"name"`
+}
+
+// HealthCheck configures active health checking of a member's servers.
+type HealthCheck struct {
+	// Path probed on each server with the gateway's credential. Default /readyz.
+	// +optional
+	Path string `json:"path,omitempty"`
+	// IntervalSeconds between probes. Default 5.
+	// +optional
+	IntervalSeconds int32 `json:"intervalSeconds,omitempty"`
+	// TimeoutSeconds of one probe. Default 2; must be less than IntervalSeconds.
+	// +optional
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+	// UnhealthyThreshold is how many consecutive failures mark a server unhealthy.
+	// Default 2.
+	// +optional
+	UnhealthyThreshold int32 `json:"unhealthyThreshold,omitempty"`
+	// HealthyThreshold is how many consecutive successes mark a server healthy.
+	// Default 1.
+	// +optional
+	HealthyThreshold int32 `json:"healthyThreshold,omitempty"`
+}
+
+// ImpersonationPolicy maps the hub identity to the identity the gateway
+// impersonates on the member.
+type ImpersonationPolicy struct {
+	// UserPrefix is prepended to the user name, e.g. "hub:", so that hub users
+	// cannot act as the member's own users of the same name.
+	// +optional
+	UserPrefix string `json:"userPrefix,omitempty"`
+	// GroupPrefix is prepended to every forwarded group name.
+	// +optional
+	GroupPrefix string `json:"groupPrefix,omitempty"`
+	// Groups filters the forwarded groups by their hub names. Empty: all.
+	// +optional
+	Groups *NameFilter `json:"groups,omitempty"`
+	// Extras filters the forwarded user extra keys. Empty: all.
+	// +optional
+	Extras *NameFilter `json:"extras,omitempty"`
+}
+
+// NameFilter keeps names that Allow lists (all if Allow is empty) and that Deny
+// does not list.
+type NameFilter struct {
+	// Allow lists the names kept. Empty: all names.
+	// +optional
+	// +listType=set
+	Allow []string `json:"allow,omitempty"`
+	// Deny lists names dropped, even if allowed.
+	// +optional
+	// +listType=set
+	Deny []string `json:"deny,omitempty"`
+}
+
+// FlowControl declares named flow-control schemas.
+type FlowControl struct {
+	// FlowControlSchemas are the schemas dispatch policies refer to by name.
+	// +listType=map
+	// +listMapKey=name
+	FlowControlSchemas []FlowControlSchema `json:"flowControlSchemas"`
+}
+
+// FlowControlSchema is one limiter. Exactly one of Exempt, MaxRequestsInflight and
+// TokenBucket is set.
+type FlowControlSchema struct {
+	// Name of the schema, referred to by dispatchPolicies[].flowControlSchemaName.
+	Name string `json:"name"`
+	// Exempt requests are never limited.
+	// +optional
+	Exempt *ExemptFlowControl `json:"exempt,omitempty"`
+	// MaxRequestsInflight bounds concurrent requests.
+	// +optional
+	MaxRequestsInflight *MaxRequestsInflightFlowControl `json:"maxRequestsInflight,omitempty"`
+	// TokenBucket bounds the request rate.
+	// +optional
+	TokenBucket *TokenBucketFlowControl `json:"tokenBucket,omitempty"`
+}
+
+// ExemptFlowControl marks requests as never limited.
+type ExemptFlowControl struct{}
+
+// MaxRequestsInflightFlowControl bounds the number of concurrent requests.
+type MaxRequestsInflightFlowControl struct {
+	// Max concurrent requests.
+	Max int32 `json:"max"`
+}
+
+// TokenBucketFlowControl bounds the request rate with a token bucket.
+type TokenBucketFlowControl struct {
+	// QPS is the sustained rate.
+	QPS int32 `json:"qps"`
+	// Burst is the bucket size.
+	Burst int32 `json:"burst"`
+}
+
+// Strategy is how a server is picked among the candidates of a request.
+type Strategy string
+
+const (
+	// RoundRobin cycles through the candidates.
+	RoundRobin Strategy = "RoundRobin"
+	// Random picks a candidate uniformly at random.
+	Random Strategy = "Random"
+	// LeastRequest picks the candidate with fewer requests in flight (power of two
+	// choices).
+	LeastRequest Strategy = "LeastRequest"
+)
+
+// DispatchPolicy routes the requests that match any of its rules.
+type DispatchPolicy struct {
+	// Rules are ORed: a request matching any rule matches the policy.
+	// +listType=atomic
+	Rules []DispatchPolicyRule `json:"rules"`
+	// UpstreamSubset restricts the candidate servers to these endpoints (each must be
+	// one of spec.servers). Empty: all enabled servers.
+	// +optional
+	// +listType=set
+	UpstreamSubset []string `json:"upstreamSubset,omitempty"`
+	// Strategy picks a server among the candidates. Default RoundRobin.
+	// +optional
+	Strategy Strategy `json:"strategy,omitempty"`
+	// FlowControlSchemaName names the flow-control schema applied to matching
+	// requests. Empty: not limited.
+	// +optional
+	FlowControlSchemaName string `json:"flowControlSchemaName,omitempty"`
+}
+
+// DispatchPolicyRule matches requests; its fields are ANDed. A rule is a resource
+// rule (resources set) or a non-resource rule (nonResourceURLs set), never both.
+// In every list, "*" matches everything, and a list made only of "-"-prefixed
+// entries matches every value none of them names.
+type DispatchPolicyRule struct {
+	// Verbs: get, list, watch, create, update, patch, delete, deletecollection;
+	// non-resource requests use the lower-cased HTTP method.
+	// +optional
+	// +listType=atomic
+	Verbs []string `json:"verbs,omitempty"`
+	// APIGroups of the resource ("" is the core group).
+	// +optional
+	// +listType=atomic
+	APIGroups []string `json:"apiGroups,omitempty"`
+	// Resources such as "pods", "pods/log" or "*/status".
+	// +optional
+	// +listType=atomic
+	Resources []string `json:"resources,omitempty"`
+	// ResourceNames of the objects. Empty: any.
+	// +optional
+	// +listType=atomic
+	ResourceNames []string `json:"resourceNames,omitempty"`
+	// Namespaces of the request. Empty: any.
+	// +optional
+	// +listType=atomic
+	Namespaces []string `json:"namespaces,omitempty"`
+	// Users by name; a trailing "*" is a prefix glob. Empty (with serviceAccounts
+	// empty): any.
+	// +optional
+	// +listType=atomic
+	Users []string `json:"users,omitempty"`
+	// ServiceAccounts by namespace and name. A request matching users or
+	// serviceAccounts matches.
+	// +optional
+	// +listType=atomic
+	ServiceAccounts []ServiceAccountReference `json:"serviceAccounts,omitempty"`
+	// UserGroups the user must belong to (any of them). Empty: any.
+	// +optional
+	// +listType=atomic
+	UserGroups []string `json:"userGroups,omitempty"`
+	// NonResourceURLs: exact paths, or a trailing "/*" prefix match.
+	// +optional
+	// +listType=atomic
+	NonResourceURLs []string `json:"nonResourceURLs,omitempty"`
+}
+
+// ServiceAccountReference names a service account of the hub.
+type ServiceAccountReference struct {
+	// Namespace of the service account.
+	Namespace string `json:"namespace"`
+	// Name of the service account.
+	Name string `json:"name"`
+}
+
+// UpstreamClusterStatus is what the gateway observed about a member cluster.
+type UpstreamClusterStatus struct {
+	// ObservedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Ready says whether any server can serve requests.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Servers is the observed state of each server.
+	// +optional
+	// +listType=map
+	// +listMapKey=endpoint
+	Servers []ServerStatus `json:"servers,omitempty"`
+}
+
+// ServerStatus is the observed state of one server.
+type ServerStatus struct {
+	// Endpoint of the server, as in spec.servers.
+	Endpoint string `json:"endpoint"`
+	// Healthy says whether the server receives requests.
+	Healthy bool `json:"healthy"`
+	// Reason is a CamelCase reason for the last transition.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message is a human-readable detail of the last transition.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// LastTransitionTime is when Healthy last changed.
+	// +optional
+	LastTransitionTime metav1.Time `json:"lastTransitionTime,omitempty"`
+}
+
+// ConditionReady is the condition type saying whether any server can serve.
+const ConditionReady = "Ready"
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// UpstreamClusterList is a list of UpstreamClusters.
+type UpstreamClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the UpstreamClusters.
+	Items []UpstreamCluster `json:"items"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// UpstreamClusterProxyOptions are the options of the proxy subresource.
+type UpstreamClusterProxyOptions struct {
+	metav1.TypeMeta `json:",inline"`
+	// Path is the member path the request is forwarded to.
+	// +optional
+	Path string `json:"path,omitempty"`
+}

@@ -1,0 +1,210 @@
+// Package validation checks UpstreamClusters; errors carry field paths so that the
+// apiserver answers 422 with a message a person can act on.
+package validation
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+
+	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/util/cert"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+)
+
+// Options carry the gateway configuration validation depends on.
+type Options struct {
+	// SecretNamespace is the only namespace credential Secrets may live in: the
+	// gateway reads Secrets there and nowhere else.
+	SecretNamespace string
+}
+
+// ValidateUpstreamCluster validates a whole UpstreamCluster for create.
+func ValidateUpstreamCluster(obj *gatewayv1alpha1.UpstreamCluster, opts Options) field.ErrorList {
+	allErrs := apimachineryvalidation.ValidateObjectMeta(&obj.ObjectMeta, false,
+		apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
+	allErrs = append(allErrs, validateSpec(&obj.Spec, opts, field.NewPath("spec"))...)
+	return allErrs
+}
+
+// ValidateUpstreamClusterUpdate validates an update of the spec (and metadata).
+func ValidateUpstreamClusterUpdate(obj, old *gatewayv1alpha1.UpstreamCluster, opts Options) field.ErrorList {
+	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&obj.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
+	allErrs = append(allErrs, validateSpec(&obj.Spec, opts, field.NewPath("spec"))...)
+	return allErrs
+}
+
+// ValidateUpstreamClusterStatusUpdate validates an update of the status.
+func ValidateUpstreamClusterStatusUpdate(obj, old *gatewayv1alpha1.UpstreamCluster) field.ErrorList {
+	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&obj.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
+	fldPath := field.NewPath("status")
+	if obj.Status.ObservedGeneration < 0 {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("observedGeneration"), obj.Status.ObservedGeneration, "must not be negative"))
+	}
+	seen := sets.New[string]()
+	for i, s := range obj.Status.Servers {
+		p := fldPath.Child("servers").Index(i).Child("endpoint")
+		if seen.Has(s.Endpoint) {
+			allErrs = append(allErrs, field.Duplicate(p, s.Endpoint))
+		}
+		seen.Insert(s.Endpoint)
+	}
+	return allErrs
+}
+
+func validateSpec(spec *gatewayv1alpha1.UpstreamClusterSpec, opts Options, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	allErrs = append(allErrs, validateServers(spec.Servers, fldPath.Child("servers"))...)
+	allErrs = append(allErrs, validateClientConfig(&spec.ClientConfig, opts, fldPath.Child("clientConfig"))...)
+	if spec.HealthCheck != nil {
+		allErrs = append(allErrs, validateHealthCheck(spec.HealthCheck, fldPath.Child("healthCheck"))...)
+	}
+	if spec.Impersonation != nil {
+		allErrs = append(allErrs, validateImpersonation(spec.Impersonation, fldPath.Child("impersonation"))...)
+	}
+	// Accepting a field and ignoring it would be a silent fallback: until the data
+	// plane enforces dispatch policies and flow control, they are refused.
+	if spec.FlowControl != nil && len(spec.FlowControl.FlowControlSchemas) > 0 {
+		allErrs = append(allErrs, field.Forbidden(fldPath.Child("flowControl"), "flow control is not implemented by this version of kube-gateway"))
+	}
+	if len(spec.DispatchPolicies) > 0 {
+		allErrs = append(allErrs, field.Forbidden(fldPath.Child("dispatchPolicies"), "dispatch policies are not implemented by this version of kube-gateway"))
+	}
+	return allErrs
+}
+
+func validateServers(servers []gatewayv1alpha1.UpstreamServer, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if len(servers) == 0 {
+		return append(allErrs, field.Required(fldPath, "at least one server endpoint is required"))
+	}
+	seen := sets.New[string]()
+	for i, s := range servers {
+		p := fldPath.Index(i).Child("endpoint")
+		if err := ValidateEndpoint(s.Endpoint); err != nil {
+			allErrs = append(allErrs, field.Invalid(p, s.Endpoint, err.Error()))
+			continue
+		}
+		if seen.Has(s.Endpoint) {
+			allErrs = append(allErrs, field.Duplicate(p, s.Endpoint))
+		}
+		seen.Insert(s.Endpoint)
+	}
+	return allErrs
+}
+
+// ValidateEndpoint checks that endpoint is an https URL naming only a host and an
+// optional port: the gateway appends the member path itself, so a path, query,
+// fragment or user info would silently change where requests go.
+func ValidateEndpoint(endpoint string) error {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return fmt.Errorf("must be a URL: %v", err)
+	}
+	switch {
+	case u.Scheme != "https":
+		return fmt.Errorf("must be an https URL such as https://192.0.2.10:6443")
+	case u.Host == "" || u.Hostname() == "":
+		return fmt.Errorf("must name a host")
+	case u.User != nil:
+		return fmt.Errorf("must not contain user info: put credentials in the Secret of spec.clientConfig.secretRef")
+	case u.Path != "" || u.RawPath != "" || u.Opaque != "":
+		return fmt.Errorf("must not have a path: the proxied path is appended by the gateway")
+	case u.RawQuery != "" || u.ForceQuery:
+		return fmt.Errorf("must not have a query")
+	case u.Fragment != "":
+		return fmt.Errorf("must not have a fragment")
+	}
+	if port := u.Port(); port != "" {
+		if _, err := net.LookupPort("tcp", port); err != nil || strings.HasPrefix(port, "0") {
+			return fmt.Errorf("has an invalid port %q", port)
+		}
+	}
+	return nil
+}
+
+func validateClientConfig(cc *gatewayv1alpha1.ClientConfig, opts Options, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	refPath := fldPath.Child("secretRef")
+	if cc.SecretRef.Name == "" {
+		allErrs = append(allErrs, field.Required(refPath.Child("name"), "the Secret holding the gateway's credential toward the member"))
+	} else {
+		for _, msg := range apimachineryvalidation.NameIsDNSSubdomain(cc.SecretRef.Name, false) {
+			allErrs = append(allErrs, field.Invalid(refPath.Child("name"), cc.SecretRef.Name, msg))
+		}
+	}
+	switch {
+	case cc.SecretRef.Namespace == "":
+		allErrs = append(allErrs, field.Required(refPath.Child("namespace"), fmt.Sprintf("the gateway reads credential Secrets in namespace %q", opts.SecretNamespace)))
+	case opts.SecretNamespace != "" && cc.SecretRef.Namespace != opts.SecretNamespace:
+		allErrs = append(allErrs, field.NotSupported(refPath.Child("namespace"), cc.SecretRef.Namespace, []string{opts.SecretNamespace}))
+	}
+	if len(cc.CAData) > 0 {
+		if _, err := cert.ParseCertsPEM(cc.CAData); err != nil {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("caData"), "<PEM data>", fmt.Sprintf("must be a PEM bundle of CA certificates: %v", err)))
+		}
+	}
+	if cc.ServerName != "" {
+		if strings.Contains(cc.ServerName, ":") && net.ParseIP(cc.ServerName) == nil || strings.ContainsAny(cc.ServerName, "/ ") {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("serverName"), cc.ServerName, "must be a host name or an IP address, without port"))
+		}
+	}
+	if cc.Insecure && (len(cc.CAData) > 0 || cc.ServerName != "") {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("insecure"), cc.Insecure, "must not be set together with caData or serverName: verification is either on or off"))
+	}
+	return allErrs
+}
+
+func validateHealthCheck(hc *gatewayv1alpha1.HealthCheck, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if !strings.HasPrefix(hc.Path, "/") || strings.ContainsAny(hc.Path, "?#") {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("path"), hc.Path, "must be an absolute path without query, such as /readyz"))
+	}
+	positive := func(name string, v int32) {
+		if v <= 0 {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child(name), v, "must be greater than zero"))
+		}
+	}
+	positive("intervalSeconds", hc.IntervalSeconds)
+	positive("timeoutSeconds", hc.TimeoutSeconds)
+	positive("unhealthyThreshold", hc.UnhealthyThreshold)
+	positive("healthyThreshold", hc.HealthyThreshold)
+	if hc.TimeoutSeconds > 0 && hc.IntervalSeconds > 0 && hc.TimeoutSeconds >= hc.IntervalSeconds {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("timeoutSeconds"), hc.TimeoutSeconds, "must be less than intervalSeconds"))
+	}
+	return allErrs
+}
+
+func validateImpersonation(p *gatewayv1alpha1.ImpersonationPolicy, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	for _, prefix := range []struct{ name, value string }{{"userPrefix", p.UserPrefix}, {"groupPrefix", p.GroupPrefix}} {
+		if strings.ContainsAny(prefix.value, "\r\n") || strings.HasPrefix(prefix.value, "system:") {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child(prefix.name), prefix.value, "must not contain line breaks nor start with system:"))
+		}
+	}
+	allErrs = append(allErrs, validateNameFilter(p.Groups, fldPath.Child("groups"))...)
+	allErrs = append(allErrs, validateNameFilter(p.Extras, fldPath.Child("extras"))...)
+	return allErrs
+}
+
+func validateNameFilter(f *gatewayv1alpha1.NameFilter, fldPath *field.Path) field.ErrorList {
+	if f == nil {
+		return nil
+	}
+	var allErrs field.ErrorList
+	for i, v := range f.Allow {
+		if v == "" {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("allow").Index(i), v, "must not be empty"))
+		}
+	}
+	for i, v := range f.Deny {
+		if v == "" {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("deny").Index(i), v, "must not be empty"))
+		}
+	}
+	return allErrs
+}

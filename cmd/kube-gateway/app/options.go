@@ -1,0 +1,159 @@
+// Package app wires the kube-gateway server: options and flags, the generic
+// apiserver configuration, the UpstreamCluster API and the data plane.
+package app
+
+import (
+	"fmt"
+	"net/http"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apiserver/pkg/endpoints/openapi"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	genericfilters "k8s.io/apiserver/pkg/server/filters"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	cliflag "k8s.io/component-base/cli/flag"
+	basecompatibility "k8s.io/component-base/compatibility"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	baseversion "k8s.io/component-base/version"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/registry/upstreamcluster"
+)
+
+const defaultEtcdPathPrefix = "/registry/gateway.kubewharf.io"
+
+// Options are the command-line options of kube-gateway.
+type Options struct {
+	Recommended *genericoptions.RecommendedOptions
+	Logs        *logs.Options
+	// SecretNamespace is the hub namespace of the credential Secrets: the only
+	// Secrets the gateway reads, and the only namespace spec.clientConfig.secretRef
+	// may name.
+	SecretNamespace string
+
+	scheme *runtime.Scheme
+	codecs serializer.CodecFactory
+}
+
+// NewOptions returns the default options.
+func NewOptions() *Options {
+	scheme := newScheme()
+	codecs := serializer.NewCodecFactory(scheme)
+	o := &Options{
+		Recommended:     genericoptions.NewRecommendedOptions(defaultEtcdPathPrefix, codecs.LegacyCodec(gatewayv1alpha1.SchemeGroupVersion)),
+		Logs:            logs.NewOptions(),
+		SecretNamespace: "kube-gateway",
+		scheme:          scheme,
+		codecs:          codecs,
+	}
+	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(gatewayv1alpha1.SchemeGroupVersion,
+		schema.GroupKind{Group: gatewayv1alpha1.GroupName})
+	// The hub already applies priority and fairness to every request before it
+	// reaches the gateway; a second APF layer here would need the hub's flow
+	// schemas and would queue proxied requests twice.
+	o.Recommended.Features.EnablePriorityAndFairness = false
+	// The UID of the hub user arrives in X-Remote-Uid (1.33+ hubs send it); the
+	// header names themselves are read from the hub's
+	// extension-apiserver-authentication ConfigMap.
+	return o
+}
+
+func newScheme() *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	utilruntimeMust(gatewayv1alpha1.AddToScheme(scheme))
+	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
+	scheme.AddUnversionedTypes(schema.GroupVersion{Group: "", Version: "v1"},
+		&metav1.Status{}, &metav1.APIVersions{}, &metav1.APIGroupList{}, &metav1.APIGroup{}, &metav1.APIResourceList{})
+	return scheme
+}
+
+func utilruntimeMust(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
+
+// Flags returns the flags of kube-gateway by section, for parsing and for --help.
+func (o *Options) Flags() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+	gw := fss.FlagSet("gateway")
+	gw.StringVar(&o.SecretNamespace, "secret-namespace", o.SecretNamespace,
+		"Hub namespace of the Secrets holding the gateway's credentials toward member clusters. The gateway reads Secrets only there, and UpstreamClusters may only reference Secrets there.")
+	o.Recommended.Etcd.AddFlags(fss.FlagSet("etcd"))
+	o.Recommended.SecureServing.AddFlags(fss.FlagSet("secure serving"))
+	o.Recommended.Authentication.AddFlags(fss.FlagSet("authentication"))
+	o.Recommended.Authorization.AddFlags(fss.FlagSet("authorization"))
+	o.Recommended.Audit.AddFlags(fss.FlagSet("auditing"))
+	o.Recommended.Features.AddFlags(fss.FlagSet("features"))
+	o.Recommended.CoreAPI.AddFlags(fss.FlagSet("hub"))
+	o.Recommended.Admission.AddFlags(fss.FlagSet("admission"))
+	o.Recommended.EgressSelector.AddFlags(fss.FlagSet("egress selector"))
+	o.Recommended.Traces.AddFlags(fss.FlagSet("traces"))
+	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
+	utilfeature.DefaultMutableFeatureGate.AddFlag(fss.FlagSet("features"))
+	return fss
+}
+
+// Complete fills in options that default to others.
+func (o *Options) Complete() error {
+	// Out of cluster, --kubeconfig names the hub; delegated authentication and
+	// authorization talk to the same hub unless told otherwise.
+	if kc := o.Recommended.CoreAPI.CoreAPIKubeconfigPath; kc != "" {
+		if o.Recommended.Authentication.RemoteKubeConfigFile == "" {
+			o.Recommended.Authentication.RemoteKubeConfigFile = kc
+		}
+		if o.Recommended.Authorization.RemoteKubeConfigFile == "" {
+			o.Recommended.Authorization.RemoteKubeConfigFile = kc
+		}
+	}
+	return nil
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	errs := o.Recommended.Validate()
+	errs = append(errs, logsapi.ValidateAndApply(o.Logs, utilfeature.DefaultFeatureGate))
+	for _, msg := range validation.IsDNS1123Label(o.SecretNamespace) {
+		errs = append(errs, fmt.Errorf("--secret-namespace %q: %s", o.SecretNamespace, msg))
+	}
+	return utilerrors.NewAggregate(errs)
+}
+
+// Config builds the server configuration from the options.
+func (o *Options) Config() (*Config, error) {
+	serverConfig := genericapiserver.NewRecommendedConfig(o.codecs)
+	serverConfig.EffectiveVersion = basecompatibility.NewEffectiveVersionFromString(baseversion.DefaultKubeBinaryVersion, "", "")
+	serverConfig.FeatureGate = utilfeature.DefaultFeatureGate
+
+	namer := openapi.NewDefinitionNamer(o.scheme)
+	serverConfig.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(gatewayv1alpha1.GetOpenAPIDefinitions, namer)
+	serverConfig.OpenAPIConfig.Info.Title = "kube-gateway"
+	serverConfig.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(gatewayv1alpha1.GetOpenAPIDefinitions, namer)
+	serverConfig.OpenAPIV3Config.Info.Title = "kube-gateway"
+
+	// Every proxied request is long-running for the gateway: the member decides
+	// how long a watch, a log stream or an exec session lasts, not the gateway's
+	// request timeout or in-flight limit.
+	serverConfig.LongRunningFunc = genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch"), sets.NewString("proxy"))
+	serverConfig.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
+		return genericapiserver.DefaultBuildHandlerChain(upstreamcluster.WithRawProxyQuery(apiHandler), c)
+	}
+
+	if err := o.Recommended.ApplyTo(serverConfig); err != nil {
+		return nil, err
+	}
+	return &Config{
+		Generic:         serverConfig,
+		Scheme:          o.scheme,
+		Codecs:          o.codecs,
+		SecretNamespace: o.SecretNamespace,
+	}, nil
+}

@@ -1,0 +1,112 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apiserver/pkg/registry/rest"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/healthz"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1/validation"
+	"github.com/kubewharf/kube-gateway/proxy/clusters"
+	"github.com/kubewharf/kube-gateway/registry/upstreamcluster"
+)
+
+// Config is the whole configuration of a kube-gateway server.
+type Config struct {
+	Generic         *genericapiserver.RecommendedConfig
+	Scheme          *runtime.Scheme
+	Codecs          serializer.CodecFactory
+	SecretNamespace string
+}
+
+// CompletedConfig is a Config after Complete: only it can build a server.
+type CompletedConfig struct {
+	generic         genericapiserver.CompletedConfig
+	scheme          *runtime.Scheme
+	codecs          serializer.CodecFactory
+	secretNamespace string
+	hub             kubernetes.Interface
+}
+
+// Complete fills in the derived configuration.
+func (c *Config) Complete() (CompletedConfig, error) {
+	if c.Generic.ClientConfig == nil {
+		return CompletedConfig{}, errors.New("a hub connection is required: set --kubeconfig, or run in a pod of the hub")
+	}
+	kube, err := kubernetes.NewForConfig(c.Generic.ClientConfig)
+	if err != nil {
+		return CompletedConfig{}, err
+	}
+	return CompletedConfig{
+		generic:         c.Generic.Complete(),
+		scheme:          c.Scheme,
+		codecs:          c.Codecs,
+		secretNamespace: c.SecretNamespace,
+		hub:             kube,
+	}, nil
+}
+
+// Server is a kube-gateway server, ready to run.
+type Server struct {
+	generic *genericapiserver.GenericAPIServer
+}
+
+// New builds the server: the UpstreamCluster API, its proxy subresource and the
+// controller that compiles clusters for the data plane.
+func (c CompletedConfig) New() (*Server, error) {
+	generic, err := c.generic.New("kube-gateway", genericapiserver.NewEmptyDelegate())
+	if err != nil {
+		return nil, err
+	}
+	storage, err := upstreamcluster.NewStorage(c.scheme, c.generic.RESTOptionsGetter, validation.Options{SecretNamespace: c.secretNamespace})
+	if err != nil {
+		return nil, err
+	}
+
+	// Only the credential namespace is watched: the gateway never sees other Secrets.
+	secretInformers := informers.NewSharedInformerFactoryWithOptions(c.hub, 0, informers.WithNamespace(c.secretNamespace))
+	secrets := secretInformers.Core().V1().Secrets().Informer()
+	controller, err := clusters.NewController(storage.UpstreamCluster.ListWatch(), secrets)
+	if err != nil {
+		return nil, err
+	}
+
+	apiGroupInfo := genericapiserver.NewDefaultAPIGroupInfo(gatewayv1alpha1.GroupName, c.scheme, runtime.NewParameterCodec(c.scheme), c.codecs)
+	apiGroupInfo.VersionedResourcesStorageMap[gatewayv1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
+		"upstreamclusters":        storage.UpstreamCluster,
+		"upstreamclusters/status": storage.Status,
+		"upstreamclusters/proxy":  upstreamcluster.NewProxyREST(controller, storage.UpstreamCluster),
+	}
+	if err := generic.InstallAPIGroup(&apiGroupInfo); err != nil {
+		return nil, err
+	}
+
+	generic.AddPostStartHookOrDie("start-upstreamcluster-controller", func(hookCtx genericapiserver.PostStartHookContext) error {
+		secretInformers.Start(hookCtx.Done())
+		go controller.Run(hookCtx)
+		return nil
+	})
+	if err := generic.AddReadyzChecks(healthz.NamedCheck("upstreamclusters-loaded", func(*http.Request) error {
+		if !controller.HasSynced() {
+			return fmt.Errorf("upstream clusters not loaded yet")
+		}
+		return nil
+	})); err != nil {
+		return nil, err
+	}
+	return &Server{generic: generic}, nil
+}
+
+// Run serves until ctx ends, then shuts down gracefully.
+func (s *Server) Run(ctx context.Context) error {
+	return s.generic.PrepareRun().RunWithContext(ctx)
+}

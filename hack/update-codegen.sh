@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Regenerates deepcopy functions and OpenAPI definitions of apis/ with
+# k8s.io/code-generator's kube_codegen.sh, at the version pinned in go.mod.
+set -o errexit -o nounset -o pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${ROOT}"
+CODEGEN_PKG="$(go list -m -f '{{.Dir}}' k8s.io/code-generator)"
+# kube_codegen.sh installs its generators with `go install`; keep them in the
+# ignored output folder rather than in the user's GOBIN.
+export GOBIN="${ROOT}/_output/codegen-bin"
+mkdir -p "${GOBIN}"
+source "${CODEGEN_PKG}/kube_codegen.sh"
+
+MODULE="github.com/kubewharf/kube-gateway"
+
+kube::codegen::gen_helpers \
+    --boilerplate "${ROOT}/hack/boilerplate.go.txt" \
+    "${ROOT}/apis"
+
+kube::codegen::gen_openapi \
+    --output-dir "${ROOT}/apis/gateway/v1alpha1" \
+    --output-pkg "${MODULE}/apis/gateway/v1alpha1" \
+    --report-filename "${ROOT}/hack/api-rules/violation_exceptions.list" \
+    --update-report \
+    --boilerplate "${ROOT}/hack/boilerplate.go.txt" \
+    "${ROOT}/apis"

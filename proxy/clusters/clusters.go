@@ -1,0 +1,191 @@
+// Package clusters keeps the compiled form of every UpstreamCluster. A controller
+// watches UpstreamClusters and the credential Secrets they reference, compiles a
+// cluster when its generation or its Secret changes, and swaps it in atomically.
+// Requests only read: a lookup is one atomic load and a map read.
+package clusters
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/cluster"
+)
+
+// entry is the state of one UpstreamCluster: compiled, or why it could not be.
+type entry struct {
+	cluster *cluster.Cluster
+	err     error
+	version string // what it was compiled from; equal versions need no recompile
+}
+
+// Controller compiles UpstreamClusters and serves lookups.
+type Controller struct {
+	clusters cache.SharedIndexInformer
+	secrets  cache.SharedIndexInformer
+	queue    workqueue.TypedRateLimitingInterface[string]
+	state    atomic.Pointer[map[string]*entry]
+}
+
+const secretIndex = "secret"
+
+// NewController watches UpstreamClusters through clusterSource and credential
+// Secrets through secrets (an informer restricted to the credential namespace).
+func NewController(clusterSource cache.ListerWatcher, secrets cache.SharedIndexInformer) (*Controller, error) {
+	c := &Controller{
+		clusters: cache.NewSharedIndexInformer(clusterSource, &gatewayv1alpha1.UpstreamCluster{}, 0, cache.Indexers{
+			secretIndex: func(obj interface{}) ([]string, error) {
+				ref := obj.(*gatewayv1alpha1.UpstreamCluster).Spec.ClientConfig.SecretRef
+				return []string{ref.Namespace + "/" + ref.Name}, nil
+			},
+		}),
+		secrets: secrets,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "upstreamclusters"}),
+	}
+	c.state.Store(&map[string]*entry{})
+
+	enqueueCluster := func(obj interface{}) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			c.queue.Add(key)
+		}
+	}
+	if _, err := c.clusters.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueueCluster,
+		UpdateFunc: func(_, obj interface{}) { enqueueCluster(obj) },
+		DeleteFunc: enqueueCluster,
+	}); err != nil {
+		return nil, err
+	}
+	enqueueUsers := func(obj interface{}) {
+		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+		if err != nil {
+			return
+		}
+		users, _ := c.clusters.GetIndexer().ByIndex(secretIndex, key)
+		for _, u := range users {
+			enqueueCluster(u)
+		}
+	}
+	if _, err := secrets.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueueUsers,
+		UpdateFunc: func(_, obj interface{}) { enqueueUsers(obj) },
+		DeleteFunc: enqueueUsers,
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Run watches and compiles until ctx ends. The Secret informer is started by its
+// factory; Run starts the UpstreamCluster informer itself.
+func (c *Controller) Run(ctx context.Context) {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	go c.clusters.RunWithContext(ctx)
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.clusters.HasSynced, c.secrets.HasSynced) {
+		return
+	}
+	// One worker: compiling is cheap, and a single writer keeps swaps ordered.
+	go wait.UntilWithContext(ctx, c.work, time.Second)
+	<-ctx.Done()
+}
+
+// HasSynced reports whether both informers have synced and every cluster known at
+// that point was compiled once.
+func (c *Controller) HasSynced() bool {
+	return c.clusters.HasSynced() && c.secrets.HasSynced() && c.queue.Len() == 0
+}
+
+// ErrUnknown is returned by Lookup for a cluster the gateway has not seen.
+var ErrUnknown = fmt.Errorf("unknown cluster")
+
+// Lookup returns the compiled cluster called name. err is ErrUnknown when the
+// gateway has no such cluster, or says why the cluster cannot be used.
+func (c *Controller) Lookup(name string) (*cluster.Cluster, error) {
+	e, ok := (*c.state.Load())[name]
+	switch {
+	case !ok:
+		return nil, ErrUnknown
+	case e.err != nil:
+		return nil, e.err
+	}
+	return e.cluster, nil
+}
+
+func (c *Controller) work(ctx context.Context) {
+	for {
+		key, shutdown := c.queue.Get()
+		if shutdown {
+			return
+		}
+		c.sync(ctx, key)
+		c.queue.Done(key)
+	}
+}
+
+func (c *Controller) sync(ctx context.Context, name string) {
+	logger := klog.FromContext(ctx).WithValues("upstreamcluster", name)
+	old := (*c.state.Load())[name]
+	obj, exists, err := c.clusters.GetIndexer().GetByKey(name)
+	if err != nil || !exists {
+		if old != nil {
+			c.swap(name, nil)
+			logger.V(2).Info("Removed upstream cluster")
+		}
+		return
+	}
+	uc := obj.(*gatewayv1alpha1.UpstreamCluster)
+	ref := uc.Spec.ClientConfig.SecretRef
+	var secret *corev1.Secret
+	secretVersion := "absent"
+	if sobj, ok, _ := c.secrets.GetIndexer().GetByKey(ref.Namespace + "/" + ref.Name); ok {
+		secret = sobj.(*corev1.Secret)
+		secretVersion = string(secret.UID) + "/" + secret.ResourceVersion
+	}
+	version := fmt.Sprintf("%s/%d/%s", uc.UID, uc.Generation, secretVersion)
+	if old != nil && old.version == version {
+		return
+	}
+	next := &entry{version: version}
+	if secret == nil {
+		next.err = fmt.Errorf("its credential Secret %s/%s was not found on the hub", ref.Namespace, ref.Name)
+	} else if next.cluster, err = cluster.Compile(uc, secret); err != nil {
+		next.err = err
+	}
+	c.swap(name, next)
+	if next.err != nil {
+		logger.Info("Upstream cluster cannot be used", "reason", next.err.Error())
+	} else {
+		logger.V(2).Info("Compiled upstream cluster", "generation", uc.Generation, "servers", len(next.cluster.Endpoints))
+	}
+}
+
+// swap installs next for name (nil removes it) with copy-on-write, then releases
+// the connections of the replaced cluster.
+func (c *Controller) swap(name string, next *entry) {
+	cur := *c.state.Load()
+	m := make(map[string]*entry, len(cur)+1)
+	for k, v := range cur {
+		m[k] = v
+	}
+	old := m[name]
+	if next == nil {
+		delete(m, name)
+	} else {
+		m[name] = next
+	}
+	c.state.Store(&m)
+	if old != nil && old.cluster != nil {
+		old.cluster.Release()
+	}
+}

@@ -1,0 +1,168 @@
+// Package forward carries one proxied request to a member apiserver: it picks a
+// server, replaces the client's credentials by the gateway's and the hub identity
+// by impersonation headers, and streams the request and its response, upgrades
+// included, through UpgradeAwareHandler.
+package forward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"syscall"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	proxyutil "k8s.io/apimachinery/pkg/util/proxy"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/klog/v2"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/cluster"
+	"github.com/kubewharf/kube-gateway/proxy/impersonate"
+)
+
+// ErrorWriter writes an error to the client as a metav1.Status; the apiserver's
+// rest.Responder is one.
+type ErrorWriter interface {
+	Error(err error)
+}
+
+// Request is one request to forward.
+type Request struct {
+	Cluster *cluster.Cluster
+	// Path is the member path, beginning with "/".
+	Path string
+	// RawQuery is the client's query string, forwarded unchanged.
+	RawQuery string
+	// User is the hub identity, as authenticated by the hub.
+	User user.Info
+	// Errors receives errors that happen before the member answered.
+	Errors ErrorWriter
+}
+
+// retryAfterSeconds is what clients are told to wait when no server answered.
+const retryAfterSeconds = 1
+
+// Serve forwards req (the inbound request) as described by r.
+func Serve(w http.ResponseWriter, req *http.Request, r Request) {
+	if err := validatePath(r.Path); err != nil {
+		r.Errors.Error(apierrors.NewBadRequest(err.Error()))
+		return
+	}
+	if r.User == nil || r.User.GetName() == "" || r.User.GetName() == user.Anonymous {
+		r.Errors.Error(apierrors.NewForbidden(gatewayv1alpha1.Resource("upstreamclusters/proxy"), r.Cluster.Name,
+			errors.New("anonymous requests are never forwarded to member clusters")))
+		return
+	}
+	endpoint := r.Cluster.Pick()
+	if endpoint == nil {
+		r.Errors.Error(unavailable(r.Cluster.Name, "it has no enabled server"))
+		return
+	}
+
+	out := req.Clone(req.Context())
+	out.URL.RawQuery = r.RawQuery
+	impersonate.StripInbound(out.Header)
+	out, err := impersonate.Apply(out, r.Cluster.Impersonation.Identity(r.User))
+	if err != nil {
+		r.Errors.Error(apierrors.NewInternalError(err))
+		return
+	}
+
+	location := *endpoint
+	location.Path = r.Path
+	location.RawQuery = r.RawQuery
+	h := &proxyutil.UpgradeAwareHandler{
+		Location:         &location,
+		Transport:        r.Cluster.Transports.RoundTripper,
+		UpgradeTransport: r.Cluster.Transports.Upgrade,
+		UseLocationHost:  true,
+		// A member that redirects could send the gateway's credential elsewhere.
+		RejectForwardingRedirects: true,
+		// Flush as the member writes: watch events and log lines must not wait
+		// in a buffer. Large responses are still streamed, never buffered whole.
+		FlushInterval: -1,
+		Responder:     &responder{cluster: r.Cluster.Name, endpoint: endpoint.Host, errors: r.Errors},
+	}
+	h.ServeHTTP(w, out)
+}
+
+// validatePath refuses member paths that are not in canonical form: dot segments
+// and empty segments could make the member see another path than the gateway
+// matched against.
+func validatePath(p string) error {
+	if !strings.HasPrefix(p, "/") {
+		return fmt.Errorf("invalid proxy path %q: must begin with /", p)
+	}
+	trimmed := strings.TrimSuffix(p[1:], "/")
+	if trimmed == "" {
+		return nil
+	}
+	for _, seg := range strings.Split(trimmed, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Errorf("invalid proxy path %q: empty, . and .. segments are not allowed", p)
+		}
+	}
+	return nil
+}
+
+// responder turns errors of UpgradeAwareHandler into Status responses.
+type responder struct {
+	cluster, endpoint string
+	errors            ErrorWriter
+}
+
+func (r *responder) Error(_ http.ResponseWriter, req *http.Request, err error) {
+	if errors.Is(err, context.Canceled) && req.Context().Err() != nil {
+		return // the client went away; nobody to answer
+	}
+	klog.FromContext(req.Context()).V(2).Info("Proxying to member failed", "upstreamcluster", r.cluster, "endpoint", r.endpoint, "err", err.Error())
+	if isConnectError(err) {
+		r.errors.Error(unavailable(r.cluster, fmt.Sprintf("server %s could not be reached: %v", r.endpoint, redact(err))))
+		return
+	}
+	r.errors.Error(&apierrors.StatusError{ErrStatus: metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    http.StatusBadGateway,
+		Reason:  metav1.StatusReason("BadGateway"),
+		Message: fmt.Sprintf("upstream cluster %q: proxying to server %s failed: %v", r.cluster, r.endpoint, redact(err)),
+		Details: &metav1.StatusDetails{Name: r.cluster, Group: gatewayv1alpha1.GroupName, Kind: "upstreamclusters"},
+	}})
+}
+
+// unavailable is the 503 of a cluster that cannot serve now.
+func unavailable(clusterName, why string) error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    http.StatusServiceUnavailable,
+		Reason:  metav1.StatusReasonServiceUnavailable,
+		Message: fmt.Sprintf("upstream cluster %q is unavailable: %s", clusterName, why),
+		Details: &metav1.StatusDetails{Name: clusterName, Group: gatewayv1alpha1.GroupName, Kind: "upstreamclusters", RetryAfterSeconds: retryAfterSeconds},
+	}}
+}
+
+// Unavailable is the 503 of a cluster the gateway cannot use, with the reason.
+func Unavailable(clusterName string, why error) error { return unavailable(clusterName, why.Error()) }
+
+func isConnectError(err error) bool {
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EHOSTUNREACH)
+}
+
+// redact drops the URL from transport errors: the location carries the member
+// path and query of the user, which is not the client's business in an error
+// about the member, and keeps messages short.
+func redact(err error) error {
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		return uerr.Err
+	}
+	return err
+}

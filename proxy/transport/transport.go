@@ -1,0 +1,110 @@
+// Package transport builds the pooled transports the gateway uses toward a member
+// cluster: one for ordinary requests (HTTP/2, many streams over few connections)
+// and one for protocol upgrades (exec, attach, port-forward), which need HTTP/1.1.
+// Both carry the gateway's credential; they are built once per configuration and
+// shared by every request.
+package transport
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	proxyutil "k8s.io/apimachinery/pkg/util/proxy"
+	"k8s.io/client-go/transport"
+)
+
+// Config is the connection and credential configuration toward one member.
+type Config struct {
+	// CAData is the PEM bundle trusted for the member's serving certificates;
+	// empty means the host's roots.
+	CAData []byte
+	// ServerName overrides the name verified in the serving certificates.
+	ServerName string
+	// Insecure skips verification of serving certificates.
+	Insecure bool
+	// BearerToken authenticates the gateway, or CertData and KeyData (PEM) do.
+	BearerToken       string
+	CertData, KeyData []byte
+}
+
+// Transports are the round trippers toward one member.
+type Transports struct {
+	// RoundTripper carries ordinary requests; it adds the gateway's credential.
+	RoundTripper http.RoundTripper
+	// Upgrade carries upgrade requests: its connection side dials with the TLS
+	// client configuration (HTTP/1.1 only), its request side adds the credential.
+	Upgrade proxyutil.UpgradeRequestRoundTripper
+
+	pooled, upgrade *http.Transport
+}
+
+// Timeouts of connection set-up. Responses have none: watches and log streams
+// last as long as the client wants.
+const (
+	dialTimeout         = 10 * time.Second
+	tlsHandshakeTimeout = 10 * time.Second
+	keepAlive           = 30 * time.Second
+	idleConnTimeout     = 90 * time.Second
+	maxIdleConnsPerHost = 100
+)
+
+// New builds the transports of cfg.
+func New(cfg Config) (*Transports, error) {
+	hasToken, hasCert := cfg.BearerToken != "", len(cfg.CertData) > 0 || len(cfg.KeyData) > 0
+	if hasToken == hasCert {
+		return nil, fmt.Errorf("exactly one credential is required: a bearer token or a client certificate and key")
+	}
+	tlsConfig, err := transport.TLSConfigFor(&transport.Config{TLS: transport.TLSConfig{
+		CAData:     cfg.CAData,
+		ServerName: cfg.ServerName,
+		Insecure:   cfg.Insecure,
+		CertData:   cfg.CertData,
+		KeyData:    cfg.KeyData,
+	}})
+	if err != nil {
+		return nil, err
+	}
+	if tlsConfig == nil { // no CA, no client cert, verification on: host roots
+		tlsConfig = &tls.Config{}
+	}
+	tlsConfig.MinVersion = tls.VersionTLS12
+
+	dialer := &net.Dialer{Timeout: dialTimeout, KeepAlive: keepAlive}
+	pooled := utilnet.SetTransportDefaults(&http.Transport{
+		Proxy:               nil, // members are reached directly, never through an environment proxy
+		DialContext:         dialer.DialContext,
+		TLSClientConfig:     tlsConfig.Clone(),
+		TLSHandshakeTimeout: tlsHandshakeTimeout,
+		IdleConnTimeout:     idleConnTimeout,
+		MaxIdleConnsPerHost: maxIdleConnsPerHost,
+	})
+	upgradeTLS := tlsConfig.Clone()
+	upgradeTLS.NextProtos = []string{"http/1.1"}
+	upgrade := &http.Transport{
+		DialContext:         dialer.DialContext,
+		TLSClientConfig:     upgradeTLS,
+		TLSHandshakeTimeout: tlsHandshakeTimeout,
+	}
+
+	t := &Transports{pooled: pooled, upgrade: upgrade}
+	if hasToken {
+		t.RoundTripper = transport.NewBearerAuthRoundTripper(cfg.BearerToken, pooled)
+		t.Upgrade = proxyutil.NewUpgradeRequestRoundTripper(upgrade,
+			transport.NewBearerAuthRoundTripper(cfg.BearerToken, proxyutil.MirrorRequest))
+	} else {
+		t.RoundTripper = pooled
+		t.Upgrade = proxyutil.NewUpgradeRequestRoundTripper(upgrade, proxyutil.MirrorRequest)
+	}
+	return t, nil
+}
+
+// CloseIdleConnections closes the idle pooled connections; requests in flight
+// finish on theirs. Called when a newer configuration replaces these transports.
+func (t *Transports) CloseIdleConnections() {
+	t.pooled.CloseIdleConnections()
+	t.upgrade.CloseIdleConnections()
+}

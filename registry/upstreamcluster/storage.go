@@ -1,0 +1,145 @@
+// Package upstreamcluster is the registry of the UpstreamCluster resource: its etcd
+// storage, strategies, table columns, and the proxy subresource.
+package upstreamcluster
+
+import (
+	"context"
+	"fmt"
+
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/registry/generic"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/apiserver-runtime/pkg/builder/resource"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1/validation"
+)
+
+// Storage is everything served under upstreamclusters.
+type Storage struct {
+	UpstreamCluster *REST
+	Status          *StatusREST
+}
+
+// REST is the main resource: the generic store plus discovery metadata.
+type REST struct {
+	*genericregistry.Store
+}
+
+var _ rest.ShortNamesProvider = &REST{}
+
+// ShortNames implements rest.ShortNamesProvider: `kubectl get uc`.
+func (r *REST) ShortNames() []string { return []string{"uc"} }
+
+// NewStorage builds the etcd-backed storage of UpstreamClusters: the generic
+// registry store, described by the apiserver-runtime resource model of the type,
+// with this package's strategies.
+func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts validation.Options) (*Storage, error) {
+	var obj resource.Object = &gatewayv1alpha1.UpstreamCluster{}
+	gr := obj.GetGroupVersionResource().GroupResource()
+	s := newStrategy(scheme, opts)
+	store := &genericregistry.Store{
+		NewFunc:                   obj.New,
+		NewListFunc:               obj.NewList,
+		PredicateFunc:             matcher,
+		DefaultQualifiedResource:  gr,
+		SingularQualifiedResource: gatewayv1alpha1.Resource("upstreamcluster"),
+		CreateStrategy:            s,
+		UpdateStrategy:            s,
+		DeleteStrategy:            s,
+		ResetFieldsStrategy:       s,
+		TableConvertor:            tableConvertor{},
+	}
+	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: attrs}); err != nil {
+		return nil, err
+	}
+
+	statusStore := *store
+	status := statusStrategy{s}
+	statusStore.CreateStrategy, statusStore.DeleteStrategy = nil, nil
+	statusStore.UpdateStrategy, statusStore.ResetFieldsStrategy = status, status
+	return &Storage{UpstreamCluster: &REST{store}, Status: &StatusREST{store: &statusStore}}, nil
+}
+
+// StatusREST serves the status subresource.
+type StatusREST struct {
+	store *genericregistry.Store
+}
+
+var (
+	_ rest.Patcher             = &StatusREST{}
+	_ rest.ResetFieldsStrategy = &StatusREST{}
+)
+
+func (r *StatusREST) New() runtime.Object { return &gatewayv1alpha1.UpstreamCluster{} }
+
+// Destroy does nothing: the main store owns the shared storage.
+func (r *StatusREST) Destroy() {}
+
+func (r *StatusREST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
+	return r.store.Get(ctx, name, options)
+}
+
+// Update writes only the status; the create path is refused.
+func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
+	updateValidation rest.ValidateObjectUpdateFunc, _ bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	return r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
+}
+
+func (r *StatusREST) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return r.store.GetResetFields()
+}
+
+func (r *StatusREST) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
+	return r.store.ConvertToTable(ctx, object, tableOptions)
+}
+
+// matcher supports label selectors and the metadata field selectors.
+func matcher(label labels.Selector, field fields.Selector) storage.SelectionPredicate {
+	return storage.SelectionPredicate{Label: label, Field: field, GetAttrs: attrs}
+}
+
+func attrs(obj runtime.Object) (labels.Set, fields.Set, error) {
+	uc, ok := obj.(*gatewayv1alpha1.UpstreamCluster)
+	if !ok {
+		return nil, nil, fmt.Errorf("not an UpstreamCluster: %T", obj)
+	}
+	return uc.Labels, generic.ObjectMetaFieldsSet(&uc.ObjectMeta, false), nil
+}
+
+// ListWatch lists and watches UpstreamClusters straight from the store, so the
+// data plane sees exactly what the API serves without a loopback client.
+func (r *REST) ListWatch() cache.ListerWatcher {
+	toInternal := func(opts metav1.ListOptions) (*metainternalversion.ListOptions, error) {
+		var internal metainternalversion.ListOptions
+		if err := metainternalversion.Convert_v1_ListOptions_To_internalversion_ListOptions(&opts, &internal, nil); err != nil {
+			return nil, err
+		}
+		return &internal, nil
+	}
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			internal, err := toInternal(opts)
+			if err != nil {
+				return nil, err
+			}
+			return r.List(ctx, internal)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			internal, err := toInternal(opts)
+			if err != nil {
+				return nil, err
+			}
+			return r.Watch(ctx, internal)
+		},
+	}
+}
