@@ -23,5 +23,6 @@ kube::codegen::gen_openapi \
     --output-pkg "${MODULE}/apis/gateway/v1alpha1" \
     --report-filename "${ROOT}/hack/api-rules/violation_exceptions.list" \
     --update-report \
+    --output-model-name-file zz_generated.model_name.go \
     --boilerplate "${ROOT}/hack/boilerplate.go.txt" \
     "${ROOT}/apis"

@@ -139,7 +139,18 @@ func (r *REST) ListWatch() cache.ListerWatcher {
 			if err != nil {
 				return nil, err
 			}
-			return r.Watch(ctx, internal)
+			w, err := r.Watch(ctx, internal)
+			if err != nil {
+				return nil, err
+			}
+			// The watch cache wraps objects to share their serializations;
+			// informers want the objects themselves.
+			return watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+				if co, ok := ev.Object.(runtime.CacheableObject); ok {
+					ev.Object = co.GetObject()
+				}
+				return ev, true
+			}), nil
 		},
 	}
 }

@@ -5,4 +5,5 @@
 // +k8s:deepcopy-gen=package
 // +k8s:openapi-gen=true
 // +groupName=gateway.kubewharf.io
+// +k8s:openapi-model-package=io.kubewharf.gateway.v1alpha1
 package v1alpha1

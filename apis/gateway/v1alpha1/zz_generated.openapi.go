@@ -32,81 +32,81 @@ import (
 
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
-		"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.ClientConfig":                   schema_kube_gateway_apis_gateway_v1alpha1_ClientConfig(ref),
-		"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.DispatchPolicy":                 schema_kube_gateway_apis_gateway_v1alpha1_DispatchPolicy(ref),
-		"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.DispatchPolicyRule":             schema_kube_gateway_apis_gateway_v1alpha1_DispatchPolicyRule(ref),
-		"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.ExemptFlowControl":              schema_kube_gateway_apis_gateway_v1alpha1_ExemptFlowControl(ref),
-		"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.FlowControl":                    schema_kube_gateway_apis_gateway_v1alpha1_FlowControl(ref),
-		"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.FlowControlSchema":              schema_kube_gateway_apis_gateway_v1alpha1_FlowControlSchema(ref),
-		"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.HealthCheck":                    schema_kube_gateway_apis_gateway_v1alpha1_HealthCheck(ref),
-		"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.ImpersonationPolicy":            schema_kube_gateway_apis_gateway_v1alpha1_ImpersonationPolicy(ref),
-		"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.MaxRequestsInflightFlowControl": schema_kube_gateway_apis_gateway_v1alpha1_MaxRequestsInflightFlowControl(ref),
-		"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.NameFilter":                     schema_kube_gateway_apis_gateway_v1alpha1_NameFilter(ref),
-		"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.SecretReference":                schema_kube_gateway_apis_gateway_v1alpha1_SecretReference(ref),
-		"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.ServerStatus":                   schema_kube_gateway_apis_gateway_v1alpha1_ServerStatus(ref),
-		"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.ServiceAccountReference":        schema_kube_gateway_apis_gateway_v1alpha1_ServiceAccountReference(ref),
-		"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.TokenBucketFlowControl":         schema_kube_gateway_apis_gateway_v1alpha1_TokenBucketFlowControl(ref),
-		"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.UpstreamCluster":                schema_kube_gateway_apis_gateway_v1alpha1_UpstreamCluster(ref),
-		"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.UpstreamClusterList":            schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterList(ref),
-		"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.UpstreamClusterProxyOptions":    schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterProxyOptions(ref),
-		"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.UpstreamClusterSpec":            schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterSpec(ref),
-		"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.UpstreamClusterStatus":          schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterStatus(ref),
-		"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.UpstreamServer":                 schema_kube_gateway_apis_gateway_v1alpha1_UpstreamServer(ref),
-		resource.Quantity{}.OpenAPIModelName():                                                   schema_apimachinery_pkg_api_resource_Quantity(ref),
-		v1.APIGroup{}.OpenAPIModelName():                                                         schema_pkg_apis_meta_v1_APIGroup(ref),
-		v1.APIGroupList{}.OpenAPIModelName():                                                     schema_pkg_apis_meta_v1_APIGroupList(ref),
-		v1.APIResource{}.OpenAPIModelName():                                                      schema_pkg_apis_meta_v1_APIResource(ref),
-		v1.APIResourceList{}.OpenAPIModelName():                                                  schema_pkg_apis_meta_v1_APIResourceList(ref),
-		v1.APIVersions{}.OpenAPIModelName():                                                      schema_pkg_apis_meta_v1_APIVersions(ref),
-		v1.ApplyOptions{}.OpenAPIModelName():                                                     schema_pkg_apis_meta_v1_ApplyOptions(ref),
-		v1.Condition{}.OpenAPIModelName():                                                        schema_pkg_apis_meta_v1_Condition(ref),
-		v1.CreateOptions{}.OpenAPIModelName():                                                    schema_pkg_apis_meta_v1_CreateOptions(ref),
-		v1.DeleteOptions{}.OpenAPIModelName():                                                    schema_pkg_apis_meta_v1_DeleteOptions(ref),
-		v1.Duration{}.OpenAPIModelName():                                                         schema_pkg_apis_meta_v1_Duration(ref),
-		v1.FieldSelectorRequirement{}.OpenAPIModelName():                                         schema_pkg_apis_meta_v1_FieldSelectorRequirement(ref),
-		v1.FieldsV1{}.OpenAPIModelName():                                                         schema_pkg_apis_meta_v1_FieldsV1(ref),
-		v1.GetOptions{}.OpenAPIModelName():                                                       schema_pkg_apis_meta_v1_GetOptions(ref),
-		v1.GroupKind{}.OpenAPIModelName():                                                        schema_pkg_apis_meta_v1_GroupKind(ref),
-		v1.GroupResource{}.OpenAPIModelName():                                                    schema_pkg_apis_meta_v1_GroupResource(ref),
-		v1.GroupVersion{}.OpenAPIModelName():                                                     schema_pkg_apis_meta_v1_GroupVersion(ref),
-		v1.GroupVersionForDiscovery{}.OpenAPIModelName():                                         schema_pkg_apis_meta_v1_GroupVersionForDiscovery(ref),
-		v1.GroupVersionKind{}.OpenAPIModelName():                                                 schema_pkg_apis_meta_v1_GroupVersionKind(ref),
-		v1.GroupVersionResource{}.OpenAPIModelName():                                             schema_pkg_apis_meta_v1_GroupVersionResource(ref),
-		v1.InternalEvent{}.OpenAPIModelName():                                                    schema_pkg_apis_meta_v1_InternalEvent(ref),
-		v1.LabelSelector{}.OpenAPIModelName():                                                    schema_pkg_apis_meta_v1_LabelSelector(ref),
-		v1.LabelSelectorRequirement{}.OpenAPIModelName():                                         schema_pkg_apis_meta_v1_LabelSelectorRequirement(ref),
-		v1.List{}.OpenAPIModelName():                                                             schema_pkg_apis_meta_v1_List(ref),
-		v1.ListMeta{}.OpenAPIModelName():                                                         schema_pkg_apis_meta_v1_ListMeta(ref),
-		v1.ListOptions{}.OpenAPIModelName():                                                      schema_pkg_apis_meta_v1_ListOptions(ref),
-		v1.ManagedFieldsEntry{}.OpenAPIModelName():                                               schema_pkg_apis_meta_v1_ManagedFieldsEntry(ref),
-		v1.MicroTime{}.OpenAPIModelName():                                                        schema_pkg_apis_meta_v1_MicroTime(ref),
-		v1.ObjectMeta{}.OpenAPIModelName():                                                       schema_pkg_apis_meta_v1_ObjectMeta(ref),
-		v1.OwnerReference{}.OpenAPIModelName():                                                   schema_pkg_apis_meta_v1_OwnerReference(ref),
-		v1.PartialObjectMetadata{}.OpenAPIModelName():                                            schema_pkg_apis_meta_v1_PartialObjectMetadata(ref),
-		v1.PartialObjectMetadataList{}.OpenAPIModelName():                                        schema_pkg_apis_meta_v1_PartialObjectMetadataList(ref),
-		v1.Patch{}.OpenAPIModelName():                                                            schema_pkg_apis_meta_v1_Patch(ref),
-		v1.PatchOptions{}.OpenAPIModelName():                                                     schema_pkg_apis_meta_v1_PatchOptions(ref),
-		v1.Preconditions{}.OpenAPIModelName():                                                    schema_pkg_apis_meta_v1_Preconditions(ref),
-		v1.RootPaths{}.OpenAPIModelName():                                                        schema_pkg_apis_meta_v1_RootPaths(ref),
-		v1.ServerAddressByClientCIDR{}.OpenAPIModelName():                                        schema_pkg_apis_meta_v1_ServerAddressByClientCIDR(ref),
-		v1.ShardInfo{}.OpenAPIModelName():                                                        schema_pkg_apis_meta_v1_ShardInfo(ref),
-		v1.Status{}.OpenAPIModelName():                                                           schema_pkg_apis_meta_v1_Status(ref),
-		v1.StatusCause{}.OpenAPIModelName():                                                      schema_pkg_apis_meta_v1_StatusCause(ref),
-		v1.StatusDetails{}.OpenAPIModelName():                                                    schema_pkg_apis_meta_v1_StatusDetails(ref),
-		v1.Table{}.OpenAPIModelName():                                                            schema_pkg_apis_meta_v1_Table(ref),
-		v1.TableColumnDefinition{}.OpenAPIModelName():                                            schema_pkg_apis_meta_v1_TableColumnDefinition(ref),
-		v1.TableOptions{}.OpenAPIModelName():                                                     schema_pkg_apis_meta_v1_TableOptions(ref),
-		v1.TableRow{}.OpenAPIModelName():                                                         schema_pkg_apis_meta_v1_TableRow(ref),
-		v1.TableRowCondition{}.OpenAPIModelName():                                                schema_pkg_apis_meta_v1_TableRowCondition(ref),
-		v1.Time{}.OpenAPIModelName():                                                             schema_pkg_apis_meta_v1_Time(ref),
-		v1.Timestamp{}.OpenAPIModelName():                                                        schema_pkg_apis_meta_v1_Timestamp(ref),
-		v1.TypeMeta{}.OpenAPIModelName():                                                         schema_pkg_apis_meta_v1_TypeMeta(ref),
-		v1.UpdateOptions{}.OpenAPIModelName():                                                    schema_pkg_apis_meta_v1_UpdateOptions(ref),
-		v1.WatchEvent{}.OpenAPIModelName():                                                       schema_pkg_apis_meta_v1_WatchEvent(ref),
-		runtime.RawExtension{}.OpenAPIModelName():                                                schema_k8sio_apimachinery_pkg_runtime_RawExtension(ref),
-		runtime.TypeMeta{}.OpenAPIModelName():                                                    schema_k8sio_apimachinery_pkg_runtime_TypeMeta(ref),
-		runtime.Unknown{}.OpenAPIModelName():                                                     schema_k8sio_apimachinery_pkg_runtime_Unknown(ref),
-		version.Info{}.OpenAPIModelName():                                                        schema_k8sio_apimachinery_pkg_version_Info(ref),
+		ClientConfig{}.OpenAPIModelName():                   schema_kube_gateway_apis_gateway_v1alpha1_ClientConfig(ref),
+		DispatchPolicy{}.OpenAPIModelName():                 schema_kube_gateway_apis_gateway_v1alpha1_DispatchPolicy(ref),
+		DispatchPolicyRule{}.OpenAPIModelName():             schema_kube_gateway_apis_gateway_v1alpha1_DispatchPolicyRule(ref),
+		ExemptFlowControl{}.OpenAPIModelName():              schema_kube_gateway_apis_gateway_v1alpha1_ExemptFlowControl(ref),
+		FlowControl{}.OpenAPIModelName():                    schema_kube_gateway_apis_gateway_v1alpha1_FlowControl(ref),
+		FlowControlSchema{}.OpenAPIModelName():              schema_kube_gateway_apis_gateway_v1alpha1_FlowControlSchema(ref),
+		HealthCheck{}.OpenAPIModelName():                    schema_kube_gateway_apis_gateway_v1alpha1_HealthCheck(ref),
+		ImpersonationPolicy{}.OpenAPIModelName():            schema_kube_gateway_apis_gateway_v1alpha1_ImpersonationPolicy(ref),
+		MaxRequestsInflightFlowControl{}.OpenAPIModelName(): schema_kube_gateway_apis_gateway_v1alpha1_MaxRequestsInflightFlowControl(ref),
+		NameFilter{}.OpenAPIModelName():                     schema_kube_gateway_apis_gateway_v1alpha1_NameFilter(ref),
+		SecretReference{}.OpenAPIModelName():                schema_kube_gateway_apis_gateway_v1alpha1_SecretReference(ref),
+		ServerStatus{}.OpenAPIModelName():                   schema_kube_gateway_apis_gateway_v1alpha1_ServerStatus(ref),
+		ServiceAccountReference{}.OpenAPIModelName():        schema_kube_gateway_apis_gateway_v1alpha1_ServiceAccountReference(ref),
+		TokenBucketFlowControl{}.OpenAPIModelName():         schema_kube_gateway_apis_gateway_v1alpha1_TokenBucketFlowControl(ref),
+		UpstreamCluster{}.OpenAPIModelName():                schema_kube_gateway_apis_gateway_v1alpha1_UpstreamCluster(ref),
+		UpstreamClusterList{}.OpenAPIModelName():            schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterList(ref),
+		UpstreamClusterProxyOptions{}.OpenAPIModelName():    schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterProxyOptions(ref),
+		UpstreamClusterSpec{}.OpenAPIModelName():            schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterSpec(ref),
+		UpstreamClusterStatus{}.OpenAPIModelName():          schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterStatus(ref),
+		UpstreamServer{}.OpenAPIModelName():                 schema_kube_gateway_apis_gateway_v1alpha1_UpstreamServer(ref),
+		resource.Quantity{}.OpenAPIModelName():              schema_apimachinery_pkg_api_resource_Quantity(ref),
+		v1.APIGroup{}.OpenAPIModelName():                    schema_pkg_apis_meta_v1_APIGroup(ref),
+		v1.APIGroupList{}.OpenAPIModelName():                schema_pkg_apis_meta_v1_APIGroupList(ref),
+		v1.APIResource{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_APIResource(ref),
+		v1.APIResourceList{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_APIResourceList(ref),
+		v1.APIVersions{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_APIVersions(ref),
+		v1.ApplyOptions{}.OpenAPIModelName():                schema_pkg_apis_meta_v1_ApplyOptions(ref),
+		v1.Condition{}.OpenAPIModelName():                   schema_pkg_apis_meta_v1_Condition(ref),
+		v1.CreateOptions{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_CreateOptions(ref),
+		v1.DeleteOptions{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_DeleteOptions(ref),
+		v1.Duration{}.OpenAPIModelName():                    schema_pkg_apis_meta_v1_Duration(ref),
+		v1.FieldSelectorRequirement{}.OpenAPIModelName():    schema_pkg_apis_meta_v1_FieldSelectorRequirement(ref),
+		v1.FieldsV1{}.OpenAPIModelName():                    schema_pkg_apis_meta_v1_FieldsV1(ref),
+		v1.GetOptions{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_GetOptions(ref),
+		v1.GroupKind{}.OpenAPIModelName():                   schema_pkg_apis_meta_v1_GroupKind(ref),
+		v1.GroupResource{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_GroupResource(ref),
+		v1.GroupVersion{}.OpenAPIModelName():                schema_pkg_apis_meta_v1_GroupVersion(ref),
+		v1.GroupVersionForDiscovery{}.OpenAPIModelName():    schema_pkg_apis_meta_v1_GroupVersionForDiscovery(ref),
+		v1.GroupVersionKind{}.OpenAPIModelName():            schema_pkg_apis_meta_v1_GroupVersionKind(ref),
+		v1.GroupVersionResource{}.OpenAPIModelName():        schema_pkg_apis_meta_v1_GroupVersionResource(ref),
+		v1.InternalEvent{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_InternalEvent(ref),
+		v1.LabelSelector{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_LabelSelector(ref),
+		v1.LabelSelectorRequirement{}.OpenAPIModelName():    schema_pkg_apis_meta_v1_LabelSelectorRequirement(ref),
+		v1.List{}.OpenAPIModelName():                        schema_pkg_apis_meta_v1_List(ref),
+		v1.ListMeta{}.OpenAPIModelName():                    schema_pkg_apis_meta_v1_ListMeta(ref),
+		v1.ListOptions{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_ListOptions(ref),
+		v1.ManagedFieldsEntry{}.OpenAPIModelName():          schema_pkg_apis_meta_v1_ManagedFieldsEntry(ref),
+		v1.MicroTime{}.OpenAPIModelName():                   schema_pkg_apis_meta_v1_MicroTime(ref),
+		v1.ObjectMeta{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_ObjectMeta(ref),
+		v1.OwnerReference{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_OwnerReference(ref),
+		v1.PartialObjectMetadata{}.OpenAPIModelName():       schema_pkg_apis_meta_v1_PartialObjectMetadata(ref),
+		v1.PartialObjectMetadataList{}.OpenAPIModelName():   schema_pkg_apis_meta_v1_PartialObjectMetadataList(ref),
+		v1.Patch{}.OpenAPIModelName():                       schema_pkg_apis_meta_v1_Patch(ref),
+		v1.PatchOptions{}.OpenAPIModelName():                schema_pkg_apis_meta_v1_PatchOptions(ref),
+		v1.Preconditions{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_Preconditions(ref),
+		v1.RootPaths{}.OpenAPIModelName():                   schema_pkg_apis_meta_v1_RootPaths(ref),
+		v1.ServerAddressByClientCIDR{}.OpenAPIModelName():   schema_pkg_apis_meta_v1_ServerAddressByClientCIDR(ref),
+		v1.ShardInfo{}.OpenAPIModelName():                   schema_pkg_apis_meta_v1_ShardInfo(ref),
+		v1.Status{}.OpenAPIModelName():                      schema_pkg_apis_meta_v1_Status(ref),
+		v1.StatusCause{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_StatusCause(ref),
+		v1.StatusDetails{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_StatusDetails(ref),
+		v1.Table{}.OpenAPIModelName():                       schema_pkg_apis_meta_v1_Table(ref),
+		v1.TableColumnDefinition{}.OpenAPIModelName():       schema_pkg_apis_meta_v1_TableColumnDefinition(ref),
+		v1.TableOptions{}.OpenAPIModelName():                schema_pkg_apis_meta_v1_TableOptions(ref),
+		v1.TableRow{}.OpenAPIModelName():                    schema_pkg_apis_meta_v1_TableRow(ref),
+		v1.TableRowCondition{}.OpenAPIModelName():           schema_pkg_apis_meta_v1_TableRowCondition(ref),
+		v1.Time{}.OpenAPIModelName():                        schema_pkg_apis_meta_v1_Time(ref),
+		v1.Timestamp{}.OpenAPIModelName():                   schema_pkg_apis_meta_v1_Timestamp(ref),
+		v1.TypeMeta{}.OpenAPIModelName():                    schema_pkg_apis_meta_v1_TypeMeta(ref),
+		v1.UpdateOptions{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_UpdateOptions(ref),
+		v1.WatchEvent{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_WatchEvent(ref),
+		runtime.RawExtension{}.OpenAPIModelName():           schema_k8sio_apimachinery_pkg_runtime_RawExtension(ref),
+		runtime.TypeMeta{}.OpenAPIModelName():               schema_k8sio_apimachinery_pkg_runtime_TypeMeta(ref),
+		runtime.Unknown{}.OpenAPIModelName():                schema_k8sio_apimachinery_pkg_runtime_Unknown(ref),
+		version.Info{}.OpenAPIModelName():                   schema_k8sio_apimachinery_pkg_version_Info(ref),
 	}
 }
 
@@ -121,7 +121,7 @@ func schema_kube_gateway_apis_gateway_v1alpha1_ClientConfig(ref common.Reference
 						SchemaProps: spec.SchemaProps{
 							Description: "SecretRef names the hub Secret holding the gateway's credential toward the member: key `token` (a bearer token), or keys `tls.crt` and `tls.key` (a client certificate); optionally `ca.crt` (PEM CA bundle of the member's apiservers). The Secret must live in the namespace the gateway is configured to read (flag --secret-namespace).",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.SecretReference"),
+							Ref:         ref(SecretReference{}.OpenAPIModelName()),
 						},
 					},
 					"caData": {
@@ -150,7 +150,7 @@ func schema_kube_gateway_apis_gateway_v1alpha1_ClientConfig(ref common.Reference
 			},
 		},
 		Dependencies: []string{
-			"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.SecretReference"},
+			SecretReference{}.OpenAPIModelName()},
 	}
 }
 
@@ -173,7 +173,7 @@ func schema_kube_gateway_apis_gateway_v1alpha1_DispatchPolicy(ref common.Referen
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
-										Ref: ref("github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.DispatchPolicyRule"),
+										Ref: ref(DispatchPolicyRule{}.OpenAPIModelName()),
 									},
 								},
 							},
@@ -217,7 +217,7 @@ func schema_kube_gateway_apis_gateway_v1alpha1_DispatchPolicy(ref common.Referen
 			},
 		},
 		Dependencies: []string{
-			"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.DispatchPolicyRule"},
+			DispatchPolicyRule{}.OpenAPIModelName()},
 	}
 }
 
@@ -354,7 +354,7 @@ func schema_kube_gateway_apis_gateway_v1alpha1_DispatchPolicyRule(ref common.Ref
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
-										Ref: ref("github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.ServiceAccountReference"),
+										Ref: ref(ServiceAccountReference{}.OpenAPIModelName()),
 									},
 								},
 							},
@@ -402,7 +402,7 @@ func schema_kube_gateway_apis_gateway_v1alpha1_DispatchPolicyRule(ref common.Ref
 			},
 		},
 		Dependencies: []string{
-			"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.ServiceAccountReference"},
+			ServiceAccountReference{}.OpenAPIModelName()},
 	}
 }
 
@@ -439,7 +439,7 @@ func schema_kube_gateway_apis_gateway_v1alpha1_FlowControl(ref common.ReferenceC
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
-										Ref: ref("github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.FlowControlSchema"),
+										Ref: ref(FlowControlSchema{}.OpenAPIModelName()),
 									},
 								},
 							},
@@ -450,7 +450,7 @@ func schema_kube_gateway_apis_gateway_v1alpha1_FlowControl(ref common.ReferenceC
 			},
 		},
 		Dependencies: []string{
-			"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.FlowControlSchema"},
+			FlowControlSchema{}.OpenAPIModelName()},
 	}
 }
 
@@ -472,19 +472,19 @@ func schema_kube_gateway_apis_gateway_v1alpha1_FlowControlSchema(ref common.Refe
 					"exempt": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Exempt requests are never limited.",
-							Ref:         ref("github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.ExemptFlowControl"),
+							Ref:         ref(ExemptFlowControl{}.OpenAPIModelName()),
 						},
 					},
 					"maxRequestsInflight": {
 						SchemaProps: spec.SchemaProps{
 							Description: "MaxRequestsInflight bounds concurrent requests.",
-							Ref:         ref("github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.MaxRequestsInflightFlowControl"),
+							Ref:         ref(MaxRequestsInflightFlowControl{}.OpenAPIModelName()),
 						},
 					},
 					"tokenBucket": {
 						SchemaProps: spec.SchemaProps{
 							Description: "TokenBucket bounds the request rate.",
-							Ref:         ref("github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.TokenBucketFlowControl"),
+							Ref:         ref(TokenBucketFlowControl{}.OpenAPIModelName()),
 						},
 					},
 				},
@@ -492,7 +492,7 @@ func schema_kube_gateway_apis_gateway_v1alpha1_FlowControlSchema(ref common.Refe
 			},
 		},
 		Dependencies: []string{
-			"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.ExemptFlowControl", "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.MaxRequestsInflightFlowControl", "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.TokenBucketFlowControl"},
+			ExemptFlowControl{}.OpenAPIModelName(), MaxRequestsInflightFlowControl{}.OpenAPIModelName(), TokenBucketFlowControl{}.OpenAPIModelName()},
 	}
 }
 
@@ -568,20 +568,20 @@ func schema_kube_gateway_apis_gateway_v1alpha1_ImpersonationPolicy(ref common.Re
 					"groups": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Groups filters the forwarded groups by their hub names. Empty: all.",
-							Ref:         ref("github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.NameFilter"),
+							Ref:         ref(NameFilter{}.OpenAPIModelName()),
 						},
 					},
 					"extras": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Extras filters the forwarded user extra keys. Empty: all.",
-							Ref:         ref("github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.NameFilter"),
+							Ref:         ref(NameFilter{}.OpenAPIModelName()),
 						},
 					},
 				},
 			},
 		},
 		Dependencies: []string{
-			"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.NameFilter"},
+			NameFilter{}.OpenAPIModelName()},
 	}
 }
 
@@ -831,14 +831,14 @@ func schema_kube_gateway_apis_gateway_v1alpha1_UpstreamCluster(ref common.Refere
 						SchemaProps: spec.SchemaProps{
 							Description: "Spec is the desired configuration of the member cluster.",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.UpstreamClusterSpec"),
+							Ref:         ref(UpstreamClusterSpec{}.OpenAPIModelName()),
 						},
 					},
 					"status": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Status is what the gateway observed about the member cluster.",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.UpstreamClusterStatus"),
+							Ref:         ref(UpstreamClusterStatus{}.OpenAPIModelName()),
 						},
 					},
 				},
@@ -846,7 +846,7 @@ func schema_kube_gateway_apis_gateway_v1alpha1_UpstreamCluster(ref common.Refere
 			},
 		},
 		Dependencies: []string{
-			"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.UpstreamClusterSpec", "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.UpstreamClusterStatus", v1.ObjectMeta{}.OpenAPIModelName()},
+			UpstreamClusterSpec{}.OpenAPIModelName(), UpstreamClusterStatus{}.OpenAPIModelName(), v1.ObjectMeta{}.OpenAPIModelName()},
 	}
 }
 
@@ -884,7 +884,7 @@ func schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterList(ref common.Re
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
-										Ref: ref("github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.UpstreamCluster"),
+										Ref: ref(UpstreamCluster{}.OpenAPIModelName()),
 									},
 								},
 							},
@@ -895,7 +895,7 @@ func schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterList(ref common.Re
 			},
 		},
 		Dependencies: []string{
-			"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.UpstreamCluster", v1.ListMeta{}.OpenAPIModelName()},
+			UpstreamCluster{}.OpenAPIModelName(), v1.ListMeta{}.OpenAPIModelName()},
 	}
 }
 
@@ -955,7 +955,7 @@ func schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterSpec(ref common.Re
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
-										Ref: ref("github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.UpstreamServer"),
+										Ref: ref(UpstreamServer{}.OpenAPIModelName()),
 									},
 								},
 							},
@@ -965,25 +965,25 @@ func schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterSpec(ref common.Re
 						SchemaProps: spec.SchemaProps{
 							Description: "ClientConfig says how the gateway connects and authenticates to the servers.",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.ClientConfig"),
+							Ref:         ref(ClientConfig{}.OpenAPIModelName()),
 						},
 					},
 					"healthCheck": {
 						SchemaProps: spec.SchemaProps{
 							Description: "HealthCheck configures active health checking of the servers.",
-							Ref:         ref("github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.HealthCheck"),
+							Ref:         ref(HealthCheck{}.OpenAPIModelName()),
 						},
 					},
 					"impersonation": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Impersonation maps the hub identity to the identity impersonated on the member. Empty: the member sees the hub user as is (name, groups, UID, extras).",
-							Ref:         ref("github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.ImpersonationPolicy"),
+							Ref:         ref(ImpersonationPolicy{}.OpenAPIModelName()),
 						},
 					},
 					"flowControl": {
 						SchemaProps: spec.SchemaProps{
 							Description: "FlowControl declares the flow-control schemas dispatch policies refer to.",
-							Ref:         ref("github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.FlowControl"),
+							Ref:         ref(FlowControl{}.OpenAPIModelName()),
 						},
 					},
 					"dispatchPolicies": {
@@ -998,7 +998,7 @@ func schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterSpec(ref common.Re
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
-										Ref: ref("github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.DispatchPolicy"),
+										Ref: ref(DispatchPolicy{}.OpenAPIModelName()),
 									},
 								},
 							},
@@ -1009,7 +1009,7 @@ func schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterSpec(ref common.Re
 			},
 		},
 		Dependencies: []string{
-			"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.ClientConfig", "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.DispatchPolicy", "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.FlowControl", "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.HealthCheck", "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.ImpersonationPolicy", "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.UpstreamServer"},
+			ClientConfig{}.OpenAPIModelName(), DispatchPolicy{}.OpenAPIModelName(), FlowControl{}.OpenAPIModelName(), HealthCheck{}.OpenAPIModelName(), ImpersonationPolicy{}.OpenAPIModelName(), UpstreamServer{}.OpenAPIModelName()},
 	}
 }
 
@@ -1063,7 +1063,7 @@ func schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterStatus(ref common.
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
-										Ref: ref("github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.ServerStatus"),
+										Ref: ref(ServerStatus{}.OpenAPIModelName()),
 									},
 								},
 							},
@@ -1073,7 +1073,7 @@ func schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterStatus(ref common.
 			},
 		},
 		Dependencies: []string{
-			"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1.ServerStatus", v1.Condition{}.OpenAPIModelName()},
+			ServerStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
 	}
 }
 

@@ -45,6 +45,9 @@ type Options struct {
 
 // NewOptions returns the default options.
 func NewOptions() *Options {
+	// The logging options are gated by features of the process-wide gate that
+	// k8s.io/apiserver itself consults; registering them twice is a no-op.
+	utilruntimeMust(logsapi.AddFeatureGates(utilfeature.DefaultMutableFeatureGate))
 	scheme := newScheme()
 	codecs := serializer.NewCodecFactory(scheme)
 	o := &Options{

@@ -1,0 +1,498 @@
+package cluster_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"io"
+	"log"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/cluster"
+)
+
+const token = "gateway-token-5f2b9c"
+
+// ca is a test certificate authority.
+type ca struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newCA(t *testing.T, cn string) *ca {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(time.Now().UnixNano()),
+		Subject:               pkix.Name{CommonName: cn},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &ca{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// issue returns a PEM certificate and key signed by c.
+// sans are IP addresses or DNS names.
+func (c *ca) issue(t *testing.T, cn string, usage x509.ExtKeyUsage, sans ...string) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+	}
+	for _, san := range sans {
+		if ip := net.ParseIP(san); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, san)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}
+
+// seen is what a member server observed of one request.
+type seen struct {
+	authorization string
+	clientCN      string
+}
+
+// member is an https server with a certificate signed by serverCA that accepts
+// (but does not require) client certificates signed by clientCA.
+type member struct {
+	*httptest.Server
+	mu   sync.Mutex
+	reqs []seen
+}
+
+func newMember(t *testing.T, serverCA, clientCA *ca) *member {
+	t.Helper()
+	m := &member{}
+	m.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := seen{authorization: r.Header.Get("Authorization")}
+		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+			s.clientCN = r.TLS.PeerCertificates[0].Subject.CommonName
+		}
+		m.mu.Lock()
+		m.reqs = append(m.reqs, s)
+		m.mu.Unlock()
+		_, _ = w.Write([]byte("ok"))
+	}))
+	certPEM, keyPEM := serverCA.issue(t, "member", x509.ExtKeyUsageServerAuth, "127.0.0.1", "member.internal")
+	serving, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(clientCA.cert)
+	m.TLS = &tls.Config{
+		Certificates: []tls.Certificate{serving},
+		ClientAuth:   tls.VerifyClientCertIfGiven,
+		ClientCAs:    pool,
+	}
+	m.Config.ErrorLog = log.New(io.Discard, "", 0) // failed handshakes are expected
+	m.StartTLS()
+	t.Cleanup(m.Close)
+	return m
+}
+
+func (m *member) last(t *testing.T) seen {
+	t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.reqs) == 0 {
+		t.Fatal("the member received no request")
+	}
+	return m.reqs[len(m.reqs)-1]
+}
+
+func upstreamCluster(endpoints ...string) *gatewayv1alpha1.UpstreamCluster {
+	uc := &gatewayv1alpha1.UpstreamCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "member-a", Generation: 1},
+		Spec: gatewayv1alpha1.UpstreamClusterSpec{
+			ClientConfig: gatewayv1alpha1.ClientConfig{
+				SecretRef: gatewayv1alpha1.SecretReference{Namespace: "kube-gateway", Name: "member-a-cred"},
+			},
+		},
+	}
+	for _, e := range endpoints {
+		uc.Spec.Servers = append(uc.Spec.Servers, gatewayv1alpha1.UpstreamServer{Endpoint: e})
+	}
+	return uc
+}
+
+func secret(data map[string][]byte) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-gateway", Name: "member-a-cred"},
+		Data:       data,
+	}
+}
+
+func get(t *testing.T, c *cluster.Cluster, endpoint string) error {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, endpoint+"/version", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Transports.RoundTripper.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return errors.New(resp.Status)
+	}
+	return nil
+}
+
+func TestCompileCredentials(t *testing.T) {
+	serverCA, clientCA := newCA(t, "server-ca"), newCA(t, "client-ca")
+	m := newMember(t, serverCA, clientCA)
+	clientCert, clientKey := clientCA.issue(t, "kube-gateway", x509.ExtKeyUsageClientAuth)
+
+	tests := []struct {
+		name      string
+		data      map[string][]byte
+		wantErr   []string // substrings of the Compile error; nil: success
+		wantAuthz string   // Authorization seen by the member
+		wantCN    string   // client certificate seen by the member
+	}{
+		{
+			name:      "token",
+			data:      map[string][]byte{"token": []byte(token), "ca.crt": serverCA.pem},
+			wantAuthz: "Bearer " + token,
+		},
+		{
+			name:   "client certificate",
+			data:   map[string][]byte{"tls.crt": clientCert, "tls.key": clientKey, "ca.crt": serverCA.pem},
+			wantCN: "kube-gateway",
+		},
+		{
+			name:    "token and client certificate",
+			data:    map[string][]byte{"token": []byte(token), "tls.crt": clientCert, "tls.key": clientKey},
+			wantErr: []string{"kube-gateway/member-a-cred", "token", "tls.crt"},
+		},
+		{
+			name:    "token and a stray tls.key",
+			data:    map[string][]byte{"token": []byte(token), "tls.key": clientKey},
+			wantErr: []string{"kube-gateway/member-a-cred"},
+		},
+		{
+			name:    "neither",
+			data:    map[string][]byte{"ca.crt": serverCA.pem},
+			wantErr: []string{"kube-gateway/member-a-cred", "no credential"},
+		},
+		{
+			name:    "empty Secret",
+			data:    nil,
+			wantErr: []string{"kube-gateway/member-a-cred", "no credential"},
+		},
+		{
+			name:    "certificate without key",
+			data:    map[string][]byte{"tls.crt": clientCert},
+			wantErr: []string{"kube-gateway/member-a-cred"},
+		},
+		{
+			name:    "key that does not match the certificate",
+			data:    map[string][]byte{"tls.crt": clientCert, "tls.key": mustSecondKey(t, clientCA)},
+			wantErr: []string{"kube-gateway/member-a-cred"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := cluster.Compile(upstreamCluster(m.URL), secret(tt.data))
+			if tt.wantErr != nil {
+				if err == nil {
+					t.Fatal("Compile succeeded, want an error")
+				}
+				for _, s := range tt.wantErr {
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("error %q does not contain %q", err, s)
+					}
+				}
+				if strings.Contains(err.Error(), token) {
+					t.Errorf("error reveals the token: %q", err)
+				}
+				if strings.Contains(err.Error(), "PRIVATE KEY") {
+					t.Errorf("error reveals the key: %q", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Compile: %v", err)
+			}
+			if c.Name != "member-a" {
+				t.Errorf("Name = %q", c.Name)
+			}
+			if c.Impersonation == nil {
+				t.Error("Impersonation policy is nil")
+			}
+			if err := get(t, c, m.URL); err != nil {
+				t.Fatalf("request to the member: %v", err)
+			}
+			got := m.last(t)
+			if got.authorization != tt.wantAuthz {
+				t.Errorf("member saw Authorization %q, want %q", got.authorization, tt.wantAuthz)
+			}
+			if got.clientCN != tt.wantCN {
+				t.Errorf("member saw client certificate %q, want %q", got.clientCN, tt.wantCN)
+			}
+
+			// The upgrade transport carries the same credential.
+			req, _ := http.NewRequest(http.MethodGet, m.URL+"/x", nil)
+			wrapped, err := c.Transports.Upgrade.WrapRequest(req)
+			if err != nil {
+				t.Fatalf("WrapRequest: %v", err)
+			}
+			if got := wrapped.Header.Get("Authorization"); got != tt.wantAuthz {
+				t.Errorf("upgrade request Authorization = %q, want %q", got, tt.wantAuthz)
+			}
+			if req.Header.Get("Authorization") != "" {
+				t.Error("WrapRequest mutated the input request")
+			}
+			c.Release()
+		})
+	}
+}
+
+// mustSecondKey returns a private key that belongs to another certificate.
+func mustSecondKey(t *testing.T, c *ca) []byte {
+	_, key := c.issue(t, "other", x509.ExtKeyUsageClientAuth)
+	return key
+}
+
+func TestCompileCA(t *testing.T) {
+	serverCA, otherCA := newCA(t, "server-ca"), newCA(t, "other-ca")
+	m := newMember(t, serverCA, newCA(t, "client-ca"))
+
+	tests := []struct {
+		name       string
+		caData     []byte
+		secretCA   []byte
+		serverName string
+		wantOK     bool
+	}{
+		{name: "caData only", caData: serverCA.pem, wantOK: true},
+		{name: "Secret ca.crt only", secretCA: serverCA.pem, wantOK: true},
+		{name: "both the same", caData: serverCA.pem, secretCA: serverCA.pem, wantOK: true},
+		{name: "caData right, Secret wrong: both trusted", caData: serverCA.pem, secretCA: otherCA.pem, wantOK: true},
+		{name: "caData wrong, Secret right: both trusted", caData: otherCA.pem, secretCA: serverCA.pem, wantOK: true},
+		{name: "only an unrelated CA", caData: otherCA.pem, secretCA: otherCA.pem, wantOK: false},
+		{name: "no CA: host roots do not know the member", wantOK: false},
+		{name: "serverName in the certificate", caData: serverCA.pem, serverName: "member.internal", wantOK: true},
+		{name: "serverName not in the certificate", caData: serverCA.pem, serverName: "member.example.com", wantOK: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			uc := upstreamCluster(m.URL)
+			uc.Spec.ClientConfig.CAData = tt.caData
+			uc.Spec.ClientConfig.ServerName = tt.serverName
+			data := map[string][]byte{"token": []byte(token)}
+			if tt.secretCA != nil {
+				data["ca.crt"] = tt.secretCA
+			}
+			c, err := cluster.Compile(uc, secret(data))
+			if err != nil {
+				t.Fatalf("Compile: %v", err)
+			}
+			defer c.Release()
+			err = get(t, c, m.URL)
+			if tt.wantOK && err != nil {
+				t.Fatalf("request failed: %v", err)
+			}
+			if !tt.wantOK {
+				var verr *tls.CertificateVerificationError
+				if !errors.As(err, &verr) {
+					t.Fatalf("request error = %v, want a certificate verification error", err)
+				}
+			}
+		})
+	}
+}
+
+func TestCompileInsecure(t *testing.T) {
+	m := newMember(t, newCA(t, "server-ca"), newCA(t, "client-ca"))
+	uc := upstreamCluster(m.URL)
+	uc.Spec.ClientConfig.Insecure = true
+	c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}))
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	if err := get(t, c, m.URL); err != nil {
+		t.Fatalf("insecure request failed: %v", err)
+	}
+}
+
+func TestCompileEndpoints(t *testing.T) {
+	tests := []struct {
+		name    string
+		servers []gatewayv1alpha1.UpstreamServer
+		want    []string
+		wantErr bool
+	}{
+		{
+			name: "disabled servers skipped, spec order kept",
+			servers: []gatewayv1alpha1.UpstreamServer{
+				{Endpoint: "https://192.0.2.10:6443"},
+				{Endpoint: "https://192.0.2.11:6443", Disabled: true},
+				{Endpoint: "https://[2001:db8::1]:6443"},
+				{Endpoint: "https://192.0.2.13:6443", Disabled: true},
+				{Endpoint: "https://member.example.com"},
+			},
+			want: []string{"https://192.0.2.10:6443", "https://[2001:db8::1]:6443", "https://member.example.com"},
+		},
+		{
+			name:    "all disabled",
+			servers: []gatewayv1alpha1.UpstreamServer{{Endpoint: "https://192.0.2.10:6443", Disabled: true}},
+			want:    nil,
+		},
+		{
+			name:    "unparsable endpoint",
+			servers: []gatewayv1alpha1.UpstreamServer{{Endpoint: "https://[2001:db8::1"}},
+			wantErr: true,
+		},
+		{
+			name:    "unparsable but disabled endpoint is ignored",
+			servers: []gatewayv1alpha1.UpstreamServer{{Endpoint: "https://[2001:db8::1", Disabled: true}, {Endpoint: "https://192.0.2.10"}},
+			want:    []string{"https://192.0.2.10"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			uc := upstreamCluster()
+			uc.Spec.Servers = tt.servers
+			c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}))
+			if tt.wantErr {
+				if err == nil {
+					t.Fatal("Compile succeeded, want an error")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Compile: %v", err)
+			}
+			var got []string
+			for _, u := range c.Endpoints {
+				got = append(got, u.String())
+			}
+			if strings.Join(got, " ") != strings.Join(tt.want, " ") {
+				t.Errorf("Endpoints = %v, want %v", got, tt.want)
+			}
+			if len(tt.want) == 0 {
+				if p := c.Pick(); p != nil {
+					t.Errorf("Pick() = %v, want nil without enabled servers", p)
+				}
+			}
+		})
+	}
+}
+
+func TestPickRoundRobin(t *testing.T) {
+	uc := upstreamCluster()
+	uc.Spec.Servers = []gatewayv1alpha1.UpstreamServer{
+		{Endpoint: "https://192.0.2.10:6443"},
+		{Endpoint: "https://192.0.2.11:6443", Disabled: true},
+		{Endpoint: "https://192.0.2.12:6443"},
+		{Endpoint: "https://192.0.2.13:6443"},
+	}
+	c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}))
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	want := []string{"192.0.2.10:6443", "192.0.2.12:6443", "192.0.2.13:6443"}
+	for i := 0; i < 3*len(want); i++ {
+		if got := c.Pick().Host; got != want[i%len(want)] {
+			t.Fatalf("pick %d = %s, want %s", i, got, want[i%len(want)])
+		}
+	}
+
+	// Concurrent picks share the load evenly and never pick a disabled server.
+	const perWorker, workers = 300, 8
+	var mu sync.Mutex
+	counts := map[string]int{}
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			local := map[string]int{}
+			for i := 0; i < perWorker; i++ {
+				local[c.Pick().Host]++
+			}
+			mu.Lock()
+			for k, v := range local {
+				counts[k] += v
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if len(counts) != len(want) {
+		t.Fatalf("picked %v, want only %v", counts, want)
+	}
+	for _, h := range want {
+		if counts[h] != perWorker*workers/len(want) {
+			t.Errorf("%s picked %d times, want %d (all: %v)", h, counts[h], perWorker*workers/len(want), counts)
+		}
+	}
+}
+
+// Pick returns shared URLs: a caller that modifies one would change where later
+// requests go. forward copies it; this guards the contract that the compiled
+// endpoints are not modified by a Pick.
+func TestPickReturnsCompiledEndpoint(t *testing.T) {
+	c, err := cluster.Compile(upstreamCluster("https://192.0.2.10:6443"), secret(map[string][]byte{"token": []byte(token)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Pick()
+	if p.Path != "" || p.RawQuery != "" || p.Scheme != "https" || p.Host != "192.0.2.10:6443" {
+		t.Errorf("Pick() = %#v", p)
+	}
+}

@@ -1,0 +1,50 @@
+// Package e2e is the end-to-end suite of kube-gateway. It reads as a list of what a
+// user can do: every test goes through a real hub kube-apiserver, the gateway and
+// real member kube-apiservers, with kubectl or client-go, on loopback.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kubewharf/kube-gateway/test/harness"
+)
+
+// env is the environment every test uses; started once by TestMain.
+var env *harness.Env
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	workDir, err := os.MkdirTemp("", "kube-gateway-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	env, err = harness.Start(ctx, harness.Config{WorkDir: workDir, Log: os.Stderr})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "starting the environment: %v\n(logs in %s)\n", err, filepath.Join(workDir, "logs"))
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "environment ready in %s (work dir %s)\n", time.Since(start).Round(time.Second), workDir)
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "stopping the environment: %v\n", err)
+		code = 1
+	}
+	if code == 0 {
+		_ = os.RemoveAll(workDir)
+	} else {
+		fmt.Fprintf(os.Stderr, "kept the work dir with every process log: %s\n", workDir)
+	}
+	return code
+}

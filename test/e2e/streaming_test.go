@@ -1,0 +1,128 @@
+package e2e
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kubewharf/kube-gateway/test/harness"
+)
+
+// Both streaming protocols kubectl speaks: WebSocket (its default) and SPDY.
+var protocols = []struct {
+	name string
+	env  []string
+}{
+	{"websocket", []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=true", "KUBECTL_PORT_FORWARD_WEBSOCKETS=true"}},
+	{"spdy", []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false", "KUBECTL_PORT_FORWARD_WEBSOCKETS=false"}},
+}
+
+// kubectl exec through the gateway reaches the pod's container on the member
+// (served by the stand-in kubelet), with stdin, stdout and the exit code.
+func TestExec(t *testing.T) {
+	for _, p := range protocols {
+		t.Run(p.name, func(t *testing.T) {
+			ctx := testContext(t, time.Minute)
+			exec := func(stdin string, args ...string) (string, error) {
+				cmd := env.KubectlCmd(ctx, aliceA, append([]string{"--namespace=" + harness.AliceNamespace, "exec", "-i", harness.ShellPod, "-c", "main", "--"}, args...)...)
+				cmd.Env = append(cmd.Env, p.env...)
+				cmd.Stdin = strings.NewReader(stdin)
+				var stdout, stderr strings.Builder
+				cmd.Stdout, cmd.Stderr = &stdout, &stderr
+				err := cmd.Run()
+				if err != nil {
+					err = errors.Join(err, errors.New(stderr.String()))
+				}
+				return stdout.String(), err
+			}
+
+			out, err := exec("", "echo", "hello", "through", "the", "gateway")
+			if err != nil || out != "hello through the gateway\n" {
+				t.Fatalf("echo: %q, %v", out, err)
+			}
+
+			payload := strings.Repeat("0123456789abcdef", 4096) + "\n"
+			out, err = exec(payload, "cat")
+			if err != nil || out != payload {
+				t.Fatalf("cat returned %d bytes (want %d), %v", len(out), len(payload), err)
+			}
+
+			_, err = exec("", "sh", "-c", "exit 3")
+			var exitErr *exitError
+			if !errors.As(err, &exitErr) || exitErr.ExitCode() != 3 {
+				t.Fatalf("exit code: %v, want kubectl to exit 3", err)
+			}
+		})
+	}
+}
+
+type exitError = exec.ExitError
+
+// kubectl port-forward through the gateway carries bytes both ways to the pod
+// (the stand-in kubelet echoes them).
+func TestPortForward(t *testing.T) {
+	forwarding := regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> 8080`)
+	for _, p := range protocols {
+		t.Run(p.name, func(t *testing.T) {
+			ctx := testContext(t, time.Minute)
+			cmd := env.KubectlCmd(ctx, aliceA, "--namespace="+harness.AliceNamespace, "port-forward", "--address=127.0.0.1", "pod/"+harness.ShellPod, ":8080")
+			cmd.Env = append(cmd.Env, p.env...)
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+			port := make(chan string, 1)
+			go func() {
+				s := bufio.NewScanner(stdout)
+				for s.Scan() {
+					if m := forwarding.FindStringSubmatch(s.Text()); m != nil {
+						port <- m[1]
+					}
+				}
+				close(port)
+			}()
+			var local string
+			select {
+			case local = <-port:
+			case <-ctx.Done():
+				t.Fatalf("kubectl port-forward did not start: %s", stderr.String())
+			}
+			if local == "" {
+				t.Fatalf("kubectl port-forward ended: %s", stderr.String())
+			}
+
+			for i := 0; i < 2; i++ { // two connections over the same forwarding session
+				conn, err := net.DialTimeout("tcp", "127.0.0.1:"+local, 10*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+				msg := []byte(sprintf("ping %d through the gateway\n", i))
+				if _, err := conn.Write(msg); err != nil {
+					t.Fatal(err)
+				}
+				got := make([]byte, len(msg))
+				if _, err := io.ReadFull(conn, got); err != nil {
+					t.Fatalf("reading the echo: %v (kubectl: %s)", err, stderr.String())
+				}
+				if string(got) != string(msg) {
+					t.Fatalf("echo = %q, want %q", got, msg)
+				}
+				conn.Close()
+			}
+		})
+	}
+}

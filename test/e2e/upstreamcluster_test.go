@@ -1,0 +1,302 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/test/harness"
+)
+
+// upstreamClusters is the hub admin's client for UpstreamClusters.
+func upstreamClusters(t *testing.T) dynamic.ResourceInterface {
+	t.Helper()
+	c, err := dynamic.NewForConfig(env.HubConfig(harness.UserAdmin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Resource(harness.UpstreamClusterGVR)
+}
+
+func toUnstructured(t *testing.T, uc *gatewayv1alpha1.UpstreamCluster) *unstructured.Unstructured {
+	t.Helper()
+	uc.APIVersion, uc.Kind = gatewayv1alpha1.SchemeGroupVersion.String(), "UpstreamCluster"
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(uc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &unstructured.Unstructured{Object: m}
+}
+
+func fromUnstructured(t *testing.T, u *unstructured.Unstructured) *gatewayv1alpha1.UpstreamCluster {
+	t.Helper()
+	var uc gatewayv1alpha1.UpstreamCluster
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &uc); err != nil {
+		t.Fatal(err)
+	}
+	return &uc
+}
+
+func newCluster(name string, endpoints ...string) *gatewayv1alpha1.UpstreamCluster {
+	uc := &gatewayv1alpha1.UpstreamCluster{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	for _, e := range endpoints {
+		uc.Spec.Servers = append(uc.Spec.Servers, gatewayv1alpha1.UpstreamServer{Endpoint: e})
+	}
+	uc.Spec.ClientConfig.SecretRef = gatewayv1alpha1.SecretReference{Namespace: harness.GatewayNamespace, Name: harness.MemberB}
+	return uc
+}
+
+// createCluster creates uc on the hub and deletes it when the test ends.
+func createCluster(t *testing.T, uc *gatewayv1alpha1.UpstreamCluster) *gatewayv1alpha1.UpstreamCluster {
+	t.Helper()
+	ctx := testContext(t, 30*time.Second)
+	created, err := upstreamClusters(t).Create(ctx, toUnstructured(t, uc), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = upstreamClusters(t).Delete(context.Background(), uc.Name, metav1.DeleteOptions{})
+	})
+	return fromUnstructured(t, created)
+}
+
+// Invalid UpstreamClusters are refused with 422 and the paths of the bad fields.
+func TestInvalidUpstreamClusterIsRejected(t *testing.T) {
+	ctx := testContext(t, 30*time.Second)
+	uc := newCluster("invalid", "http://127.0.0.1:6443", "https://127.0.0.1:6443/prefix", "https://127.0.0.1:6443", "https://127.0.0.1:6443")
+	uc.Spec.ClientConfig.SecretRef.Namespace = "default"
+	_, err := upstreamClusters(t).Create(ctx, toUnstructured(t, uc), metav1.CreateOptions{})
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("got %v, want 422 Invalid", err)
+	}
+	status := err.(apierrors.APIStatus).Status()
+	if status.Code != http.StatusUnprocessableEntity {
+		t.Fatalf("code %d, want 422", status.Code)
+	}
+	fields := map[string]bool{}
+	for _, c := range status.Details.Causes {
+		fields[c.Field] = true
+	}
+	for _, want := range []string{"spec.servers[0].endpoint", "spec.servers[1].endpoint", "spec.servers[3].endpoint", "spec.clientConfig.secretRef.namespace"} {
+		if !fields[want] {
+			t.Errorf("422 does not name field %s; causes: %+v", want, status.Details.Causes)
+		}
+	}
+	if fields["spec.servers[2].endpoint"] {
+		t.Errorf("the valid first occurrence of a server was reported: %+v", status.Details.Causes)
+	}
+
+	// kubectl shows the same to a person.
+	cmd := env.KubectlCmd(ctx, "hub-admin", "create", "-f", "-")
+	cmd.Stdin = strings.NewReader("apiVersion: gateway.kubewharf.io/v1alpha1\nkind: UpstreamCluster\nmetadata:\n  name: invalid\nspec:\n  servers: []\n  clientConfig:\n    secretRef: {namespace: kube-gateway, name: member-b}\n")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "spec.servers: Required value") {
+		t.Fatalf("kubectl create of a cluster without servers: %v: %s", err, out)
+	}
+}
+
+// Full CRUD and watch through the hub; the generation follows spec changes only,
+// and spec and status are written through their own endpoints.
+func TestUpstreamClusterLifecycle(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	client := upstreamClusters(t)
+	w, err := client.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=lifecycle"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+
+	created := createCluster(t, newCluster("lifecycle", "https://127.0.0.1:1"))
+	if created.Generation != 1 || created.Spec.HealthCheck == nil || created.Spec.HealthCheck.Path != "/readyz" {
+		t.Fatalf("created: generation %d, healthCheck %+v (want generation 1 and defaults)", created.Generation, created.Spec.HealthCheck)
+	}
+	expectEvent(t, w, watch.Added, 1)
+
+	// A spec change bumps the generation; a status sent with it is ignored.
+	created.Spec.Servers[0].Disabled = true
+	created.Status.ObservedGeneration = 42
+	updated, err := client.Update(ctx, toUnstructured(t, created), metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uc := fromUnstructured(t, updated); uc.Generation != 2 || uc.Status.ObservedGeneration != 0 {
+		t.Fatalf("after spec update: generation %d observedGeneration %d", uc.Generation, uc.Status.ObservedGeneration)
+	}
+	expectEvent(t, w, watch.Modified, 2)
+
+	// The status endpoint writes the status only.
+	uc := fromUnstructured(t, updated)
+	uc.Status.ObservedGeneration = 2
+	uc.Spec.Servers[0].Disabled = false
+	statusUpdated, err := client.UpdateStatus(ctx, toUnstructured(t, uc), metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uc := fromUnstructured(t, statusUpdated); uc.Generation != 2 || uc.Status.ObservedGeneration != 2 || !uc.Spec.Servers[0].Disabled {
+		t.Fatalf("after status update: generation %d observedGeneration %d disabled %v", uc.Generation, uc.Status.ObservedGeneration, uc.Spec.Servers[0].Disabled)
+	}
+	expectEvent(t, w, watch.Modified, 2)
+
+	list, err := client.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, item := range list.Items {
+		names[item.GetName()] = true
+	}
+	if !names["lifecycle"] || !names[harness.MemberA] || !names[harness.MemberB] {
+		t.Fatalf("list: %v", names)
+	}
+
+	if err := client.Delete(ctx, "lifecycle", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expectEvent(t, w, watch.Deleted, 2)
+	if _, err := client.Get(ctx, "lifecycle", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("get after delete: %v", err)
+	}
+}
+
+func expectEvent(t *testing.T, w watch.Interface, typ watch.EventType, generation int64) {
+	t.Helper()
+	select {
+	case ev, ok := <-w.ResultChan():
+		if !ok {
+			t.Fatal("watch ended")
+		}
+		u, isObj := ev.Object.(*unstructured.Unstructured)
+		if ev.Type != typ || !isObj || u.GetGeneration() != generation {
+			t.Fatalf("watch event %s (generation %v), want %s with generation %d", ev.Type, ev.Object, typ, generation)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no %s event", typ)
+	}
+}
+
+// kubectl get shows useful columns, knows the short name, explains the fields,
+// and server-side apply works on UpstreamClusters.
+func TestKubectlOnUpstreamClusters(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	out, _, err := env.Kubectl(ctx, "hub-admin", "get", "upstreamclusters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	header := strings.Fields(strings.SplitN(out, "\n", 2)[0])
+	if strings.Join(header, " ") != "NAME SERVERS HEALTHY READY AGE" {
+		t.Fatalf("columns: %q", header)
+	}
+	out, _, err = env.Kubectl(ctx, "hub-admin", "get", "uc", harness.MemberA, "--no-headers", "-o", "wide")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := strings.Fields(out); len(f) < 6 || f[0] != harness.MemberA || f[1] != "2" || strings.Count(f[5], "https://") != 2 {
+		t.Fatalf("member-a row: %q", out)
+	}
+
+	out, _, err = env.Kubectl(ctx, "hub-admin", "explain", "upstreamclusters.spec.servers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "endpoint") || !strings.Contains(out, "https URL of the apiserver") {
+		t.Fatalf("kubectl explain lacks the field docs:\n%s", out)
+	}
+
+	manifest := `apiVersion: gateway.kubewharf.io/v1alpha1
+kind: UpstreamCluster
+metadata:
+  name: applied
+spec:
+  servers:
+  - endpoint: https://127.0.0.1:1
+%s  clientConfig:
+    secretRef: {namespace: kube-gateway, name: member-b}
+`
+	apply := func(extra string) {
+		t.Helper()
+		cmd := env.KubectlCmd(ctx, "hub-admin", "apply", "--server-side", "--field-manager=e2e", "-f", "-")
+		cmd.Stdin = strings.NewReader(sprintf(manifest, extra))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("kubectl apply --server-side: %v\n%s", err, out)
+		}
+	}
+	apply("")
+	t.Cleanup(func() { _ = upstreamClusters(t).Delete(context.Background(), "applied", metav1.DeleteOptions{}) })
+	apply("  - endpoint: https://127.0.0.1:2\n")
+	u, err := upstreamClusters(t).Get(ctx, "applied", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uc := fromUnstructured(t, u)
+	if len(uc.Spec.Servers) != 2 || uc.Generation != 2 || !managedBy(uc.ManagedFields, "e2e", metav1.ManagedFieldsOperationApply) {
+		t.Fatalf("after two applies: servers %v generation %d managedFields %+v", uc.Spec.Servers, uc.Generation, uc.ManagedFields)
+	}
+}
+
+// proxyStatus GETs path through the hub as admin and returns the Status the
+// gateway or the hub answered with.
+func proxyStatus(ctx context.Context, t *testing.T, cluster, path string) (metav1.Status, int) {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(env.HubConfig(harness.UserAdmin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var code int
+	body, _ := c.CoreV1().RESTClient().Get().AbsPath(harness.ProxyPath(cluster) + path).Do(ctx).StatusCode(&code).Raw()
+	var status metav1.Status
+	_ = json.Unmarshal(body, &status)
+	return status, code
+}
+
+// Unknown clusters are 404; a cluster whose servers cannot be reached, or whose
+// credential Secret is missing, is 503 with a Status that says which and why.
+func TestProxyErrors(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	if status, code := proxyStatus(ctx, t, "no-such-cluster", "/version"); code != http.StatusNotFound || status.Reason != metav1.StatusReasonNotFound {
+		t.Fatalf("unknown cluster: %d %+v", code, status)
+	}
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedPort := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	createCluster(t, newCluster("unreachable", "https://127.0.0.1:"+closedPort))
+	eventually(t, 30*time.Second, func(ctx context.Context) error {
+		status, code := proxyStatus(ctx, t, "unreachable", "/version")
+		if code != http.StatusServiceUnavailable || !strings.Contains(status.Message, `upstream cluster "unreachable"`) ||
+			!strings.Contains(status.Message, "could not be reached") {
+			return errorf("got %d %q", code, status.Message)
+		}
+		if status.Details == nil || status.Details.RetryAfterSeconds <= 0 {
+			return errorf("no Retry-After in %+v", status.Details)
+		}
+		return nil
+	})
+
+	noSecret := newCluster("no-secret", "https://127.0.0.1:"+closedPort)
+	noSecret.Spec.ClientConfig.SecretRef.Name = "does-not-exist"
+	createCluster(t, noSecret)
+	eventually(t, 30*time.Second, func(ctx context.Context) error {
+		status, code := proxyStatus(ctx, t, "no-secret", "/version")
+		if code != http.StatusServiceUnavailable || !strings.Contains(status.Message, "kube-gateway/does-not-exist was not found") {
+			return errorf("got %d %q", code, status.Message)
+		}
+		return nil
+	})
+}
