@@ -28,7 +28,7 @@ test-unit:
 	go test -race -count=1 $(UNIT_PKGS)
 
 test-e2e: build tools
-	go test -count=1 -timeout 45m -v ./test/e2e/...
+	go test -count=1 -timeout 45m -v ./test/harness/... ./test/e2e/...
 
 ## verify: generated code up to date, gofmt, go vet
 verify:

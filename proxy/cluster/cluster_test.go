@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -22,9 +23,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/transport"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
+	"github.com/kubewharf/kube-gateway/proxy/impersonate"
 )
 
 const token = "gateway-token-5f2b9c"
@@ -174,9 +177,15 @@ func secret(data map[string][]byte) *corev1.Secret {
 	}
 }
 
+// withIdentity is the context of a proxied request: the transports refuse
+// requests without an identity to impersonate.
+func withIdentity() context.Context {
+	return impersonate.WithIdentity(context.Background(), transport.ImpersonationConfig{UserName: "alice"})
+}
+
 func get(t *testing.T, c *cluster.Cluster, endpoint string) error {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, endpoint+"/version", nil)
+	req, err := http.NewRequestWithContext(withIdentity(), http.MethodGet, endpoint+"/version", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +294,7 @@ func TestCompileCredentials(t *testing.T) {
 			}
 
 			// The upgrade transport carries the same credential.
-			req, _ := http.NewRequest(http.MethodGet, m.URL+"/x", nil)
+			req, _ := http.NewRequestWithContext(withIdentity(), http.MethodGet, m.URL+"/x", nil)
 			wrapped, err := c.Transports.Upgrade.WrapRequest(req)
 			if err != nil {
 				t.Fatalf("WrapRequest: %v", err)

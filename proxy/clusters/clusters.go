@@ -100,10 +100,19 @@ func (c *Controller) Run(ctx context.Context) {
 	<-ctx.Done()
 }
 
-// HasSynced reports whether both informers have synced and every cluster known at
-// that point was compiled once.
+// HasSynced reports whether both informers have synced and every UpstreamCluster
+// they hold has been compiled (or found unusable) at least once.
 func (c *Controller) HasSynced() bool {
-	return c.clusters.HasSynced() && c.secrets.HasSynced() && c.queue.Len() == 0
+	if !c.clusters.HasSynced() || !c.secrets.HasSynced() {
+		return false
+	}
+	state := *c.state.Load()
+	for _, key := range c.clusters.GetIndexer().ListKeys() {
+		if _, ok := state[key]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // ErrUnknown is returned by Lookup for a cluster the gateway has not seen.

@@ -64,14 +64,9 @@ func Serve(w http.ResponseWriter, req *http.Request, r Request) {
 		return
 	}
 
-	out := req.Clone(req.Context())
+	out := req.Clone(impersonate.WithIdentity(req.Context(), r.Cluster.Impersonation.Identity(r.User)))
 	out.URL.RawQuery = r.RawQuery
 	impersonate.StripInbound(out.Header)
-	out, err := impersonate.Apply(out, r.Cluster.Impersonation.Identity(r.User))
-	if err != nil {
-		r.Errors.Error(apierrors.NewInternalError(err))
-		return
-	}
 
 	location := *endpoint
 	location.Path = r.Path
@@ -153,12 +148,15 @@ func isConnectError(err error) bool {
 	if errors.As(err, &opErr) && opErr.Op == "dial" {
 		return true
 	}
-	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EHOSTUNREACH)
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EHOSTUNREACH) {
+		return true
+	}
+	// The upgrade path of UpgradeAwareHandler flattens dial errors into text.
+	return strings.HasPrefix(err.Error(), "error dialing backend: dial ")
 }
 
-// redact drops the URL from transport errors: the location carries the member
-// path and query of the user, which is not the client's business in an error
-// about the member, and keeps messages short.
+// redact drops the request URL from transport errors: it repeats what the client
+// sent, and error messages stay short and about the member.
 func redact(err error) error {
 	var uerr *url.Error
 	if errors.As(err, &uerr) {

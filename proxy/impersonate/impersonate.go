@@ -4,12 +4,13 @@
 package impersonate
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/textproto"
 	"strings"
 
-	proxyutil "k8s.io/apimachinery/pkg/util/proxy"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/transport"
@@ -83,36 +84,71 @@ func (f nameFilter) keeps(name string) bool {
 // Headers a client may send that carry identity or credentials. None of them may
 // reach a member: the member must only see the gateway's own credential and the
 // impersonation headers the gateway sets.
-var credentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie"}
+var credentialHeaders = sets.New("Authorization", "Proxy-Authorization", "Cookie")
 
 var credentialHeaderPrefixes = []string{"Impersonate-", "X-Remote-"}
 
-// StripInbound removes credential and identity headers from h, in place.
+// StripInbound removes credential and identity headers from h, in place, whatever
+// the letter case of their keys.
 func StripInbound(h http.Header) {
-	for _, name := range credentialHeaders {
-		h.Del(name)
-	}
 	for name := range h {
-		canonical := textproto.CanonicalMIMEHeaderKey(name)
-		for _, prefix := range credentialHeaderPrefixes {
-			if strings.HasPrefix(canonical, prefix) {
-				delete(h, name)
-				break
-			}
+		if isCredentialHeader(textproto.CanonicalMIMEHeaderKey(name)) {
+			delete(h, name)
 		}
 	}
 }
 
-// Apply returns a copy of req that impersonates id. It uses client-go's own
-// impersonating round tripper so the headers (and the escaping of extra keys)
-// are exactly what a member apiserver expects.
-func Apply(req *http.Request, id transport.ImpersonationConfig) (*http.Request, error) {
-	if id.UserName == "" {
-		return nil, fmt.Errorf("cannot impersonate a user without a name")
+func isCredentialHeader(canonical string) bool {
+	if credentialHeaders.Has(canonical) {
+		return true
 	}
-	resp, err := transport.NewImpersonatingRoundTripper(id, proxyutil.MirrorRequest).RoundTrip(req)
-	if err != nil {
-		return nil, err
+	for _, prefix := range credentialHeaderPrefixes {
+		if strings.HasPrefix(canonical, prefix) {
+			return true
+		}
 	}
-	return resp.Request, nil
+	return false
 }
+
+type identityKey struct{}
+
+// WithIdentity returns a context carrying the identity to impersonate on the
+// member; the round tripper of NewRoundTripper reads it.
+func WithIdentity(ctx context.Context, id transport.ImpersonationConfig) context.Context {
+	return context.WithValue(ctx, identityKey{}, id)
+}
+
+// NewRoundTripper returns a round tripper that impersonates, on every request, the
+// identity of the request's context, and refuses requests without one: nothing
+// reaches a member with the gateway's own identity by accident.
+//
+// The headers are set here, in the transport, after the reverse proxy removed
+// hop-by-hop headers: a client naming Impersonate-User in its Connection header
+// cannot make them disappear.
+func NewRoundTripper(delegate http.RoundTripper) http.RoundTripper {
+	return &roundTripper{delegate: delegate}
+}
+
+type roundTripper struct {
+	delegate http.RoundTripper
+}
+
+func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	id, ok := req.Context().Value(identityKey{}).(transport.ImpersonationConfig)
+	if !ok || id.UserName == "" {
+		return nil, fmt.Errorf("refusing to forward a request without an identity to impersonate")
+	}
+	req = utilnet.CloneRequest(req)
+	for name := range req.Header {
+		if strings.HasPrefix(textproto.CanonicalMIMEHeaderKey(name), "Impersonate-") {
+			delete(req.Header, name)
+		}
+	}
+	// client-go's own impersonating round tripper, so the headers (and the
+	// escaping of extra keys) are exactly what a member apiserver expects.
+	return transport.NewImpersonatingRoundTripper(id, rt.delegate).RoundTrip(req)
+}
+
+// WrappedRoundTripper lets apimachinery find the dialer and TLS configuration
+// underneath (upgrades dial themselves).
+func (rt *roundTripper) WrappedRoundTripper() http.RoundTripper { return rt.delegate }

@@ -15,6 +15,8 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	proxyutil "k8s.io/apimachinery/pkg/util/proxy"
 	"k8s.io/client-go/transport"
+
+	"github.com/kubewharf/kube-gateway/proxy/impersonate"
 )
 
 // Config is the connection and credential configuration toward one member.
@@ -33,7 +35,8 @@ type Config struct {
 
 // Transports are the round trippers toward one member.
 type Transports struct {
-	// RoundTripper carries ordinary requests; it adds the gateway's credential.
+	// RoundTripper carries ordinary requests; it adds the gateway's credential and
+	// impersonates the identity of the request's context (impersonate.WithIdentity).
 	RoundTripper http.RoundTripper
 	// Upgrade carries upgrade requests: its connection side dials with the TLS
 	// client configuration (HTTP/1.1 only), its request side adds the credential.
@@ -90,16 +93,21 @@ func New(cfg Config) (*Transports, error) {
 		TLSHandshakeTimeout: tlsHandshakeTimeout,
 	}
 
-	t := &Transports{pooled: pooled, upgrade: upgrade}
-	if hasToken {
-		t.RoundTripper = transport.NewBearerAuthRoundTripper(cfg.BearerToken, pooled)
-		t.Upgrade = proxyutil.NewUpgradeRequestRoundTripper(upgrade,
-			transport.NewBearerAuthRoundTripper(cfg.BearerToken, proxyutil.MirrorRequest))
-	} else {
-		t.RoundTripper = pooled
-		t.Upgrade = proxyutil.NewUpgradeRequestRoundTripper(upgrade, proxyutil.MirrorRequest)
+	// Credential and impersonation are added by round trippers, on the way out:
+	// for upgrades on the request written to the dialed connection.
+	withIdentity := func(rt http.RoundTripper) http.RoundTripper {
+		rt = impersonate.NewRoundTripper(rt)
+		if hasToken {
+			rt = transport.NewBearerAuthRoundTripper(cfg.BearerToken, rt)
+		}
+		return rt
 	}
-	return t, nil
+	return &Transports{
+		RoundTripper: withIdentity(pooled),
+		Upgrade:      proxyutil.NewUpgradeRequestRoundTripper(upgrade, withIdentity(proxyutil.MirrorRequest)),
+		pooled:       pooled,
+		upgrade:      upgrade,
+	}, nil
 }
 
 // CloseIdleConnections closes the idle pooled connections; requests in flight

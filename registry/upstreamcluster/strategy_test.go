@@ -185,8 +185,9 @@ func TestStatusStrategyPrepareForUpdate(t *testing.T) {
 	uc.OwnerReferences = []metav1.OwnerReference{{Name: "x"}}
 	newStatus := gatewayv1alpha1.UpstreamClusterStatus{
 		ObservedGeneration: 4,
-		Conditions:         []metav1.Condition{{Type: gatewayv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: "NoHealthyServer"}},
-		Servers:            []gatewayv1alpha1.ServerStatus{{Endpoint: "https://192.0.2.10:6443", Healthy: false, Reason: "ProbeFailed"}},
+		Conditions: []metav1.Condition{{Type: gatewayv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: "NoHealthyServer",
+			LastTransitionTime: metav1.Now()}},
+		Servers: []gatewayv1alpha1.ServerStatus{{Endpoint: "https://192.0.2.10:6443", Healthy: false, Reason: "ProbeFailed"}},
 	}
 	uc.Status = *newStatus.DeepCopy()
 
@@ -212,6 +213,12 @@ func TestStatusStrategyPrepareForUpdate(t *testing.T) {
 	if errs := s.ValidateUpdate(context.Background(), uc, old); len(errs) != 0 {
 		t.Errorf("ValidateUpdate = %v", errs)
 	}
+	// A condition must be complete.
+	uc.Status.Conditions[0].LastTransitionTime = metav1.Time{}
+	if errs := s.ValidateUpdate(context.Background(), uc, old); len(errs) != 1 || errs[0].Field != "status.conditions[0].lastTransitionTime" {
+		t.Errorf("ValidateUpdate = %v, want status.conditions[0].lastTransitionTime", errs)
+	}
+	uc.Status.Conditions[0].LastTransitionTime = metav1.Now()
 	uc.Status.ObservedGeneration = -1
 	if errs := s.ValidateUpdate(context.Background(), uc, old); len(errs) != 1 || errs[0].Field != "status.observedGeneration" {
 		t.Errorf("ValidateUpdate = %v, want status.observedGeneration", errs)
@@ -243,9 +250,9 @@ func TestGetResetFields(t *testing.T) {
 			want: map[string][]string{"gateway.kubewharf.io/v1alpha1": {".status"}},
 		},
 		{
-			name: "status subresource resets spec, labels and annotations",
+			name: "status subresource resets spec, labels, annotations, finalizers and owners",
 			got:  statusStrategy{s}.GetResetFields(),
-			want: map[string][]string{"gateway.kubewharf.io/v1alpha1": {".metadata.annotations", ".metadata.labels", ".spec"}},
+			want: map[string][]string{"gateway.kubewharf.io/v1alpha1": {".metadata.annotations", ".metadata.finalizers", ".metadata.labels", ".metadata.ownerReferences", ".spec"}},
 		},
 	}
 	for _, tt := range tests {

@@ -17,6 +17,8 @@ import (
 // env is the environment every test uses; started once by TestMain.
 var env *harness.Env
 
+const gatewayRequestTimeout = 5 * time.Second
+
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
@@ -30,7 +32,14 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	start := time.Now()
-	env, err = harness.Start(ctx, harness.Config{WorkDir: workDir, Log: os.Stderr})
+	env, err = harness.Start(ctx, harness.Config{
+		WorkDir: workDir,
+		Log:     os.Stderr,
+		// A short request timeout for the gateway's own non-long-running requests,
+		// so that TestLongRunningRequestsOutliveTheGatewayTimeout can prove in
+		// seconds that proxied streams are not subject to it.
+		GatewayArgs: []string{"--request-timeout=" + gatewayRequestTimeout.String()},
+	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the environment: %v\n(logs in %s)\n", err, filepath.Join(workDir, "logs"))
 		return 1

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -10,6 +11,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubewharf/kube-gateway/test/harness"
 )
@@ -124,5 +130,42 @@ func TestPortForward(t *testing.T) {
 				conn.Close()
 			}
 		})
+	}
+}
+
+// A watch through the gateway lives longer than the gateway's request timeout
+// (5s in this suite) and keeps delivering events.
+func TestLongRunningRequestsOutliveTheGatewayTimeout(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	c, err := kubernetes.NewForConfig(env.ProxyConfig(harness.UserAlice, harness.MemberA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.CoreV1().ConfigMaps(harness.AliceNamespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=late-event"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	// Deliberately outlast the timeout; this is the property under test, not a
+	// wait for readiness.
+	select {
+	case ev, ok := <-w.ResultChan():
+		t.Fatalf("watch delivered %v (open %v) before anything happened", ev.Type, ok)
+	case <-time.After(gatewayRequestTimeout + 3*time.Second):
+	}
+	if _, err := memberA(t).CoreV1().ConfigMaps(harness.AliceNamespace).Create(ctx,
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "late-event"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = memberA(t).CoreV1().ConfigMaps(harness.AliceNamespace).Delete(context.Background(), "late-event", metav1.DeleteOptions{})
+	})
+	select {
+	case ev, ok := <-w.ResultChan():
+		if !ok || ev.Type != watch.Added {
+			t.Fatalf("after the gateway's request timeout the watch gave %v (open %v), want ADDED", ev.Type, ok)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no event after the gateway's request timeout")
 	}
 }

@@ -19,10 +19,8 @@ import (
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	cliflag "k8s.io/component-base/cli/flag"
-	basecompatibility "k8s.io/component-base/compatibility"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
-	baseversion "k8s.io/component-base/version"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/registry/upstreamcluster"
@@ -32,6 +30,7 @@ const defaultEtcdPathPrefix = "/registry/gateway.kubewharf.io"
 
 // Options are the command-line options of kube-gateway.
 type Options struct {
+	ServerRun   *genericoptions.ServerRunOptions
 	Recommended *genericoptions.RecommendedOptions
 	Logs        *logs.Options
 	// SecretNamespace is the hub namespace of the credential Secrets: the only
@@ -51,6 +50,7 @@ func NewOptions() *Options {
 	scheme := newScheme()
 	codecs := serializer.NewCodecFactory(scheme)
 	o := &Options{
+		ServerRun:       genericoptions.NewServerRunOptions(),
 		Recommended:     genericoptions.NewRecommendedOptions(defaultEtcdPathPrefix, codecs.LegacyCodec(gatewayv1alpha1.SchemeGroupVersion)),
 		Logs:            logs.NewOptions(),
 		SecretNamespace: "kube-gateway",
@@ -88,6 +88,7 @@ func utilruntimeMust(err error) {
 func (o *Options) Flags() cliflag.NamedFlagSets {
 	var fss cliflag.NamedFlagSets
 	gw := fss.FlagSet("gateway")
+	o.ServerRun.AddUniversalFlags(fss.FlagSet("generic"))
 	gw.StringVar(&o.SecretNamespace, "secret-namespace", o.SecretNamespace,
 		"Hub namespace of the Secrets holding the gateway's credentials toward member clusters. The gateway reads Secrets only there, and UpstreamClusters may only reference Secrets there.")
 	o.Recommended.Etcd.AddFlags(fss.FlagSet("etcd"))
@@ -107,6 +108,12 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 
 // Complete fills in options that default to others.
 func (o *Options) Complete() error {
+	if err := o.ServerRun.Complete(); err != nil {
+		return err
+	}
+	if err := o.ServerRun.DefaultAdvertiseAddress(o.Recommended.SecureServing.SecureServingOptions); err != nil {
+		return err
+	}
 	// Out of cluster, --kubeconfig names the hub; delegated authentication and
 	// authorization talk to the same hub unless told otherwise.
 	if kc := o.Recommended.CoreAPI.CoreAPIKubeconfigPath; kc != "" {
@@ -122,7 +129,7 @@ func (o *Options) Complete() error {
 
 // Validate checks the options.
 func (o *Options) Validate() error {
-	errs := o.Recommended.Validate()
+	errs := append(o.ServerRun.Validate(), o.Recommended.Validate()...)
 	errs = append(errs, logsapi.ValidateAndApply(o.Logs, utilfeature.DefaultFeatureGate))
 	for _, msg := range validation.IsDNS1123Label(o.SecretNamespace) {
 		errs = append(errs, fmt.Errorf("--secret-namespace %q: %s", o.SecretNamespace, msg))
@@ -133,8 +140,9 @@ func (o *Options) Validate() error {
 // Config builds the server configuration from the options.
 func (o *Options) Config() (*Config, error) {
 	serverConfig := genericapiserver.NewRecommendedConfig(o.codecs)
-	serverConfig.EffectiveVersion = basecompatibility.NewEffectiveVersionFromString(baseversion.DefaultKubeBinaryVersion, "", "")
-	serverConfig.FeatureGate = utilfeature.DefaultFeatureGate
+	if err := o.ServerRun.ApplyTo(&serverConfig.Config); err != nil {
+		return nil, err
+	}
 
 	namer := openapi.NewDefinitionNamer(o.scheme)
 	serverConfig.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(gatewayv1alpha1.GetOpenAPIDefinitions, namer)

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/util/cert"
@@ -45,6 +46,7 @@ func ValidateUpstreamClusterStatusUpdate(obj, old *gatewayv1alpha1.UpstreamClust
 	if obj.Status.ObservedGeneration < 0 {
 		allErrs = append(allErrs, field.Invalid(fldPath.Child("observedGeneration"), obj.Status.ObservedGeneration, "must not be negative"))
 	}
+	allErrs = append(allErrs, metav1validation.ValidateConditions(obj.Status.Conditions, fldPath.Child("conditions"))...)
 	seen := sets.New[string]()
 	for i, s := range obj.Status.Servers {
 		p := fldPath.Child("servers").Index(i).Child("endpoint")
@@ -89,12 +91,27 @@ func validateServers(servers []gatewayv1alpha1.UpstreamServer, fldPath *field.Pa
 			allErrs = append(allErrs, field.Invalid(p, s.Endpoint, err.Error()))
 			continue
 		}
-		if seen.Has(s.Endpoint) {
+		key := canonicalEndpoint(s.Endpoint)
+		if seen.Has(key) {
 			allErrs = append(allErrs, field.Duplicate(p, s.Endpoint))
 		}
-		seen.Insert(s.Endpoint)
+		seen.Insert(key)
 	}
 	return allErrs
+}
+
+// canonicalEndpoint is the form two endpoints are compared in: the same server
+// written as https://A and https://a:443 is one server.
+func canonicalEndpoint(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return endpoint
+	}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+	}
+	return net.JoinHostPort(strings.ToLower(u.Hostname()), port)
 }
 
 // ValidateEndpoint checks that endpoint is an https URL naming only a host and an

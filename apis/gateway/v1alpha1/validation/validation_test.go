@@ -649,3 +649,24 @@ func TestValidateUpstreamClusterStatusUpdate(t *testing.T) {
 		})
 	}
 }
+
+// The same server written differently is still a duplicate.
+func TestDuplicateEndpointsAreComparedCanonically(t *testing.T) {
+	for _, pair := range [][2]string{
+		{"https://a.example.com", "https://a.example.com:443"},
+		{"https://A.example.com:6443", "https://a.example.com:6443"},
+		{"https://[2001:db8::1]:443", "https://[2001:db8::1]"},
+	} {
+		uc := valid()
+		uc.Spec.Servers = []gatewayv1alpha1.UpstreamServer{{Endpoint: pair[0]}, {Endpoint: pair[1]}}
+		errs := validation.ValidateUpstreamCluster(uc, validation.Options{SecretNamespace: uc.Spec.ClientConfig.SecretRef.Namespace})
+		if len(errs) != 1 || errs[0].Type != field.ErrorTypeDuplicate || errs[0].Field != "spec.servers[1].endpoint" {
+			t.Errorf("%v: errors %v, want one Duplicate at spec.servers[1].endpoint", pair, errs)
+		}
+	}
+	uc := valid()
+	uc.Spec.Servers = []gatewayv1alpha1.UpstreamServer{{Endpoint: "https://a.example.com:6443"}, {Endpoint: "https://a.example.com:6444"}}
+	if errs := validation.ValidateUpstreamCluster(uc, validation.Options{SecretNamespace: uc.Spec.ClientConfig.SecretRef.Namespace}); len(errs) != 0 {
+		t.Errorf("different ports reported: %v", errs)
+	}
+}

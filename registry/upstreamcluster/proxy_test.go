@@ -1,0 +1,304 @@
+package upstreamcluster
+
+import (
+	"context"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/authentication/user"
+	genericrequest "k8s.io/apiserver/pkg/endpoints/request"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/cluster"
+	"github.com/kubewharf/kube-gateway/proxy/clusters"
+)
+
+type fakeClusters struct {
+	c     *cluster.Cluster
+	err   error
+	calls []string
+}
+
+func (f *fakeClusters) Lookup(name string) (*cluster.Cluster, error) {
+	f.calls = append(f.calls, name)
+	return f.c, f.err
+}
+
+type fakeGetter struct {
+	obj   runtime.Object
+	err   error
+	calls []string
+}
+
+func (f *fakeGetter) Get(_ context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
+	f.calls = append(f.calls, name)
+	return f.obj, f.err
+}
+
+type fakeResponder struct {
+	mu   sync.Mutex
+	errs []error
+	w    http.ResponseWriter
+}
+
+func (r *fakeResponder) Object(code int, _ runtime.Object) { r.w.WriteHeader(code) }
+
+func (r *fakeResponder) Error(err error) {
+	r.mu.Lock()
+	r.errs = append(r.errs, err)
+	r.mu.Unlock()
+	code := http.StatusInternalServerError
+	if s, ok := err.(apierrors.APIStatus); ok {
+		code = int(s.Status().Code)
+	}
+	http.Error(r.w, err.Error(), code)
+}
+
+var ucResource = gatewayv1alpha1.Resource("upstreamclusters")
+
+func TestProxyRESTConnectLookup(t *testing.T) {
+	notFound := apierrors.NewNotFound(ucResource, "member-a")
+	etcdDown := apierrors.NewInternalError(errors.New("etcd is down"))
+	compiled := &cluster.Cluster{Name: "member-a"}
+
+	tests := []struct {
+		name        string
+		clusters    *fakeClusters
+		getter      *fakeGetter
+		wantErr     error // compared by identity, when set
+		wantCode    int32 // StatusError code, when set
+		wantMsg     []string
+		wantGets    int
+		wantHandler bool
+	}{
+		{
+			name:     "unknown and absent: the getter's NotFound",
+			clusters: &fakeClusters{err: clusters.ErrUnknown},
+			getter:   &fakeGetter{err: notFound},
+			wantErr:  notFound,
+			wantGets: 1,
+		},
+		{
+			name:     "wrapped unknown and absent",
+			clusters: &fakeClusters{err: fmt.Errorf("lookup: %w", clusters.ErrUnknown)},
+			getter:   &fakeGetter{err: notFound},
+			wantErr:  notFound,
+			wantGets: 1,
+		},
+		{
+			name:     "unknown and the object cannot be read: that error",
+			clusters: &fakeClusters{err: clusters.ErrUnknown},
+			getter:   &fakeGetter{err: etcdDown},
+			wantErr:  etcdDown,
+			wantGets: 1,
+		},
+		{
+			name:     "unknown but present: retry",
+			clusters: &fakeClusters{err: clusters.ErrUnknown},
+			getter:   &fakeGetter{obj: &gatewayv1alpha1.UpstreamCluster{ObjectMeta: metav1.ObjectMeta{Name: "member-a"}}},
+			wantCode: http.StatusServiceUnavailable,
+			wantMsg:  []string{`"member-a"`, "retry"},
+			wantGets: 1,
+		},
+		{
+			name:     "lookup error: 503 naming the cluster and the reason",
+			clusters: &fakeClusters{err: errors.New("its credential Secret kube-gateway/member-a was not found on the hub")},
+			getter:   &fakeGetter{err: errors.New("must not be called")},
+			wantCode: http.StatusServiceUnavailable,
+			wantMsg:  []string{`"member-a"`, "credential Secret kube-gateway/member-a was not found"},
+		},
+		{
+			name:        "known cluster",
+			clusters:    &fakeClusters{c: compiled},
+			getter:      &fakeGetter{err: errors.New("must not be called")},
+			wantHandler: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := NewProxyREST(tt.clusters, tt.getter)
+			h, err := r.Connect(context.Background(), "member-a", &gatewayv1alpha1.UpstreamClusterProxyOptions{Path: "/api"}, &fakeResponder{})
+			if !reflect.DeepEqual(tt.clusters.calls, []string{"member-a"}) {
+				t.Errorf("Lookup calls = %v", tt.clusters.calls)
+			}
+			if len(tt.getter.calls) != tt.wantGets {
+				t.Errorf("Get calls = %v, want %d", tt.getter.calls, tt.wantGets)
+			}
+			for _, name := range tt.getter.calls {
+				if name != "member-a" {
+					t.Errorf("Get(%q), want member-a", name)
+				}
+			}
+			if tt.wantHandler {
+				if err != nil || h == nil {
+					t.Fatalf("Connect = %v, %v; want a handler", h, err)
+				}
+				return
+			}
+			if h != nil {
+				t.Errorf("Connect returned a handler with error %v", err)
+			}
+			if tt.wantErr != nil {
+				if err != tt.wantErr {
+					t.Fatalf("Connect error = %v, want %v", err, tt.wantErr)
+				}
+				return
+			}
+			var se *apierrors.StatusError
+			if !errors.As(err, &se) {
+				t.Fatalf("Connect error = %T %v, want a StatusError", err, err)
+			}
+			st := se.Status()
+			if st.Code != tt.wantCode || st.Reason != metav1.StatusReasonServiceUnavailable {
+				t.Errorf("code, reason = %d, %s; want %d, ServiceUnavailable", st.Code, st.Reason, tt.wantCode)
+			}
+			if st.Details == nil || st.Details.RetryAfterSeconds <= 0 {
+				t.Errorf("details = %+v, want RetryAfterSeconds > 0", st.Details)
+			} else if st.Details.Name != "member-a" || st.Details.Group != gatewayv1alpha1.GroupName {
+				t.Errorf("details = %+v, want name member-a in group %s", st.Details, gatewayv1alpha1.GroupName)
+			}
+			if d, ok := apierrors.SuggestsClientDelay(err); !ok || d <= 0 {
+				t.Errorf("SuggestsClientDelay = %d, %v", d, ok)
+			}
+			for _, m := range tt.wantMsg {
+				if !strings.Contains(st.Message, m) {
+					t.Errorf("message %q does not contain %q", st.Message, m)
+				}
+			}
+		})
+	}
+}
+
+func TestProxyRESTMetadata(t *testing.T) {
+	r := NewProxyREST(&fakeClusters{}, &fakeGetter{})
+	if r.SubResourceName() != "proxy" {
+		t.Errorf("SubResourceName = %q", r.SubResourceName())
+	}
+	opts, subpath, key := r.NewConnectOptions()
+	if _, ok := opts.(*gatewayv1alpha1.UpstreamClusterProxyOptions); !ok || !subpath || key != "path" {
+		t.Errorf("NewConnectOptions = %T, %v, %q", opts, subpath, key)
+	}
+	want := []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+	if got := r.ConnectMethods(); !reflect.DeepEqual(got, want) {
+		t.Errorf("ConnectMethods = %v, want %v", got, want)
+	}
+	if _, err := r.Connect(context.Background(), "member-a", &metav1.Status{}, &fakeResponder{}); err == nil {
+		t.Error("Connect with foreign options succeeded")
+	}
+}
+
+// TestProxyRESTHandler serves the handler Connect returns against a member.
+func TestProxyRESTHandler(t *testing.T) {
+	type seen struct{ path, query, user, authz string }
+	var (
+		mu   sync.Mutex
+		reqs []seen
+	)
+	member := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		reqs = append(reqs, seen{r.URL.Path, r.URL.RawQuery, r.Header.Get("Impersonate-User"), r.Header.Get("Authorization")})
+		mu.Unlock()
+		_, _ = io.WriteString(w, "from member")
+	}))
+	defer member.Close()
+
+	uc := &gatewayv1alpha1.UpstreamCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "member-a"},
+		Spec: gatewayv1alpha1.UpstreamClusterSpec{
+			Servers: []gatewayv1alpha1.UpstreamServer{{Endpoint: member.URL}},
+			ClientConfig: gatewayv1alpha1.ClientConfig{
+				SecretRef: gatewayv1alpha1.SecretReference{Namespace: "kube-gateway", Name: "cred"},
+				CAData:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: member.Certificate().Raw}),
+			},
+		},
+	}
+	c, err := cluster.Compile(uc, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-gateway", Name: "cred"},
+		Data:       map[string][]byte{"token": []byte("gw-token")},
+	})
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	defer c.Release()
+
+	tests := []struct {
+		name         string
+		path         string
+		withRawQuery bool
+		wantCode     int
+		wantSeen     *seen
+	}{
+		{
+			name:         "forwarded with the raw query",
+			path:         "/api/v1/pods",
+			withRawQuery: true,
+			wantCode:     http.StatusOK,
+			wantSeen:     &seen{"/api/v1/pods", "labelSelector=a%3Db&dryRun=All", "alice", "Bearer gw-token"},
+		},
+		{
+			name:         "empty path is the member's root",
+			path:         "",
+			withRawQuery: true,
+			wantCode:     http.StatusOK,
+			wantSeen:     &seen{"/", "labelSelector=a%3Db&dryRun=All", "alice", "Bearer gw-token"},
+		},
+		{
+			name:     "the raw query filter is missing: internal error, nothing forwarded",
+			path:     "/api/v1/pods",
+			wantCode: http.StatusInternalServerError,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mu.Lock()
+			reqs = nil
+			mu.Unlock()
+			ctx := genericrequest.WithUser(context.Background(), &user.DefaultInfo{Name: "alice", Groups: []string{"dev"}})
+			rec := httptest.NewRecorder()
+			responder := &fakeResponder{w: rec}
+			h, err := NewProxyREST(&fakeClusters{c: c}, &fakeGetter{}).Connect(ctx, "member-a",
+				&gatewayv1alpha1.UpstreamClusterProxyOptions{Path: tt.path}, responder)
+			if err != nil {
+				t.Fatalf("Connect: %v", err)
+			}
+			req := httptest.NewRequest(http.MethodGet, "/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/member-a/proxy"+tt.path+"?labelSelector=a%3Db", nil)
+			if tt.withRawQuery {
+				// What WithRawProxyQuery stores: the client's query, dryRun included.
+				req = req.WithContext(context.WithValue(req.Context(), rawQueryKey{}, "labelSelector=a%3Db&dryRun=All"))
+			}
+			h.ServeHTTP(rec, req)
+			if rec.Code != tt.wantCode {
+				t.Fatalf("status = %d (%s), want %d", rec.Code, rec.Body.String(), tt.wantCode)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if tt.wantSeen == nil {
+				if len(reqs) != 0 {
+					t.Errorf("the member received %v", reqs)
+				}
+				if len(responder.errs) != 1 || !apierrors.IsInternalError(responder.errs[0]) {
+					t.Errorf("responder errors = %v, want one internal error", responder.errs)
+				}
+				return
+			}
+			if len(reqs) != 1 || reqs[0] != *tt.wantSeen {
+				t.Errorf("member saw %+v, want %+v", reqs, *tt.wantSeen)
+			}
+			if rec.Body.String() != "from member" {
+				t.Errorf("body = %q", rec.Body.String())
+			}
+		})
+	}
+}

@@ -1,0 +1,508 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+)
+
+// ensure runs create until it succeeds or reports AlreadyExists, retrying
+// transient errors (a namespace or bootstrap role not there yet) until ctx ends.
+func ensure(ctx context.Context, what string, create func(context.Context) error) error {
+	var last error
+	for {
+		err := create(ctx)
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+			return fmt.Errorf("create %s: %w", what, err)
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("create %s: %w (last error: %v)", what, ctx.Err(), last)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// poll calls cond every 250 ms until it returns true, an error, or the
+// timeout passes; describe explains the last state in the timeout error.
+func poll(ctx context.Context, timeout time.Duration, cond func(context.Context) (bool, error), describe func() string) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		ok, err := cond(ctx)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("timed out after %s: %s", timeout, describe())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+type objects struct {
+	cs *kubernetes.Clientset
+}
+
+func (o objects) namespace(ctx context.Context, name string) error {
+	if err := ensure(ctx, "namespace "+name, func(ctx context.Context) error {
+		_, err := o.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return err
+	}
+	return o.defaultServiceAccount(ctx, name)
+}
+
+// defaultServiceAccount creates ServiceAccount "default" (there is no
+// controller-manager to do it, and pod admission wants it).
+func (o objects) defaultServiceAccount(ctx context.Context, ns string) error {
+	return ensure(ctx, "serviceaccount "+ns+"/default", func(ctx context.Context) error {
+		_, err := o.cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+		return err
+	})
+}
+
+func (o objects) clusterRole(ctx context.Context, name string, rules ...rbacv1.PolicyRule) error {
+	return ensure(ctx, "clusterrole "+name, func(ctx context.Context) error {
+		_, err := o.cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{})
+		return err
+	})
+}
+
+func (o objects) role(ctx context.Context, ns, name string, rules ...rbacv1.PolicyRule) error {
+	return ensure(ctx, "role "+ns+"/"+name, func(ctx context.Context) error {
+		_, err := o.cs.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{})
+		return err
+	})
+}
+
+func userSubject(user string) []rbacv1.Subject {
+	return []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}
+}
+
+func (o objects) clusterRoleBinding(ctx context.Context, name, clusterRole, user string) error {
+	return ensure(ctx, "clusterrolebinding "+name, func(ctx context.Context) error {
+		_, err := o.cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole},
+			Subjects:   userSubject(user),
+		}, metav1.CreateOptions{})
+		return err
+	})
+}
+
+// roleBinding binds user in ns to a Role or ClusterRole (kind).
+func (o objects) roleBinding(ctx context.Context, ns, name, kind, role, user string) error {
+	return ensure(ctx, "rolebinding "+ns+"/"+name, func(ctx context.Context) error {
+		_, err := o.cs.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: role},
+			Subjects:   userSubject(user),
+		}, metav1.CreateOptions{})
+		return err
+	})
+}
+
+var readVerbs = []string{"get", "list", "watch"}
+
+// aggregateClusterRoles fills the rules of the built-in aggregated
+// ClusterRoles view, edit and admin (in that order, since edit aggregates
+// view and admin aggregates edit) as kube-controller-manager's
+// clusterrole-aggregation controller would: without a controller-manager
+// they have no rules at all.
+func (o objects) aggregateClusterRoles(ctx context.Context) error {
+	for _, name := range []string{"view", "edit", "admin"} {
+		err := ensure(ctx, "rules of clusterrole "+name, func(ctx context.Context) error {
+			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				role, err := o.cs.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				if role.AggregationRule == nil {
+					return nil
+				}
+				var rules []rbacv1.PolicyRule
+				seen := map[string]bool{}
+				for _, sel := range role.AggregationRule.ClusterRoleSelectors {
+					s, err := metav1.LabelSelectorAsSelector(&sel)
+					if err != nil {
+						return err
+					}
+					list, err := o.cs.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{LabelSelector: s.String()})
+					if err != nil {
+						return err
+					}
+					for _, r := range list.Items { // sorted by name
+						if r.Name == name {
+							continue
+						}
+						for _, rule := range r.Rules {
+							if key := rule.String(); !seen[key] {
+								seen[key] = true
+								rules = append(rules, rule)
+							}
+						}
+					}
+				}
+				role.Rules = rules
+				_, err = o.cs.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{})
+				return err
+			})
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setupHub creates what the gateway needs on the hub (before it starts), the
+// member Secrets, and alice's right to use the proxy.
+func (e *Env) setupHub(ctx context.Context) error {
+	cs, err := kubernetes.NewForConfig(e.Hub.AdminConfig)
+	if err != nil {
+		return err
+	}
+	o := objects{cs}
+	steps := []func() error{
+		func() error { return o.namespace(ctx, GatewayNamespace) },
+		// Delegated authentication and authorization (TokenReview,
+		// SubjectAccessReview) and the requestheader / client-ca ConfigMap.
+		func() error {
+			return o.clusterRoleBinding(ctx, "kube-gateway:system:auth-delegator", "system:auth-delegator", UserGateway)
+		},
+		func() error {
+			return o.roleBinding(ctx, "kube-system", "kube-gateway:extension-apiserver-authentication-reader", "Role", "extension-apiserver-authentication-reader", UserGateway)
+		},
+		// The standard admission chain (NamespaceLifecycle, webhooks,
+		// ValidatingAdmissionPolicy, MutatingAdmissionPolicy) watches these.
+		func() error {
+			return o.clusterRole(ctx, "kube-gateway:hub-reader",
+				rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: readVerbs},
+				rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"*"}, Verbs: readVerbs},
+			)
+		},
+		func() error {
+			return o.clusterRoleBinding(ctx, "kube-gateway:hub-reader", "kube-gateway:hub-reader", UserGateway)
+		},
+		// The member credentials.
+		func() error {
+			return o.role(ctx, GatewayNamespace, "kube-gateway:secrets-reader",
+				rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: readVerbs})
+		},
+		func() error {
+			return o.roleBinding(ctx, GatewayNamespace, "kube-gateway:secrets-reader", "Role", "kube-gateway:secrets-reader", UserGateway)
+		},
+		// Users of the proxy: alice yes, bob no.
+		func() error {
+			return o.clusterRole(ctx, "kube-gateway:proxy",
+				rbacv1.PolicyRule{APIGroups: []string{UpstreamClusterGVR.Group}, Resources: []string{"upstreamclusters/proxy"}, Verbs: []string{"*"}},
+				rbacv1.PolicyRule{APIGroups: []string{UpstreamClusterGVR.Group}, Resources: []string{"upstreamclusters"}, Verbs: readVerbs},
+			)
+		},
+		func() error {
+			return o.clusterRoleBinding(ctx, "kube-gateway:proxy:alice", "kube-gateway:proxy", UserAlice)
+		},
+	}
+	for _, m := range []string{MemberA, MemberB} {
+		c := e.Members[m]
+		steps = append(steps, func() error {
+			return ensure(ctx, "secret "+GatewayNamespace+"/"+m, func(ctx context.Context) error {
+				_, err := cs.CoreV1().Secrets(GatewayNamespace).Create(ctx, &corev1.Secret{
+					ObjectMeta: metav1.ObjectMeta{Name: m},
+					Type:       corev1.SecretTypeOpaque,
+					Data:       map[string][]byte{"token": []byte(c.Tokens[UserGateway]), "ca.crt": c.CAData},
+				}, metav1.CreateOptions{})
+				return err
+			})
+		})
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return fmt.Errorf("hub: %w", err)
+		}
+	}
+	return nil
+}
+
+// setupMember creates the gateway's impersonation rights, namespace alice
+// and, on member-a, alice's edit binding, Node "stand-in" and Pod alice/shell.
+func (e *Env) setupMember(ctx context.Context, c *Cluster) error {
+	cs, err := kubernetes.NewForConfig(c.AdminConfig)
+	if err != nil {
+		return err
+	}
+	o := objects{cs}
+	steps := []func() error{
+		func() error {
+			return o.clusterRole(ctx, "kube-gateway:impersonator",
+				rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"users", "groups", "serviceaccounts"}, Verbs: []string{"impersonate"}},
+				// uids and userextras/<key>: RBAC has no "userextras/*"
+				// wildcard (only "*" and "*/subresource"), so the whole group.
+				rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"*"}, Verbs: []string{"impersonate"}},
+			)
+		},
+		func() error {
+			return o.clusterRoleBinding(ctx, "kube-gateway:impersonator", "kube-gateway:impersonator", UserGateway)
+		},
+		func() error { return o.aggregateClusterRoles(ctx) },
+		func() error { return o.defaultServiceAccount(ctx, "default") },
+		func() error { return o.namespace(ctx, AliceNamespace) },
+	}
+	if c.Name == MemberA {
+		steps = append(steps,
+			func() error {
+				return o.roleBinding(ctx, AliceNamespace, "alice:edit", "ClusterRole", "edit", UserAlice)
+			},
+			func() error { return e.standInNode(ctx, cs) },
+			func() error { return standInPod(ctx, cs) },
+		)
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return fmt.Errorf("%s: %w", c.Name, err)
+		}
+	}
+	return nil
+}
+
+// standInNode creates Node "stand-in" and points its status at the stand-in
+// kubelet (InternalIP 127.0.0.1, kubeletEndpoint port, Ready).
+func (e *Env) standInNode(ctx context.Context, cs *kubernetes.Clientset) error {
+	if err := ensure(ctx, "node "+StandInNode, func(ctx context.Context) error {
+		_, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+			Name:   StandInNode,
+			Labels: map[string]string{"kubernetes.io/hostname": StandInNode, "kubernetes.io/os": "linux"},
+		}}, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return err
+	}
+	now := metav1.Now()
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("4"),
+		corev1.ResourceMemory: resource.MustParse("8Gi"),
+		corev1.ResourcePods:   resource.MustParse("110"),
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := cs.CoreV1().Nodes().Get(ctx, StandInNode, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}
+		node.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(e.Kubelet.Port)
+		node.Status.Capacity = capacity
+		node.Status.Allocatable = capacity
+		node.Status.Conditions = []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+			Message: "stand-in kubelet", LastHeartbeatTime: now, LastTransitionTime: now,
+		}}
+		node.Status.NodeInfo = corev1.NodeSystemInfo{OperatingSystem: "linux", Architecture: "amd64", KubeletVersion: "stand-in"}
+		_, err = cs.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// standInPod creates Pod alice/shell on Node "stand-in" and marks it Running.
+func standInPod(ctx context.Context, cs *kubernetes.Clientset) error {
+	no, zero := false, int64(0)
+	if err := ensure(ctx, "pod "+AliceNamespace+"/"+ShellPod, func(ctx context.Context) error {
+		_, err := cs.CoreV1().Pods(AliceNamespace).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: ShellPod, Labels: map[string]string{"app": ShellPod}},
+			Spec: corev1.PodSpec{
+				NodeName:                      StandInNode,
+				AutomountServiceAccountToken:  &no,
+				TerminationGracePeriodSeconds: &zero,
+				Containers:                    []corev1.Container{{Name: "main", Image: "stand-in"}},
+			},
+		}, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return err
+	}
+	now := metav1.Now()
+	yes := true
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pod, err := cs.CoreV1().Pods(AliceNamespace).Get(ctx, ShellPod, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		pod.Status.Phase = corev1.PodRunning
+		pod.Status.HostIP = "127.0.0.1"
+		pod.Status.HostIPs = []corev1.HostIP{{IP: "127.0.0.1"}}
+		pod.Status.PodIP = "127.0.0.1"
+		pod.Status.PodIPs = []corev1.PodIP{{IP: "127.0.0.1"}}
+		pod.Status.StartTime = &now
+		pod.Status.Conditions = nil
+		for _, t := range []corev1.PodConditionType{corev1.PodScheduled, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady} {
+			pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now})
+		}
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{
+			Name: "main", Ready: true, Started: &yes,
+			Image: "stand-in", ImageID: "stand-in", ContainerID: "stand-in://main",
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+		}}
+		_, err = cs.CoreV1().Pods(AliceNamespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
+
+// APIServiceName is the hub APIService that serves the gateway.
+const APIServiceName = "v1alpha1.gateway.kubewharf.io"
+
+// registerGateway creates the ExternalName Service and the APIService on the
+// hub and waits until the APIService is Available.
+func (e *Env) registerGateway(ctx context.Context) error {
+	cs, err := kubernetes.NewForConfig(e.Hub.AdminConfig)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(e.Hub.AdminConfig)
+	if err != nil {
+		return err
+	}
+	port := int64(portOf(e.GatewayURL))
+	if err := ensure(ctx, "service "+GatewayNamespace+"/"+GatewayService, func(ctx context.Context) error {
+		_, err := cs.CoreV1().Services(GatewayNamespace).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: GatewayService},
+			Spec: corev1.ServiceSpec{
+				Type:         corev1.ServiceTypeExternalName,
+				ExternalName: "localhost",
+				Ports:        []corev1.ServicePort{{Name: "https", Protocol: corev1.ProtocolTCP, Port: int32(port)}},
+			},
+		}, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return err
+	}
+	apiService := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiregistration.k8s.io/v1",
+		"kind":       "APIService",
+		"metadata":   map[string]any{"name": APIServiceName},
+		"spec": map[string]any{
+			"group":                UpstreamClusterGVR.Group,
+			"version":              UpstreamClusterGVR.Version,
+			"service":              map[string]any{"namespace": GatewayNamespace, "name": GatewayService, "port": port},
+			"caBundle":             e.pki.gatewayCA.CertPEM, // []byte: base64 in JSON
+			"groupPriorityMinimum": int64(1000),
+			"versionPriority":      int64(15),
+		},
+	}}
+	if err := ensure(ctx, "apiservice "+APIServiceName, func(ctx context.Context) error {
+		_, err := dyn.Resource(apiServiceGVR).Create(ctx, apiService, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return err
+	}
+	state := "not read yet"
+	return poll(ctx, apiServiceTimeout, func(ctx context.Context) (bool, error) {
+		if !e.Gateway.Running() {
+			return false, fmt.Errorf("kube-gateway exited; its log ends with:\n%s", e.Gateway.runTail(40))
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		obj, err := dyn.Resource(apiServiceGVR).Get(rctx, APIServiceName, metav1.GetOptions{})
+		if err != nil {
+			state = err.Error()
+			return false, nil
+		}
+		conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if m["type"] == "Available" {
+				state = fmt.Sprintf("Available=%v reason=%v message=%v", m["status"], m["reason"], m["message"])
+				return m["status"] == "True", nil
+			}
+		}
+		state = "no Available condition"
+		return false, nil
+	}, func() string {
+		return "APIService " + APIServiceName + ": " + state + "; kube-gateway log ends with:\n" + e.Gateway.runTail(30)
+	})
+}
+
+// createUpstreamClusters creates an UpstreamCluster per member and waits
+// until the hub proxies /version of member-a as admin.
+func (e *Env) createUpstreamClusters(ctx context.Context) error {
+	dyn, err := dynamic.NewForConfig(e.Hub.AdminConfig)
+	if err != nil {
+		return err
+	}
+	for _, m := range []string{MemberA, MemberB} {
+		var servers []any
+		for _, s := range e.Members[m].Servers {
+			servers = append(servers, map[string]any{"endpoint": s.URL})
+		}
+		uc := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": UpstreamClusterGVR.GroupVersion().String(),
+			"kind":       "UpstreamCluster",
+			"metadata":   map[string]any{"name": m},
+			"spec": map[string]any{
+				"servers":      servers,
+				"clientConfig": map[string]any{"secretRef": map[string]any{"namespace": GatewayNamespace, "name": m}},
+			},
+		}}
+		if err := ensure(ctx, "upstreamcluster "+m, func(ctx context.Context) error {
+			_, err := dyn.Resource(UpstreamClusterGVR).Create(ctx, uc, metav1.CreateOptions{})
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	cs, err := kubernetes.NewForConfig(e.Hub.AdminConfig)
+	if err != nil {
+		return err
+	}
+	state := "no answer yet"
+	path := ProxyPath(MemberA) + "/version"
+	return poll(ctx, proxyReadyTimeout, func(ctx context.Context) (bool, error) {
+		if !e.Gateway.Running() {
+			return false, fmt.Errorf("kube-gateway exited; its log ends with:\n%s", e.Gateway.runTail(40))
+		}
+		var code int
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		body, err := cs.Discovery().RESTClient().Get().AbsPath(path).Do(rctx).StatusCode(&code).Raw()
+		if err == nil && code == http.StatusOK {
+			return true, nil
+		}
+		if ctx.Err() != nil {
+			return false, nil // keep the last complete answer in state
+		}
+		state = fmt.Sprintf("GET %s: %d %v %s", path, code, err, strings.TrimSpace(string(body)))
+		return false, nil
+	}, func() string {
+		return state + "; kube-gateway log ends with:\n" + e.Gateway.runTail(30)
+	})
+}
+
+func portOf(url string) int {
+	i := strings.LastIndexByte(url, ':')
+	var p int
+	fmt.Sscanf(url[i+1:], "%d", &p)
+	return p
+}
