@@ -256,7 +256,8 @@ func proxyStatus(ctx context.Context, t *testing.T, cluster, path string) (metav
 		t.Fatal(err)
 	}
 	var code int
-	body, _ := c.CoreV1().RESTClient().Get().AbsPath(harness.ProxyPath(cluster) + path).Do(ctx).StatusCode(&code).Raw()
+	// No retries: client-go would retry a 503 with Retry-After on its own.
+	body, _ := c.CoreV1().RESTClient().Get().AbsPath(harness.ProxyPath(cluster) + path).MaxRetries(0).Do(ctx).StatusCode(&code).Raw()
 	var status metav1.Status
 	_ = json.Unmarshal(body, &status)
 	return status, code

@@ -519,3 +519,10 @@ func checkBinaries(binDir string, names ...string) error {
 	}
 	return fmt.Errorf("missing in %s: %s; %s", binDir, strings.Join(missing, ", "), hint)
 }
+
+// FrontProxyClientCert returns the certificate and key the hub presents to the
+// gateway (CN front-proxy-client, signed by the request-header CA): with it, a
+// test can call the gateway directly the way the hub does.
+func (e *Env) FrontProxyClientCert() (certFile, keyFile string) {
+	return e.pki.frontProxyClient.CertFile, e.pki.frontProxyClient.KeyFile
+}

@@ -1,0 +1,75 @@
+package e2e
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// gatewayClient calls the gateway directly; with the front-proxy certificate it
+// is trusted to assert identities in X-Remote-* headers, as the hub is.
+func gatewayClient(t *testing.T, frontProxy bool) *http.Client {
+	t.Helper()
+	caPEM, err := os.ReadFile(env.GatewayCAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if frontProxy {
+		cert, err := tls.LoadX509KeyPair(env.FrontProxyClientCert())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+}
+
+func gatewayGet(t *testing.T, c *http.Client, path string, header http.Header) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, env.GatewayURL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// The gateway's health endpoints answer anyone (probes carry no credentials);
+// its metrics need an authorized user.
+func TestGatewayHealthAndMetrics(t *testing.T) {
+	anonymous := gatewayClient(t, false)
+	for _, path := range []string{"/healthz", "/livez", "/readyz"} {
+		if code, body := gatewayGet(t, anonymous, path, nil); code != http.StatusOK || body != "ok" {
+			t.Errorf("GET %s: %d %q", path, code, body)
+		}
+	}
+	code, body := gatewayGet(t, anonymous, "/readyz?verbose", nil)
+	if code != http.StatusOK || !strings.Contains(body, "[+]upstreamclusters-loaded ok") {
+		t.Errorf("readyz does not report the loaded upstream clusters: %d %s", code, body)
+	}
+
+	if code, _ := gatewayGet(t, anonymous, "/metrics", nil); code != http.StatusForbidden {
+		t.Errorf("anonymous GET /metrics: %d, want 403", code)
+	}
+	admin := http.Header{"X-Remote-User": {"admin"}, "X-Remote-Group": {"system:masters"}}
+	code, body = gatewayGet(t, gatewayClient(t, true), "/metrics", admin)
+	if code != http.StatusOK || !strings.Contains(body, "apiserver_request_total") {
+		t.Errorf("GET /metrics as the hub's admin: %d (%d bytes)", code, len(body))
+	}
+}
