@@ -5,6 +5,8 @@ set -o errexit -o nounset -o pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${ROOT}"
+# On a cold module cache `go list -m` knows the module but not its folder yet.
+go mod download k8s.io/code-generator
 CODEGEN_PKG="$(go list -m -f '{{.Dir}}' k8s.io/code-generator)"
 # kube_codegen.sh installs its generators with `go install`; keep them in the
 # ignored output folder rather than in the user's GOBIN.
