@@ -3,14 +3,19 @@
 package cluster
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"net/url"
-	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/balance"
+	"github.com/kubewharf/kube-gateway/proxy/dispatch"
+	"github.com/kubewharf/kube-gateway/proxy/flowcontrol"
 	"github.com/kubewharf/kube-gateway/proxy/impersonate"
+	"github.com/kubewharf/kube-gateway/proxy/request"
 	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
 
@@ -26,18 +31,60 @@ const (
 type Cluster struct {
 	Name string
 	// Endpoints are the enabled servers, in spec order.
-	Endpoints []*url.URL
+	Endpoints []*balance.Endpoint
 	// Transports toward the servers, with the gateway's credential.
 	Transports *transport.Transports
 	// Impersonation maps the hub user to the member identity.
 	Impersonation *impersonate.Policy
 
-	next atomic.Uint64
+	dispatch *dispatch.Matcher
+	// routes[i] serves the requests of spec.dispatchPolicies[i].
+	routes []Route
+	// fallback serves requests no policy matches: all enabled servers, round
+	// robin, no flow control.
+	fallback    Route
+	flowControl *flowcontrol.Set
+	// transportKey identifies what the transports were built from, so that a
+	// change of policies alone keeps the connections.
+	transportKey string
 }
 
-// Compile builds the runtime form of uc with the credential in secret.
-func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret) (*Cluster, error) {
+// Route is how a request is served: which policy it matched, which servers may
+// take it, how one is picked, and which flow-control schema admits it.
+type Route struct {
+	// Policy is the name of the matched policy; "" when none matched.
+	Policy string
+	// Candidates are the enabled servers of the policy's subset.
+	Candidates []*balance.Endpoint
+	Picker     balance.Picker
+	// Schema admits the request; nil means not limited.
+	Schema *flowcontrol.Schema
+}
+
+// Pick returns the server for one request, nil when no server is a candidate.
+func (r *Route) Pick() *balance.Endpoint {
+	if len(r.Candidates) == 0 {
+		return nil
+	}
+	return r.Picker.Pick(r.Candidates)
+}
+
+// Route returns the route of a request: its first matching policy, or the
+// fallback.
+func (c *Cluster) Route(a *request.Attributes) *Route {
+	if i := c.dispatch.Match(a); i >= 0 {
+		return &c.routes[i]
+	}
+	return &c.fallback
+}
+
+// Compile builds the runtime form of uc with the credential in secret. prev, the
+// cluster it replaces (or nil), lends what did not change: the transports when
+// neither the Secret nor the connection settings changed (connections stay
+// open), and the limiters of unchanged flow-control schemas (their state stays).
+func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *Cluster) (*Cluster, error) {
 	c := &Cluster{Name: uc.Name, Impersonation: impersonate.Compile(uc.Spec.Impersonation)}
+	byEndpoint := map[string]*balance.Endpoint{}
 	for _, s := range uc.Spec.Servers {
 		if s.Disabled {
 			continue
@@ -46,16 +93,65 @@ func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret) (*Clust
 		if err != nil {
 			return nil, fmt.Errorf("server %q: %v", s.Endpoint, err)
 		}
-		c.Endpoints = append(c.Endpoints, u)
+		e := balance.NewEndpoint(u)
+		c.Endpoints = append(c.Endpoints, e)
+		byEndpoint[s.Endpoint] = e
 	}
+
+	var err error
+	if c.dispatch, err = dispatch.Compile(uc.Spec.DispatchPolicies); err != nil {
+		return nil, err
+	}
+	var schemas []gatewayv1alpha1.FlowControlSchema
+	if uc.Spec.FlowControl != nil {
+		schemas = uc.Spec.FlowControl.FlowControlSchemas
+	}
+	var prevFlowControl *flowcontrol.Set
+	if prev != nil {
+		prevFlowControl = prev.flowControl
+	}
+	c.flowControl = flowcontrol.NewSet(prevFlowControl, schemas, clock.RealClock{})
+	c.fallback = Route{Candidates: c.Endpoints, Picker: mustPicker(gatewayv1alpha1.RoundRobin)}
+	for _, p := range uc.Spec.DispatchPolicies {
+		r := Route{Policy: p.Name, Candidates: c.Endpoints}
+		if len(p.UpstreamSubset) > 0 {
+			r.Candidates = nil
+			for _, endpoint := range p.UpstreamSubset {
+				if e, ok := byEndpoint[endpoint]; ok { // disabled servers are no candidates
+					r.Candidates = append(r.Candidates, e)
+				}
+			}
+		}
+		if r.Picker, err = balance.New(p.Strategy); err != nil {
+			return nil, fmt.Errorf("dispatch policy %q: %v", p.Name, err)
+		}
+		if p.FlowControlSchemaName != "" {
+			if r.Schema = c.flowControl.Schema(p.FlowControlSchemaName); r.Schema == nil {
+				return nil, fmt.Errorf("dispatch policy %q: unknown flow-control schema %q", p.Name, p.FlowControlSchemaName)
+			}
+		}
+		c.routes = append(c.routes, r)
+	}
+
 	cfg, err := transportConfig(uc, secret)
 	if err != nil {
 		return nil, err
 	}
-	if c.Transports, err = transport.New(cfg); err != nil {
+	c.transportKey = fmt.Sprintf("%s/%s/%x", secret.UID, secret.ResourceVersion, sha256.Sum256([]byte(fmt.Sprintf("%#v", uc.Spec.ClientConfig))))
+	if prev != nil && prev.transportKey == c.transportKey {
+		c.Transports = prev.Transports
+	} else if c.Transports, err = transport.New(cfg); err != nil {
 		return nil, fmt.Errorf("credential Secret %s/%s: %v", secret.Namespace, secret.Name, err)
 	}
 	return c, nil
+}
+
+func mustPicker(s gatewayv1alpha1.Strategy) balance.Picker {
+	p, err := balance.New(s)
+	if err != nil {
+		panic(err)
+	}
+	return p
 }
 
 func transportConfig(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret) (transport.Config, error) {
@@ -83,17 +179,11 @@ func transportConfig(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret)
 	return cfg, nil
 }
 
-// Pick returns the server for the next request, round robin over the enabled
-// servers; nil when none is enabled.
-func (c *Cluster) Pick() *url.URL {
-	if len(c.Endpoints) == 0 {
-		return nil
+// Release closes the idle connections of a cluster that was replaced by next
+// (nil when deleted), unless next still uses them; requests in flight finish.
+func (c *Cluster) Release(next *Cluster) {
+	if next != nil && next.Transports == c.Transports {
+		return
 	}
-	return c.Endpoints[(c.next.Add(1)-1)%uint64(len(c.Endpoints))]
-}
-
-// Release closes the idle connections of a cluster that was replaced or deleted;
-// requests in flight finish.
-func (c *Cluster) Release() {
 	c.Transports.CloseIdleConnections()
 }

@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -28,6 +29,7 @@ import (
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/impersonate"
+	"github.com/kubewharf/kube-gateway/proxy/request"
 )
 
 const token = "gateway-token-5f2b9c"
@@ -255,7 +257,7 @@ func TestCompileCredentials(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := cluster.Compile(upstreamCluster(m.URL), secret(tt.data))
+			c, err := cluster.Compile(upstreamCluster(m.URL), secret(tt.data), nil)
 			if tt.wantErr != nil {
 				if err == nil {
 					t.Fatal("Compile succeeded, want an error")
@@ -305,7 +307,7 @@ func TestCompileCredentials(t *testing.T) {
 			if req.Header.Get("Authorization") != "" {
 				t.Error("WrapRequest mutated the input request")
 			}
-			c.Release()
+			c.Release(nil)
 		})
 	}
 }
@@ -346,11 +348,11 @@ func TestCompileCA(t *testing.T) {
 			if tt.secretCA != nil {
 				data["ca.crt"] = tt.secretCA
 			}
-			c, err := cluster.Compile(uc, secret(data))
+			c, err := cluster.Compile(uc, secret(data), nil)
 			if err != nil {
 				t.Fatalf("Compile: %v", err)
 			}
-			defer c.Release()
+			defer c.Release(nil)
 			err = get(t, c, m.URL)
 			if tt.wantOK && err != nil {
 				t.Fatalf("request failed: %v", err)
@@ -369,7 +371,7 @@ func TestCompileInsecure(t *testing.T) {
 	m := newMember(t, newCA(t, "server-ca"), newCA(t, "client-ca"))
 	uc := upstreamCluster(m.URL)
 	uc.Spec.ClientConfig.Insecure = true
-	c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}))
+	c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}), nil)
 	if err != nil {
 		t.Fatalf("Compile: %v", err)
 	}
@@ -416,7 +418,7 @@ func TestCompileEndpoints(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			uc := upstreamCluster()
 			uc.Spec.Servers = tt.servers
-			c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}))
+			c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}), nil)
 			if tt.wantErr {
 				if err == nil {
 					t.Fatal("Compile succeeded, want an error")
@@ -427,19 +429,28 @@ func TestCompileEndpoints(t *testing.T) {
 				t.Fatalf("Compile: %v", err)
 			}
 			var got []string
-			for _, u := range c.Endpoints {
-				got = append(got, u.String())
+			for _, e := range c.Endpoints {
+				got = append(got, e.URL.String())
 			}
 			if strings.Join(got, " ") != strings.Join(tt.want, " ") {
 				t.Errorf("Endpoints = %v, want %v", got, tt.want)
 			}
 			if len(tt.want) == 0 {
-				if p := c.Pick(); p != nil {
+				if p := pick(c); p != nil {
 					t.Errorf("Pick() = %v, want nil without enabled servers", p)
 				}
 			}
 		})
 	}
+}
+
+// pick picks a server for a request no dispatch policy matches.
+func pick(c *cluster.Cluster) *url.URL {
+	e := c.Route(&request.Attributes{Verb: "get", Path: "/version"}).Pick()
+	if e == nil {
+		return nil
+	}
+	return e.URL
 }
 
 func TestPickRoundRobin(t *testing.T) {
@@ -450,13 +461,13 @@ func TestPickRoundRobin(t *testing.T) {
 		{Endpoint: "https://192.0.2.12:6443"},
 		{Endpoint: "https://192.0.2.13:6443"},
 	}
-	c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}))
+	c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}), nil)
 	if err != nil {
 		t.Fatalf("Compile: %v", err)
 	}
 	want := []string{"192.0.2.10:6443", "192.0.2.12:6443", "192.0.2.13:6443"}
 	for i := 0; i < 3*len(want); i++ {
-		if got := c.Pick().Host; got != want[i%len(want)] {
+		if got := pick(c).Host; got != want[i%len(want)] {
 			t.Fatalf("pick %d = %s, want %s", i, got, want[i%len(want)])
 		}
 	}
@@ -472,7 +483,7 @@ func TestPickRoundRobin(t *testing.T) {
 			defer wg.Done()
 			local := map[string]int{}
 			for i := 0; i < perWorker; i++ {
-				local[c.Pick().Host]++
+				local[pick(c).Host]++
 			}
 			mu.Lock()
 			for k, v := range local {
@@ -496,11 +507,11 @@ func TestPickRoundRobin(t *testing.T) {
 // requests go. forward copies it; this guards the contract that the compiled
 // endpoints are not modified by a Pick.
 func TestPickReturnsCompiledEndpoint(t *testing.T) {
-	c, err := cluster.Compile(upstreamCluster("https://192.0.2.10:6443"), secret(map[string][]byte{"token": []byte(token)}))
+	c, err := cluster.Compile(upstreamCluster("https://192.0.2.10:6443"), secret(map[string][]byte{"token": []byte(token)}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := c.Pick()
+	p := pick(c)
 	if p.Path != "" || p.RawQuery != "" || p.Scheme != "https" || p.Host != "192.0.2.10:6443" {
 		t.Errorf("Pick() = %#v", p)
 	}

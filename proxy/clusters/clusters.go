@@ -34,14 +34,18 @@ type Controller struct {
 	secrets  cache.SharedIndexInformer
 	queue    workqueue.TypedRateLimitingInterface[string]
 	state    atomic.Pointer[map[string]*entry]
+	// forget is told the name of every cluster removed, to drop its metrics.
+	forget func(name string)
 }
 
 const secretIndex = "secret"
 
 // NewController watches UpstreamClusters through clusterSource and credential
 // Secrets through secrets (an informer restricted to the credential namespace).
-func NewController(clusterSource cache.ListerWatcher, secrets cache.SharedIndexInformer) (*Controller, error) {
+// forget, if not nil, is called with the name of every removed cluster.
+func NewController(clusterSource cache.ListerWatcher, secrets cache.SharedIndexInformer, forget func(name string)) (*Controller, error) {
 	c := &Controller{
+		forget: forget,
 		clusters: cache.NewSharedIndexInformer(clusterSource, &gatewayv1alpha1.UpstreamCluster{}, 0, cache.Indexers{
 			secretIndex: func(obj interface{}) ([]string, error) {
 				ref := obj.(*gatewayv1alpha1.UpstreamCluster).Spec.ClientConfig.SecretRef
@@ -149,6 +153,9 @@ func (c *Controller) sync(ctx context.Context, name string) {
 	if err != nil || !exists {
 		if old != nil {
 			c.swap(name, nil)
+			if c.forget != nil {
+				c.forget(name)
+			}
 			logger.V(2).Info("Removed upstream cluster")
 		}
 		return
@@ -166,9 +173,13 @@ func (c *Controller) sync(ctx context.Context, name string) {
 		return
 	}
 	next := &entry{version: version}
+	var prev *cluster.Cluster
+	if old != nil {
+		prev = old.cluster
+	}
 	if secret == nil {
 		next.err = fmt.Errorf("its credential Secret %s/%s was not found on the hub", ref.Namespace, ref.Name)
-	} else if next.cluster, err = cluster.Compile(uc, secret); err != nil {
+	} else if next.cluster, err = cluster.Compile(uc, secret, prev); err != nil {
 		next.err = err
 	}
 	c.swap(name, next)
@@ -180,7 +191,7 @@ func (c *Controller) sync(ctx context.Context, name string) {
 }
 
 // swap installs next for name (nil removes it) with copy-on-write, then releases
-// the connections of the replaced cluster.
+// the connections of the replaced cluster that the new one does not reuse.
 func (c *Controller) swap(name string, next *entry) {
 	cur := *c.state.Load()
 	m := make(map[string]*entry, len(cur)+1)
@@ -195,6 +206,10 @@ func (c *Controller) swap(name string, next *entry) {
 	}
 	c.state.Store(&m)
 	if old != nil && old.cluster != nil {
-		old.cluster.Release()
+		var successor *cluster.Cluster
+		if next != nil {
+			successor = next.cluster
+		}
+		old.cluster.Release(successor)
 	}
 }

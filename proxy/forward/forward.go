@@ -5,24 +5,31 @@
 package forward
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"syscall"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	proxyutil "k8s.io/apimachinery/pkg/util/proxy"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/endpoints/responsewriter"
 	"k8s.io/klog/v2"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
+	"github.com/kubewharf/kube-gateway/proxy/flowcontrol"
 	"github.com/kubewharf/kube-gateway/proxy/impersonate"
+	"github.com/kubewharf/kube-gateway/proxy/metrics"
+	"github.com/kubewharf/kube-gateway/proxy/request"
 )
 
 // ErrorWriter writes an error to the client as a metav1.Status; the apiserver's
@@ -47,8 +54,17 @@ type Request struct {
 // retryAfterSeconds is what clients are told to wait when no server answered.
 const retryAfterSeconds = 1
 
-// Serve forwards req (the inbound request) as described by r.
-func Serve(w http.ResponseWriter, req *http.Request, r Request) {
+// Forwarder carries proxied requests. It holds what outlives any one cluster
+// configuration; everything else comes with the compiled cluster.
+type Forwarder struct {
+	// Metrics records every proxied request; required.
+	Metrics *metrics.Metrics
+}
+
+// Serve forwards req (the inbound request) as described by r: it classifies the
+// request, routes it by the cluster's dispatch policies, admits it by the
+// policy's flow-control schema, picks a server and proxies.
+func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 	if err := validatePath(r.Path); err != nil {
 		r.Errors.Error(apierrors.NewBadRequest(err.Error()))
 		return
@@ -58,17 +74,39 @@ func Serve(w http.ResponseWriter, req *http.Request, r Request) {
 			errors.New("anonymous requests are never forwarded to member clusters")))
 		return
 	}
-	endpoint := r.Cluster.Pick()
-	if endpoint == nil {
-		r.Errors.Error(unavailable(r.Cluster.Name, "it has no enabled server"))
+	attrs, err := request.Parse(req.Method, r.Path, r.RawQuery, r.User)
+	if err != nil {
+		r.Errors.Error(apierrors.NewBadRequest(err.Error()))
 		return
 	}
+	route := r.Cluster.Route(&attrs)
+	schema := ""
+	if route.Schema != nil {
+		schema = route.Schema.Name()
+		release, retryAfter, ok := route.Schema.Admit(flowcontrol.Request{User: attrs.User.GetName(), Namespace: attrs.Namespace, LongRunning: attrs.LongRunning})
+		if !ok {
+			f.Metrics.Rejected(r.Cluster.Name, route.Policy, schema, string(route.Schema.Kind()))
+			r.Errors.Error(tooManyRequests(r.Cluster.Name, route.Policy, schema, retryAfter))
+			return
+		}
+		defer release()
+	}
+	endpoint := route.Pick()
+	if endpoint == nil {
+		f.Metrics.Rejected(r.Cluster.Name, route.Policy, schema, metrics.ReasonNoReadyServer)
+		r.Errors.Error(unavailable(r.Cluster.Name, noServerReason(route)))
+		return
+	}
+	defer endpoint.Start()()
+	inFlight := f.Metrics.InFlight(r.Cluster.Name, route.Policy, schema)
+	inFlight.Inc()
+	defer inFlight.Dec()
 
 	out := req.Clone(impersonate.WithIdentity(req.Context(), r.Cluster.Impersonation.Identity(r.User)))
 	out.URL.RawQuery = r.RawQuery
 	impersonate.StripInbound(out.Header)
 
-	location := *endpoint
+	location := *endpoint.URL
 	location.Path = r.Path
 	location.RawQuery = r.RawQuery
 	h := &proxyutil.UpgradeAwareHandler{
@@ -81,9 +119,77 @@ func Serve(w http.ResponseWriter, req *http.Request, r Request) {
 		// Flush as the member writes: watch events and log lines must not wait
 		// in a buffer. Large responses are still streamed, never buffered whole.
 		FlushInterval: -1,
-		Responder:     &responder{cluster: r.Cluster.Name, endpoint: endpoint.Host, errors: r.Errors},
+		Responder:     &responder{cluster: r.Cluster.Name, endpoint: endpoint.URL.Host, errors: r.Errors},
 	}
-	h.ServeHTTP(w, out)
+	recorder := &statusRecorder{ResponseWriter: w}
+	start := time.Now()
+	h.ServeHTTP(responsewriter.WrapForHTTP1Or2(recorder), out)
+	resource := metrics.ResourceLabel(attrs.IsResourceRequest, attrs.Resource, attrs.Subresource)
+	if attrs.LongRunning {
+		f.Metrics.ObserveLongRunning(r.Cluster.Name, route.Policy, schema, attrs.Verb, resource, recorder.code())
+	} else {
+		f.Metrics.Observe(r.Cluster.Name, route.Policy, schema, attrs.Verb, resource, recorder.code(), time.Since(start))
+	}
+}
+
+func noServerReason(route *cluster.Route) string {
+	if route.Policy == "" {
+		return "it has no enabled server"
+	}
+	return fmt.Sprintf("dispatch policy %q has no enabled server", route.Policy)
+}
+
+// tooManyRequests is the 429 of a request its flow-control schema refused.
+func tooManyRequests(clusterName, policy, schema string, retryAfter time.Duration) error {
+	seconds := int(math.Ceil(retryAfter.Seconds()))
+	if seconds < 1 {
+		seconds = 1
+	}
+	err := apierrors.NewTooManyRequests(fmt.Sprintf("upstream cluster %q: too many requests for flow-control schema %q (dispatch policy %q), retry after %ds",
+		clusterName, schema, policy, seconds), seconds)
+	err.ErrStatus.Details.Name, err.ErrStatus.Details.Group, err.ErrStatus.Details.Kind = clusterName, gatewayv1alpha1.GroupName, "upstreamclusters"
+	return err
+}
+
+// statusRecorder remembers the status code written to the client.
+type statusRecorder struct {
+	http.ResponseWriter
+	status   int
+	hijacked bool
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Hijack records an upgrade: the member's answer then goes to the raw
+// connection, so the code is counted as 101.
+func (s *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	s.hijacked = true
+	return s.ResponseWriter.(http.Hijacker).Hijack()
+}
+
+// Unwrap implements responsewriter.UserProvidedDecorator.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (s *statusRecorder) code() int {
+	switch {
+	case s.hijacked:
+		return http.StatusSwitchingProtocols
+	case s.status == 0:
+		return http.StatusOK
+	}
+	return s.status
 }
 
 // validatePath refuses member paths that are not in canonical form: dot segments

@@ -35,6 +35,8 @@ import (
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/forward"
+	"github.com/kubewharf/kube-gateway/proxy/metrics"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 const (
@@ -238,11 +240,11 @@ func compile(t *testing.T, caPEM []byte, mutate func(*gatewayv1alpha1.UpstreamCl
 	c, err := cluster.Compile(uc, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-gateway", Name: "member-a"},
 		Data:       map[string][]byte{"token": []byte(gatewayToken)},
-	})
+	}, nil)
 	if err != nil {
 		t.Fatalf("Compile: %v", err)
 	}
-	t.Cleanup(c.Release)
+	t.Cleanup(func() { c.Release(nil) })
 	return c
 }
 
@@ -291,7 +293,7 @@ func newGateway(t *testing.T, c *cluster.Cluster, u user.Info, routeOf func(*htt
 	g := &gateway{errs: &errorRecorder{}}
 	g.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		rt := routeOf(req)
-		forward.Serve(w, req, forward.Request{
+		(&forward.Forwarder{Metrics: testMetrics}).Serve(w, req, forward.Request{
 			Cluster:  c,
 			Path:     rt.path,
 			RawQuery: rt.rawQuery,
@@ -948,4 +950,95 @@ func TestServeConnectionHeaderCannotDropImpersonation(t *testing.T) {
 	if v := h.Values("Impersonate-Group"); !reflect.DeepEqual(v, []string{"dev", "system:authenticated"}) {
 		t.Errorf("Impersonate-Group = %q", v)
 	}
+}
+
+// testMetrics records the proxied requests of these tests; never registered.
+var testMetrics = metrics.New()
+
+// A policy's flow-control schema admits or refuses before anything reaches the
+// member; a refusal is 429 with a Status naming the cluster, the policy and the
+// schema, with Retry-After, and is counted as a rejection.
+func TestServeFlowControl(t *testing.T) {
+	m := newMember(t)
+	c := compile(t, m.caPEM, func(uc *gatewayv1alpha1.UpstreamCluster) {
+		uc.Spec.FlowControl = &gatewayv1alpha1.FlowControl{FlowControlSchemas: []gatewayv1alpha1.FlowControlSchema{
+			{Name: "one", TokenBucket: &gatewayv1alpha1.TokenBucketFlowControl{QPS: 1, Burst: 1}},
+		}}
+		uc.Spec.DispatchPolicies = []gatewayv1alpha1.DispatchPolicy{{
+			Name:                  "pods",
+			Rules:                 []gatewayv1alpha1.DispatchPolicyRule{{Verbs: []string{"list"}, APIGroups: []string{""}, Resources: []string{"pods"}}},
+			Strategy:              gatewayv1alpha1.RoundRobin,
+			FlowControlSchemaName: "one",
+		}}
+	}, m.URL)
+	g := newGateway(t, c, hubUser(), byPrefix)
+	get := func(path string) *http.Response {
+		req, _ := http.NewRequest(http.MethodGet, g.URL+proxyPrefix+path, nil)
+		resp, _ := do(t, req)
+		return resp
+	}
+	if resp := get("/api/v1/pods"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("first list: %s", resp.Status)
+	}
+	resp := get("/api/v1/pods")
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("second list within the second: %s, want 429", resp.Status)
+	}
+	errs := g.errs.all()
+	if len(errs) != 1 {
+		t.Fatalf("errors: %v", errs)
+	}
+	status := errs[0].(apierrors.APIStatus).Status()
+	for _, want := range []string{`"member-a"`, `"one"`, `"pods"`} {
+		if !strings.Contains(status.Message, want) {
+			t.Errorf("429 message %q does not name %s", status.Message, want)
+		}
+	}
+	if status.Details == nil || status.Details.RetryAfterSeconds != 1 {
+		t.Errorf("429 details: %+v, want RetryAfterSeconds 1", status.Details)
+	}
+	if got := len(m.received()); got != 1 {
+		t.Errorf("member received %d requests, want only the admitted one", got)
+	}
+	// Requests of no policy are not limited.
+	for i := 0; i < 3; i++ {
+		if resp := get("/api/v1/namespaces"); resp.StatusCode != http.StatusOK {
+			t.Fatalf("unlimited request %d: %s", i, resp.Status)
+		}
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := testMetrics.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"cluster": "member-a", "policy": "pods", "reason": "TokenBucket", "schema": "one"}
+	if got := counterValue(t, reg, "kube_gateway_proxy_rejected_requests_total", labels); got != 1 {
+		t.Errorf("rejections counted for %v: %v, want 1", labels, got)
+	}
+}
+
+// counterValue is the value of the series of counter name with exactly labels.
+func counterValue(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			if len(m.GetLabel()) != len(labels) {
+				continue
+			}
+			for _, l := range m.GetLabel() {
+				if labels[l.GetName()] != l.GetValue() {
+					continue series
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }

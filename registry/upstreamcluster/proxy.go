@@ -31,6 +31,7 @@ type ProxyREST struct {
 	// objects answers whether an UpstreamCluster the data plane does not know yet
 	// exists, so that a just-created cluster is "retry" and not "not found".
 	objects rest.Getter
+	forward *forward.Forwarder
 }
 
 var (
@@ -40,8 +41,8 @@ var (
 )
 
 // NewProxyREST returns the proxy subresource over the compiled clusters.
-func NewProxyREST(c Clusters, objects rest.Getter) *ProxyREST {
-	return &ProxyREST{clusters: c, objects: objects}
+func NewProxyREST(c Clusters, objects rest.Getter, f *forward.Forwarder) *ProxyREST {
+	return &ProxyREST{clusters: c, objects: objects, forward: f}
 }
 
 var proxyMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
@@ -94,7 +95,7 @@ func (r *ProxyREST) Connect(ctx context.Context, name string, opts runtime.Objec
 			responder.Error(apierrors.NewInternalError(errors.New("the proxy query filter is not installed")))
 			return
 		}
-		forward.Serve(w, req, forward.Request{
+		r.forward.Serve(w, req, forward.Request{
 			Cluster:  c,
 			Path:     path,
 			RawQuery: rawQuery,

@@ -23,6 +23,8 @@ import (
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/clusters"
+	"github.com/kubewharf/kube-gateway/proxy/forward"
+	"github.com/kubewharf/kube-gateway/proxy/metrics"
 )
 
 type fakeClusters struct {
@@ -128,7 +130,7 @@ func TestProxyRESTConnectLookup(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := NewProxyREST(tt.clusters, tt.getter)
+			r := NewProxyREST(tt.clusters, tt.getter, testForwarder)
 			h, err := r.Connect(context.Background(), "member-a", &gatewayv1alpha1.UpstreamClusterProxyOptions{Path: "/api"}, &fakeResponder{})
 			if !reflect.DeepEqual(tt.clusters.calls, []string{"member-a"}) {
 				t.Errorf("Lookup calls = %v", tt.clusters.calls)
@@ -182,7 +184,7 @@ func TestProxyRESTConnectLookup(t *testing.T) {
 }
 
 func TestProxyRESTMetadata(t *testing.T) {
-	r := NewProxyREST(&fakeClusters{}, &fakeGetter{})
+	r := NewProxyREST(&fakeClusters{}, &fakeGetter{}, testForwarder)
 	if r.SubResourceName() != "proxy" {
 		t.Errorf("SubResourceName = %q", r.SubResourceName())
 	}
@@ -227,11 +229,11 @@ func TestProxyRESTHandler(t *testing.T) {
 	c, err := cluster.Compile(uc, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-gateway", Name: "cred"},
 		Data:       map[string][]byte{"token": []byte("gw-token")},
-	})
+	}, nil)
 	if err != nil {
 		t.Fatalf("Compile: %v", err)
 	}
-	defer c.Release()
+	defer c.Release(nil)
 
 	tests := []struct {
 		name         string
@@ -268,7 +270,7 @@ func TestProxyRESTHandler(t *testing.T) {
 			ctx := genericrequest.WithUser(context.Background(), &user.DefaultInfo{Name: "alice", Groups: []string{"dev"}})
 			rec := httptest.NewRecorder()
 			responder := &fakeResponder{w: rec}
-			h, err := NewProxyREST(&fakeClusters{c: c}, &fakeGetter{}).Connect(ctx, "member-a",
+			h, err := NewProxyREST(&fakeClusters{c: c}, &fakeGetter{}, testForwarder).Connect(ctx, "member-a",
 				&gatewayv1alpha1.UpstreamClusterProxyOptions{Path: tt.path}, responder)
 			if err != nil {
 				t.Fatalf("Connect: %v", err)
@@ -302,3 +304,6 @@ func TestProxyRESTHandler(t *testing.T) {
 		})
 	}
 }
+
+// testForwarder forwards with metrics that are never registered.
+var testForwarder = &forward.Forwarder{Metrics: metrics.New()}

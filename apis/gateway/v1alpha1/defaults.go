@@ -1,5 +1,7 @@
 package v1alpha1
 
+import "fmt"
+
 // Defaults of the health check, applied when spec.healthCheck is absent too so
 // that every cluster is checked the same way unless told otherwise.
 const (
@@ -32,8 +34,12 @@ func SetDefaults_UpstreamCluster(obj *UpstreamCluster) {
 		hc.HealthyThreshold = DefaultHealthCheckHealthyThreshold
 	}
 	for i := range obj.Spec.DispatchPolicies {
-		if obj.Spec.DispatchPolicies[i].Strategy == "" {
-			obj.Spec.DispatchPolicies[i].Strategy = RoundRobin
+		p := &obj.Spec.DispatchPolicies[i]
+		if p.Strategy == "" {
+			p.Strategy = RoundRobin
+		}
+		if p.Name == "" {
+			p.Name = fmt.Sprintf("policy-%d", i)
 		}
 	}
 }

@@ -168,7 +168,23 @@ type FlowControlSchema struct {
 	// TokenBucket bounds the request rate.
 	// +optional
 	TokenBucket *TokenBucketFlowControl `json:"tokenBucket,omitempty"`
+	// Distinguisher splits the schema's budget into one flow per user or per
+	// namespace, so that one of them cannot use up the budget of the others.
+	// Empty: one flow for every request of the schema. Idle flows are forgotten.
+	// +optional
+	Distinguisher FlowDistinguisher `json:"distinguisher,omitempty"`
 }
+
+// FlowDistinguisher says what gets a budget of its own within a schema.
+type FlowDistinguisher string
+
+const (
+	// FlowDistinguisherUser gives every hub user a budget of its own.
+	FlowDistinguisherUser FlowDistinguisher = "User"
+	// FlowDistinguisherNamespace gives every namespace a budget of its own;
+	// cluster-scoped and non-resource requests share one.
+	FlowDistinguisherNamespace FlowDistinguisher = "Namespace"
+)
 
 // ExemptFlowControl marks requests as never limited.
 type ExemptFlowControl struct{}
@@ -177,6 +193,12 @@ type ExemptFlowControl struct{}
 type MaxRequestsInflightFlowControl struct {
 	// Max concurrent requests.
 	Max int32 `json:"max"`
+	// CountLongRunning makes long-running requests (watch, exec, attach,
+	// port-forward, log follow) hold a slot for their whole life. Default false:
+	// they are admitted by the limit but do not occupy it, so a few watches
+	// cannot starve every other request.
+	// +optional
+	CountLongRunning bool `json:"countLongRunning,omitempty"`
 }
 
 // TokenBucketFlowControl bounds the request rate with a token bucket.
@@ -202,6 +224,10 @@ const (
 
 // DispatchPolicy routes the requests that match any of its rules.
 type DispatchPolicy struct {
+	// Name identifies the policy in metrics and logs; unique within the cluster.
+	// Default: "policy-<index>".
+	// +optional
+	Name string `json:"name,omitempty"`
 	// Rules are ORed: a request matching any rule matches the policy.
 	// +listType=atomic
 	Rules []DispatchPolicyRule `json:"rules"`

@@ -161,6 +161,13 @@ func schema_kube_gateway_apis_gateway_v1alpha1_DispatchPolicy(ref common.Referen
 				Description: "DispatchPolicy routes the requests that match any of its rules.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Name identifies the policy in metrics and logs; unique within the cluster. Default: \"policy-<index>\".",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"rules": {
 						VendorExtensible: spec.VendorExtensible{
 							Extensions: spec.Extensions{
@@ -487,6 +494,13 @@ func schema_kube_gateway_apis_gateway_v1alpha1_FlowControlSchema(ref common.Refe
 							Ref:         ref(TokenBucketFlowControl{}.OpenAPIModelName()),
 						},
 					},
+					"distinguisher": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Distinguisher splits the schema's budget into one flow per user or per namespace, so that one of them cannot use up the budget of the others. Empty: one flow for every request of the schema. Idle flows are forgotten.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 				Required: []string{"name"},
 			},
@@ -598,6 +612,13 @@ func schema_kube_gateway_apis_gateway_v1alpha1_MaxRequestsInflightFlowControl(re
 							Default:     0,
 							Type:        []string{"integer"},
 							Format:      "int32",
+						},
+					},
+					"countLongRunning": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CountLongRunning makes long-running requests (watch, exec, attach, port-forward, log follow) hold a slot for their whole life. Default false: they are admitted by the limit but do not occupy it, so a few watches cannot starve every other request.",
+							Type:        []string{"boolean"},
+							Format:      "",
 						},
 					},
 				},

@@ -13,10 +13,13 @@ import (
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/component-base/metrics/legacyregistry"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1/validation"
 	"github.com/kubewharf/kube-gateway/proxy/clusters"
+	"github.com/kubewharf/kube-gateway/proxy/forward"
+	"github.com/kubewharf/kube-gateway/proxy/metrics"
 	"github.com/kubewharf/kube-gateway/registry/upstreamcluster"
 )
 
@@ -75,7 +78,12 @@ func (c CompletedConfig) New() (*Server, error) {
 	// Only the credential namespace is watched: the gateway never sees other Secrets.
 	secretInformers := informers.NewSharedInformerFactoryWithOptions(c.hub, 0, informers.WithNamespace(c.secretNamespace))
 	secrets := secretInformers.Core().V1().Secrets().Informer()
-	controller, err := clusters.NewController(storage.UpstreamCluster.ListWatch(), secrets)
+	// The proxy's metrics are served on /metrics with the apiserver's own.
+	proxyMetrics := metrics.New()
+	if err := proxyMetrics.Register(legacyregistry.Registerer()); err != nil {
+		return nil, err
+	}
+	controller, err := clusters.NewController(storage.UpstreamCluster.ListWatch(), secrets, proxyMetrics.ForgetCluster)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +92,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	apiGroupInfo.VersionedResourcesStorageMap[gatewayv1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"upstreamclusters":        storage.UpstreamCluster,
 		"upstreamclusters/status": storage.Status,
-		"upstreamclusters/proxy":  upstreamcluster.NewProxyREST(controller, storage.UpstreamCluster),
+		"upstreamclusters/proxy":  upstreamcluster.NewProxyREST(controller, storage.UpstreamCluster, &forward.Forwarder{Metrics: proxyMetrics}),
 	}
 	if err := generic.InstallAPIGroup(&apiGroupInfo); err != nil {
 		return nil, err

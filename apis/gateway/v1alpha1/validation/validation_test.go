@@ -467,25 +467,20 @@ func TestValidateUpstreamCluster(t *testing.T) {
 			},
 		},
 
-		// not implemented yet: refused rather than ignored
+		// flow control and dispatch policies: see TestValidateDispatchPolicies
 		{
-			name: "dispatchPolicies refused",
-			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
-				uc.Spec.DispatchPolicies = []gatewayv1alpha1.DispatchPolicy{{
-					Rules:    []gatewayv1alpha1.DispatchPolicyRule{{Verbs: []string{"list"}, Resources: []string{"pods"}}},
-					Strategy: gatewayv1alpha1.RoundRobin,
-				}}
-			},
-			want: []fieldErr{{field.ErrorTypeForbidden, "spec.dispatchPolicies"}},
-		},
-		{
-			name: "flowControl refused",
+			name: "a policy and a schema",
 			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
 				uc.Spec.FlowControl = &gatewayv1alpha1.FlowControl{FlowControlSchemas: []gatewayv1alpha1.FlowControlSchema{
 					{Name: "free", Exempt: &gatewayv1alpha1.ExemptFlowControl{}},
 				}}
+				uc.Spec.DispatchPolicies = []gatewayv1alpha1.DispatchPolicy{{
+					Name:                  "list-pods",
+					Rules:                 []gatewayv1alpha1.DispatchPolicyRule{{Verbs: []string{"list"}, APIGroups: []string{""}, Resources: []string{"pods"}}},
+					Strategy:              gatewayv1alpha1.RoundRobin,
+					FlowControlSchemaName: "free",
+				}}
 			},
-			want: []fieldErr{{field.ErrorTypeForbidden, "spec.flowControl"}},
 		},
 		{
 			name: "errors of several fields are all reported, in order",
@@ -502,8 +497,10 @@ func TestValidateUpstreamCluster(t *testing.T) {
 				{field.ErrorTypeNotSupported, "spec.clientConfig.secretRef.namespace"},
 				{field.ErrorTypeInvalid, "spec.healthCheck.path"},
 				{field.ErrorTypeInvalid, "spec.impersonation.userPrefix"},
-				{field.ErrorTypeForbidden, "spec.flowControl"},
-				{field.ErrorTypeForbidden, "spec.dispatchPolicies"},
+				{field.ErrorTypeRequired, "spec.flowControl.flowControlSchemas[0]"},
+				{field.ErrorTypeRequired, "spec.dispatchPolicies[0].name"},
+				{field.ErrorTypeRequired, "spec.dispatchPolicies[0].rules"},
+				{field.ErrorTypeNotSupported, "spec.dispatchPolicies[0].strategy"},
 			},
 		},
 	}

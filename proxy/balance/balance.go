@@ -1,0 +1,81 @@
+// Package balance picks the server of a member cluster that serves a request.
+// Each strategy is a small type behind Picker, so a new one never touches the
+// request path.
+package balance
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"sync/atomic"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+)
+
+// Endpoint is one server of a member cluster with the state strategies read.
+type Endpoint struct {
+	URL *url.URL
+	// inFlight counts the requests being served by this endpoint.
+	inFlight atomic.Int64
+}
+
+// NewEndpoint returns an endpoint for u.
+func NewEndpoint(u *url.URL) *Endpoint { return &Endpoint{URL: u} }
+
+// Start records a request starting on e; the returned func records its end.
+func (e *Endpoint) Start() (done func()) {
+	e.inFlight.Add(1)
+	return func() { e.inFlight.Add(-1) }
+}
+
+// InFlight is the number of requests being served by e.
+func (e *Endpoint) InFlight() int64 { return e.inFlight.Load() }
+
+// Picker chooses one of candidates (never empty) for a request.
+type Picker interface {
+	Pick(candidates []*Endpoint) *Endpoint
+}
+
+// New returns a picker of strategy s. Every policy gets its own picker, so that
+// round robin cycles within the policy's subset.
+func New(s gatewayv1alpha1.Strategy) (Picker, error) {
+	switch s {
+	case gatewayv1alpha1.RoundRobin, "":
+		return &roundRobin{}, nil
+	case gatewayv1alpha1.Random:
+		return random{}, nil
+	case gatewayv1alpha1.LeastRequest:
+		return leastRequest{}, nil
+	}
+	return nil, fmt.Errorf("unknown strategy %q", s)
+}
+
+type roundRobin struct{ next atomic.Uint64 }
+
+func (r *roundRobin) Pick(c []*Endpoint) *Endpoint {
+	return c[(r.next.Add(1)-1)%uint64(len(c))]
+}
+
+type random struct{}
+
+func (random) Pick(c []*Endpoint) *Endpoint { return c[rand.IntN(len(c))] }
+
+// leastRequest is the power of two choices: of two random candidates, the one
+// with fewer requests in flight. Nearly as good as scanning all, and without the
+// herd effect of everyone picking the same least loaded endpoint.
+type leastRequest struct{}
+
+func (leastRequest) Pick(c []*Endpoint) *Endpoint {
+	if len(c) == 1 {
+		return c[0]
+	}
+	i := rand.IntN(len(c))
+	j := rand.IntN(len(c) - 1)
+	if j >= i {
+		j++
+	}
+	if c[j].InFlight() < c[i].InFlight() {
+		return c[j]
+	}
+	return c[i]
+}

@@ -1,0 +1,282 @@
+package flowcontrol
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+	"k8s.io/utils/clock"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+)
+
+// Request is what flow control needs to know about a request.
+type Request struct {
+	// User is the hub user name (the flow key of distinguisher User).
+	User string
+	// Namespace of a resource request; "" for cluster-scoped and non-resource
+	// requests (the flow key of distinguisher Namespace).
+	Namespace string
+	// LongRunning marks watch, exec, attach, port-forward, log follow and the like.
+	LongRunning bool
+}
+
+// Kind is the kind of a schema. Its string is also the reason of a rejection
+// in metrics ("MaxInflight", "TokenBucket").
+type Kind string
+
+// Kinds of schema.
+const (
+	KindExempt      Kind = "Exempt"
+	KindMaxInflight Kind = "MaxInflight"
+	KindTokenBucket Kind = "TokenBucket"
+)
+
+const (
+	// IdleTimeout is how long a flow of a distinguished schema stays idle (nothing
+	// in flight, bucket full, no request) before it may be forgotten.
+	IdleTimeout = time.Minute
+	// MaxFlows is the most flows one distinguished schema tracks; requests of
+	// further flow keys share one overflow flow.
+	MaxFlows = 10000
+
+	// sweepPeriod is the least time between two lazy sweeps of a flow table.
+	sweepPeriod = IdleTimeout / 4
+	// fullSweepPeriod is the least time between two sweeps forced by a full table.
+	fullSweepPeriod = time.Second
+	// rejectRetryAfter is the Retry-After of refusals that cannot tell better.
+	rejectRetryAfter = time.Second
+)
+
+// Set is the compiled spec.flowControl of one UpstreamCluster: an immutable map
+// from schema name to *Schema. A nil *Set has no schema.
+type Set struct {
+	schemas map[string]*Schema
+}
+
+// NewSet compiles schemas, reusing from prev (may be nil) every *Schema whose name
+// and limits did not change, so that a spec change that does not touch a schema
+// keeps its state (tokens, in-flight counts). A changed schema gets a new limiter
+// at once; requests admitted by the old one release into the old one. Of two
+// schemas of the same name (which validation refuses) the first wins. clk nil
+// means the real clock.
+func NewSet(prev *Set, schemas []gatewayv1alpha1.FlowControlSchema, clk clock.PassiveClock) *Set {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	s := &Set{schemas: make(map[string]*Schema, len(schemas))}
+	for i := range schemas {
+		sp := compileSpec(&schemas[i])
+		if _, dup := s.schemas[sp.name]; dup {
+			continue
+		}
+		if old := prev.Schema(sp.name); old != nil && old.spec == sp {
+			s.schemas[sp.name] = old
+			continue
+		}
+		s.schemas[sp.name] = newSchema(sp, clk)
+	}
+	return s
+}
+
+// Schema returns the schema called name, nil if there is none.
+func (s *Set) Schema(name string) *Schema {
+	if s == nil {
+		return nil
+	}
+	return s.schemas[name]
+}
+
+// Len is the number of schemas.
+func (s *Set) Len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.schemas)
+}
+
+// spec is the normalized, comparable form of a FlowControlSchema: two schemas
+// with equal specs behave the same, so a limiter can be carried over.
+type spec struct {
+	name             string
+	kind             Kind
+	max              int32 // KindMaxInflight
+	countLongRunning bool  // KindMaxInflight
+	qps, burst       int32 // KindTokenBucket
+	distinguisher    gatewayv1alpha1.FlowDistinguisher
+}
+
+func compileSpec(in *gatewayv1alpha1.FlowControlSchema) spec {
+	sp := spec{name: in.Name}
+	switch {
+	case in.Exempt != nil:
+		sp.kind = KindExempt
+		return sp // a distinguisher means nothing without a limit
+	case in.MaxRequestsInflight != nil:
+		sp.kind = KindMaxInflight
+		sp.max = in.MaxRequestsInflight.Max
+		sp.countLongRunning = in.MaxRequestsInflight.CountLongRunning
+	case in.TokenBucket != nil:
+		sp.kind = KindTokenBucket
+		sp.qps = in.TokenBucket.QPS
+		sp.burst = in.TokenBucket.Burst
+	default:
+		sp.kind = KindExempt
+		return sp
+	}
+	switch in.Distinguisher {
+	case gatewayv1alpha1.FlowDistinguisherUser, gatewayv1alpha1.FlowDistinguisherNamespace:
+		sp.distinguisher = in.Distinguisher
+	}
+	return sp
+}
+
+// Schema is one compiled flow-control schema. It is safe for concurrent use. A
+// nil *Schema admits everything.
+type Schema struct {
+	spec  spec
+	clock clock.PassiveClock
+	// single is the only flow of a schema without distinguisher.
+	single *flow
+	// flows holds the flows of a schema with a distinguisher.
+	flows *flowTable
+}
+
+func newSchema(sp spec, clk clock.PassiveClock) *Schema {
+	s := &Schema{spec: sp, clock: clk}
+	if sp.kind == KindExempt {
+		return s
+	}
+	if sp.distinguisher == "" {
+		s.single = s.newFlow()
+	} else {
+		s.flows = newFlowTable(s.newFlow())
+	}
+	return s
+}
+
+// Name is the schema name.
+func (s *Schema) Name() string {
+	if s == nil {
+		return ""
+	}
+	return s.spec.name
+}
+
+// Kind is the kind of limit the schema enforces.
+func (s *Schema) Kind() Kind {
+	if s == nil {
+		return KindExempt
+	}
+	return s.spec.kind
+}
+
+// Admit decides on one request. ok=false: reject with 429 and Retry-After
+// retryAfter (>= 1s, whole seconds). When ok, the caller must call release once
+// when the request ends (release is never nil when ok; it is idempotent).
+func (s *Schema) Admit(r Request) (release func(), retryAfter time.Duration, ok bool) {
+	if s == nil || s.spec.kind == KindExempt {
+		return noop, 0, true
+	}
+	if s.flows == nil {
+		var now time.Time
+		if s.spec.kind == KindTokenBucket {
+			now = s.clock.Now()
+		}
+		return s.admitFlow(s.single, r, now)
+	}
+	key := r.User
+	if s.spec.distinguisher == gatewayv1alpha1.FlowDistinguisherNamespace {
+		key = r.Namespace
+	}
+	t := s.flows
+	t.mu.Lock()
+	now := s.clock.Now()
+	f := s.lookupLocked(key, now)
+	release, retryAfter, ok = s.admitFlow(f, r, now)
+	t.mu.Unlock()
+	return release, retryAfter, ok
+}
+
+// noop is the release of requests that hold nothing.
+func noop() {}
+
+// flow is one budget: an in-flight count or a token bucket.
+type flow struct {
+	inflight atomic.Int32
+	bucket   *rate.Limiter // KindTokenBucket with a valid qps and burst
+	// lastSeen is the time of the last request; guarded by the flow table's
+	// mutex, unused by the single flow of a schema.
+	lastSeen time.Time
+}
+
+func (s *Schema) newFlow() *flow {
+	f := &flow{}
+	if s.spec.kind == KindTokenBucket && s.spec.qps > 0 && s.spec.burst > 0 {
+		f.bucket = rate.NewLimiter(rate.Limit(s.spec.qps), int(s.spec.burst))
+	}
+	return f
+}
+
+// flowIdle says whether f holds no state a new flow would not have at now.
+func (s *Schema) flowIdle(f *flow, now time.Time) bool {
+	if f.inflight.Load() != 0 {
+		return false
+	}
+	if f.bucket != nil && f.bucket.TokensAt(now) < float64(s.spec.burst) {
+		return false
+	}
+	return true
+}
+
+func (s *Schema) admitFlow(f *flow, r Request, now time.Time) (func(), time.Duration, bool) {
+	switch s.spec.kind {
+	case KindMaxInflight:
+		limit := s.spec.max
+		if r.LongRunning && !s.spec.countLongRunning {
+			if f.inflight.Load() >= limit {
+				return nil, rejectRetryAfter, false
+			}
+			return noop, 0, true
+		}
+		for {
+			n := f.inflight.Load()
+			if n >= limit {
+				return nil, rejectRetryAfter, false
+			}
+			if f.inflight.CompareAndSwap(n, n+1) {
+				return f.releaser(), 0, true
+			}
+		}
+	case KindTokenBucket:
+		if f.bucket == nil {
+			return nil, rejectRetryAfter, false
+		}
+		if f.bucket.AllowN(now, 1) {
+			return noop, 0, true
+		}
+		return nil, retryAfter(f.bucket.TokensAt(now), float64(s.spec.qps)), false
+	}
+	return noop, 0, true
+}
+
+// releaser returns the idempotent release of one in-flight slot of f.
+func (f *flow) releaser() func() {
+	var done atomic.Bool
+	return func() {
+		if done.CompareAndSwap(false, true) {
+			f.inflight.Add(-1)
+		}
+	}
+}
+
+// retryAfter is the time until a bucket holding tokens gets a whole token at qps
+// tokens a second, rounded up to whole seconds, at least 1s.
+func retryAfter(tokens, qps float64) time.Duration {
+	secs := 1.0
+	if missing := 1 - tokens; missing > 0 && qps > 0 {
+		secs = math.Max(1, math.Ceil(missing/qps))
+	}
+	return time.Duration(secs) * time.Second
+}

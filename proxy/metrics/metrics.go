@@ -1,0 +1,278 @@
+// Package metrics holds the Prometheus metrics of the proxy. The server creates one
+// Metrics with New and registers it once on the registry behind its /metrics
+// endpoint, the k8s.io/component-base legacy registry that k8s.io/apiserver serves:
+//
+//	m := metrics.New()
+//	if err := m.Register(legacyregistry.Registerer()); err != nil { ... }
+//
+// (legacyregistry.Registerer() is the supported way to add raw client_golang
+// collectors there; legacyregistry.RawMustRegister does the same but is
+// deprecated.) There is no package-level state: tests use a fresh
+// prometheus.Registry.
+//
+// # Metrics
+//
+// kube_gateway_proxy_requests_total{cluster,policy,schema,verb,resource,code}
+// (counter): requests forwarded to a member cluster and finished, by the HTTP
+// status code the client got (the member's, or the gateway's own for a request
+// that failed on the way, e.g. 502). Long-running requests are counted when they
+// end. Requests the gateway refused itself (flow control, no ready server) are
+// not here: see kube_gateway_proxy_rejected_requests_total.
+//
+// kube_gateway_proxy_request_duration_seconds{cluster,policy,verb} (histogram):
+// time from the request's arrival in the proxy to the end of the response, for
+// requests that are not long-running. Long-running requests (watch, exec, attach,
+// port-forward, log follow, recorded with ObserveLongRunning) are excluded: their
+// duration is how long the client kept them open, which says nothing about
+// latency. Buckets from 5ms to 60s.
+//
+// kube_gateway_proxy_inflight_requests{cluster,policy,schema} (gauge): requests
+// being forwarded right now, long-running ones included.
+//
+// kube_gateway_proxy_rejected_requests_total{cluster,policy,schema,reason}
+// (counter): requests the gateway refused without forwarding them, by reason:
+// TokenBucket and MaxInflight (429 from flow control), NoReadyServer (503).
+//
+// # Labels
+//
+// Every label set is bounded; no label ever holds a raw path or a user name.
+//
+//   - cluster: the UpstreamCluster name.
+//   - policy: the name of the dispatch policy that matched, "" when none did.
+//   - schema: the flow-control schema of that policy, "" when none.
+//   - verb: the Kubernetes verb of the request (get, list, watch, create,
+//     update, patch, delete, deletecollection), or for a non-resource request its
+//     lower-cased HTTP method (get, post, put, patch, delete, head, options);
+//     anything else is "<other>".
+//   - resource: resource[/subresource] of a resource request (pods, pods/log,
+//     deployments/scale), "" for non-resource requests. It is bounded by the
+//     member's API, but a client can ask for resources that do not exist, so each
+//     cluster records at most MaxResourcesPerCluster distinct values (and only
+//     valid UTF-8 values of at most 128 bytes); further ones are "<other>".
+//   - code: the HTTP status code, e.g. "200".
+//   - reason: see kube_gateway_proxy_rejected_requests_total.
+//
+// ForgetCluster deletes every series of a deleted cluster.
+package metrics
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+const (
+	namespace = "kube_gateway"
+	subsystem = "proxy"
+)
+
+// Reasons of kube_gateway_proxy_rejected_requests_total.
+const (
+	ReasonTokenBucket   = "TokenBucket"
+	ReasonMaxInflight   = "MaxInflight"
+	ReasonNoReadyServer = "NoReadyServer"
+)
+
+// Other is the label value standing for values that are not recorded as is.
+const Other = "<other>"
+
+// MaxResourcesPerCluster is the most distinct resource label values recorded per
+// cluster; further ones are recorded as Other.
+const MaxResourcesPerCluster = 1000
+
+// maxLabelLen is the longest resource label value recorded as is.
+const maxLabelLen = 128
+
+// Metrics are the proxy's metrics. Safe for concurrent use.
+type Metrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	inflight *prometheus.GaugeVec
+	rejected *prometheus.CounterVec
+
+	resources resourceLabels
+}
+
+// New creates the metrics, unregistered.
+func New() *Metrics {
+	return &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem, Name: "requests_total",
+			Help: "Requests forwarded to a member cluster and finished, by the HTTP status code the client got.",
+		}, []string{"cluster", "policy", "schema", "verb", "resource", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: subsystem, Name: "request_duration_seconds",
+			Help:    "Duration of proxied requests that are not long-running (watch, exec, attach, port-forward, log follow are excluded).",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"cluster", "policy", "verb"}),
+		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: subsystem, Name: "inflight_requests",
+			Help: "Requests being forwarded to a member cluster, long-running ones included.",
+		}, []string{"cluster", "policy", "schema"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem, Name: "rejected_requests_total",
+			Help: "Requests the gateway refused without forwarding them, by reason (TokenBucket, MaxInflight, NoReadyServer).",
+		}, []string{"cluster", "policy", "schema", "reason"}),
+		resources: resourceLabels{byCluster: map[string]map[string]struct{}{}},
+	}
+}
+
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.requests, m.duration, m.inflight, m.rejected}
+}
+
+// Register registers the metrics on reg, all or none: on error, those already
+// registered are unregistered again.
+func (m *Metrics) Register(reg prometheus.Registerer) error {
+	cs := m.collectors()
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// Observe records one finished proxied request that was not long-running:
+// resource is resource[/subresource] ("" for non-resource requests, see
+// ResourceLabel), code the status the client got, d the time from the request's
+// arrival in the proxy to the end of the response.
+func (m *Metrics) Observe(cluster, policy, schema, verb, resource string, code int, d time.Duration) {
+	cluster, policy, schema, verb = safe(cluster), safe(policy), safe(schema), verbLabel(verb)
+	m.requests.WithLabelValues(cluster, policy, schema, verb, m.resources.label(cluster, resource), codeLabel(code)).Inc()
+	m.duration.WithLabelValues(cluster, policy, verb).Observe(d.Seconds())
+}
+
+// ObserveLongRunning records one finished long-running request (watch, exec,
+// attach, port-forward, log follow): counted in requests_total, kept out of the
+// duration histogram.
+func (m *Metrics) ObserveLongRunning(cluster, policy, schema, verb, resource string, code int) {
+	cluster = safe(cluster)
+	m.requests.WithLabelValues(cluster, safe(policy), safe(schema), verbLabel(verb), m.resources.label(cluster, resource), codeLabel(code)).Inc()
+}
+
+// InFlight returns the in-flight gauge of cluster, policy and schema. Keep the
+// gauge for the life of the request: Inc when forwarding starts, Dec when it ends.
+func (m *Metrics) InFlight(cluster, policy, schema string) prometheus.Gauge {
+	return m.inflight.WithLabelValues(safe(cluster), safe(policy), safe(schema))
+}
+
+// Rejected records a request refused by the gateway itself; reason is one of the
+// Reason constants.
+func (m *Metrics) Rejected(cluster, policy, schema, reason string) {
+	m.rejected.WithLabelValues(safe(cluster), safe(policy), safe(schema), safe(reason)).Inc()
+}
+
+// ForgetCluster deletes every series of cluster, to be called when the
+// UpstreamCluster is deleted (after it stopped taking requests: a request of the
+// cluster recorded later creates its series again).
+func (m *Metrics) ForgetCluster(cluster string) {
+	cluster = safe(cluster)
+	match := prometheus.Labels{"cluster": cluster}
+	m.requests.DeletePartialMatch(match)
+	m.duration.DeletePartialMatch(match)
+	m.inflight.DeletePartialMatch(match)
+	m.rejected.DeletePartialMatch(match)
+	m.resources.forget(cluster)
+}
+
+// ResourceLabel is the resource label of a request: resource[/subresource] of a
+// resource request, "" for a non-resource request.
+func ResourceLabel(isResourceRequest bool, resource, subresource string) string {
+	switch {
+	case !isResourceRequest:
+		return ""
+	case subresource == "":
+		return resource
+	default:
+		return resource + "/" + subresource
+	}
+}
+
+// resourceLabels bounds the resource label values per cluster.
+type resourceLabels struct {
+	mu        sync.RWMutex
+	byCluster map[string]map[string]struct{}
+}
+
+func (r *resourceLabels) label(cluster, resource string) string {
+	if resource == "" {
+		return ""
+	}
+	if len(resource) > maxLabelLen || !utf8.ValidString(resource) {
+		return Other
+	}
+	r.mu.RLock()
+	_, known := r.byCluster[cluster][resource]
+	r.mu.RUnlock()
+	if known {
+		return resource
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	set := r.byCluster[cluster]
+	if set == nil {
+		set = map[string]struct{}{}
+		r.byCluster[cluster] = set
+	}
+	if _, known := set[resource]; known {
+		return resource
+	}
+	if len(set) >= MaxResourcesPerCluster {
+		return Other
+	}
+	// Own the key: resource may be a substring of a large request path.
+	resource = strings.Clone(resource)
+	set[resource] = struct{}{}
+	return resource
+}
+
+func (r *resourceLabels) forget(cluster string) {
+	r.mu.Lock()
+	delete(r.byCluster, cluster)
+	r.mu.Unlock()
+}
+
+// knownVerbs are the verb label values recorded as is.
+var knownVerbs = map[string]struct{}{
+	"get": {}, "list": {}, "watch": {}, "create": {}, "update": {}, "patch": {},
+	"delete": {}, "deletecollection": {}, "post": {}, "put": {}, "head": {}, "options": {},
+}
+
+func verbLabel(verb string) string {
+	if _, ok := knownVerbs[verb]; ok {
+		return verb
+	}
+	return Other
+}
+
+// codeLabels are the code labels of 0-999, formatted once.
+var codeLabels = func() (l [1000]string) {
+	for i := range l {
+		l[i] = strconv.Itoa(i)
+	}
+	return l
+}()
+
+func codeLabel(code int) string {
+	if code < 0 || code >= len(codeLabels) {
+		return Other
+	}
+	return codeLabels[code]
+}
+
+// safe makes a label value valid UTF-8: client_golang panics on anything else.
+// Cluster, policy and schema names come from validated specs; this only guards.
+func safe(v string) string {
+	if utf8.ValidString(v) {
+		return v
+	}
+	return Other
+}
