@@ -17,10 +17,21 @@ type Endpoint struct {
 	URL *url.URL
 	// inFlight counts the requests being served by this endpoint.
 	inFlight atomic.Int64
+	// unhealthy is set by health checking; endpoints start healthy so that a new
+	// cluster serves at once, and the first failed probes take them out.
+	unhealthy atomic.Bool
 }
 
-// NewEndpoint returns an endpoint for u.
+// NewEndpoint returns an endpoint for u, healthy.
 func NewEndpoint(u *url.URL) *Endpoint { return &Endpoint{URL: u} }
+
+// Healthy reports whether e may take requests.
+func (e *Endpoint) Healthy() bool { return !e.unhealthy.Load() }
+
+// SetHealthy records e's health and reports whether it changed.
+func (e *Endpoint) SetHealthy(healthy bool) (changed bool) {
+	return e.unhealthy.Swap(!healthy) == healthy
+}
 
 // Start records a request starting on e; the returned func records its end.
 func (e *Endpoint) Start() (done func()) {

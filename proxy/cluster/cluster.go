@@ -6,6 +6,8 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"net/url"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
@@ -14,6 +16,7 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/balance"
 	"github.com/kubewharf/kube-gateway/proxy/dispatch"
 	"github.com/kubewharf/kube-gateway/proxy/flowcontrol"
+	"github.com/kubewharf/kube-gateway/proxy/health"
 	"github.com/kubewharf/kube-gateway/proxy/impersonate"
 	"github.com/kubewharf/kube-gateway/proxy/request"
 	"github.com/kubewharf/kube-gateway/proxy/transport"
@@ -45,8 +48,22 @@ type Cluster struct {
 	fallback    Route
 	flowControl *flowcontrol.Set
 	// transportKey identifies what the transports were built from, so that a
-	// change of policies alone keeps the connections.
+	// change of policies alone keeps the connections (and endpoint health).
 	transportKey string
+
+	// Health checks the endpoints; Run it for the life of the cluster.
+	Health *health.Checker
+	// servers lists spec.servers in order, for status: enabled ones point to
+	// their endpoint.
+	servers []server
+	// lastTransitions remembers why each endpoint last changed health.
+	transitionsMu   sync.Mutex
+	lastTransitions map[string]health.Transition
+}
+
+type server struct {
+	endpoint string
+	enabled  *balance.Endpoint // nil when disabled
 }
 
 // Route is how a request is served: which policy it matched, which servers may
@@ -61,12 +78,27 @@ type Route struct {
 	Schema *flowcontrol.Schema
 }
 
-// Pick returns the server for one request, nil when no server is a candidate.
-func (r *Route) Pick() *balance.Endpoint {
-	if len(r.Candidates) == 0 {
+// Pick returns the server for one request among the healthy candidates other
+// than exclude (a server that just failed it; may be nil), or nil when there is
+// none.
+func (r *Route) Pick(exclude *balance.Endpoint) *balance.Endpoint {
+	candidates := r.Candidates
+	for _, e := range r.Candidates {
+		if e == exclude || !e.Healthy() {
+			// The uncommon case: build the list of the usable ones.
+			candidates = make([]*balance.Endpoint, 0, len(r.Candidates))
+			for _, e := range r.Candidates {
+				if e != exclude && e.Healthy() {
+					candidates = append(candidates, e)
+				}
+			}
+			break
+		}
+	}
+	if len(candidates) == 0 {
 		return nil
 	}
-	return r.Picker.Pick(r.Candidates)
+	return r.Picker.Pick(candidates)
 }
 
 // Route returns the route of a request: its first matching policy, or the
@@ -82,11 +114,22 @@ func (c *Cluster) Route(a *request.Attributes) *Route {
 // cluster it replaces (or nil), lends what did not change: the transports when
 // neither the Secret nor the connection settings changed (connections stay
 // open), and the limiters of unchanged flow-control schemas (their state stays).
-func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *Cluster) (*Cluster, error) {
-	c := &Cluster{Name: uc.Name, Impersonation: impersonate.Compile(uc.Spec.Impersonation)}
+//
+// onTransition is told every change of an endpoint's health (from the health
+// checker's goroutine), after the cluster recorded it.
+func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *Cluster, onTransition func(*Cluster, health.Transition)) (*Cluster, error) {
+	c := &Cluster{Name: uc.Name, Impersonation: impersonate.Compile(uc.Spec.Impersonation), lastTransitions: map[string]health.Transition{}}
+	cfg, err := transportConfig(uc, secret)
+	if err != nil {
+		return nil, err
+	}
+	c.transportKey = fmt.Sprintf("%s/%s/%x", secret.UID, secret.ResourceVersion, sha256.Sum256([]byte(fmt.Sprintf("%#v", uc.Spec.ClientConfig))))
+	sameConnections := prev != nil && prev.transportKey == c.transportKey
+
 	byEndpoint := map[string]*balance.Endpoint{}
 	for _, s := range uc.Spec.Servers {
 		if s.Disabled {
+			c.servers = append(c.servers, server{endpoint: s.Endpoint})
 			continue
 		}
 		u, err := url.Parse(s.Endpoint)
@@ -94,11 +137,21 @@ func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *C
 			return nil, fmt.Errorf("server %q: %v", s.Endpoint, err)
 		}
 		e := balance.NewEndpoint(u)
+		// With the same connections and credential, what was learnt about a
+		// server's health still holds.
+		if sameConnections {
+			if old := prev.endpoint(s.Endpoint); old != nil {
+				e = old
+				if t, ok := prev.lastTransition(s.Endpoint); ok {
+					c.lastTransitions[s.Endpoint] = t
+				}
+			}
+		}
 		c.Endpoints = append(c.Endpoints, e)
+		c.servers = append(c.servers, server{endpoint: s.Endpoint, enabled: e})
 		byEndpoint[s.Endpoint] = e
 	}
 
-	var err error
 	if c.dispatch, err = dispatch.Compile(uc.Spec.DispatchPolicies); err != nil {
 		return nil, err
 	}
@@ -133,17 +186,68 @@ func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *C
 		c.routes = append(c.routes, r)
 	}
 
-	cfg, err := transportConfig(uc, secret)
-	if err != nil {
-		return nil, err
-	}
-	c.transportKey = fmt.Sprintf("%s/%s/%x", secret.UID, secret.ResourceVersion, sha256.Sum256([]byte(fmt.Sprintf("%#v", uc.Spec.ClientConfig))))
-	if prev != nil && prev.transportKey == c.transportKey {
+	if sameConnections {
 		c.Transports = prev.Transports
 	} else if c.Transports, err = transport.New(cfg); err != nil {
 		return nil, fmt.Errorf("credential Secret %s/%s: %v", secret.Namespace, secret.Name, err)
 	}
+	c.Health = health.NewChecker(c.Name, c.Endpoints, c.Transports.Probe, health.ConfigFrom(uc.Spec.HealthCheck), clock.RealClock{},
+		func(t health.Transition) {
+			c.transitionsMu.Lock()
+			c.lastTransitions[t.Endpoint] = t
+			c.transitionsMu.Unlock()
+			if onTransition != nil {
+				onTransition(c, t)
+			}
+		})
 	return c, nil
+}
+
+func (c *Cluster) endpoint(s string) *balance.Endpoint {
+	for _, srv := range c.servers {
+		if srv.endpoint == s {
+			return srv.enabled
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) lastTransition(endpoint string) (health.Transition, bool) {
+	c.transitionsMu.Lock()
+	defer c.transitionsMu.Unlock()
+	t, ok := c.lastTransitions[endpoint]
+	return t, ok
+}
+
+// ServerHealth is the observed state of one server of spec.servers.
+type ServerHealth struct {
+	Endpoint        string
+	Healthy         bool
+	Reason, Message string
+	Since           time.Time // zero: no transition seen yet
+}
+
+// Servers returns the observed state of every server of spec.servers, in order.
+// Disabled servers are not healthy, with reason Disabled.
+func (c *Cluster) Servers() []ServerHealth {
+	out := make([]ServerHealth, 0, len(c.servers))
+	for _, srv := range c.servers {
+		h := ServerHealth{Endpoint: srv.endpoint}
+		switch t, seen := c.lastTransition(srv.endpoint); {
+		case srv.enabled == nil:
+			h.Reason, h.Message = "Disabled", "disabled in spec.servers"
+		case seen && t.Healthy == srv.enabled.Healthy():
+			h.Healthy, h.Reason, h.Message, h.Since = t.Healthy, t.Reason, t.Message, t.Time
+		default:
+			h.Healthy = srv.enabled.Healthy()
+			h.Reason = "NotChecked"
+			if h.Healthy {
+				h.Message = "no failure seen yet"
+			}
+		}
+		out = append(out, h)
+	}
+	return out
 }
 
 func mustPicker(s gatewayv1alpha1.Strategy) balance.Picker {
@@ -186,4 +290,18 @@ func (c *Cluster) Release(next *Cluster) {
 		return
 	}
 	c.Transports.CloseIdleConnections()
+}
+
+// ReportFailure tells health checking that e failed a real request.
+func (c *Cluster) ReportFailure(e *balance.Endpoint, err error) {
+	if c.Health != nil {
+		c.Health.ReportFailure(e, err)
+	}
+}
+
+// ReportSuccess tells health checking that e answered a real request.
+func (c *Cluster) ReportSuccess(e *balance.Endpoint) {
+	if c.Health != nil {
+		c.Health.ReportSuccess(e)
+	}
 }

@@ -257,7 +257,7 @@ func TestCompileCredentials(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := cluster.Compile(upstreamCluster(m.URL), secret(tt.data), nil)
+			c, err := cluster.Compile(upstreamCluster(m.URL), secret(tt.data), nil, nil)
 			if tt.wantErr != nil {
 				if err == nil {
 					t.Fatal("Compile succeeded, want an error")
@@ -348,7 +348,7 @@ func TestCompileCA(t *testing.T) {
 			if tt.secretCA != nil {
 				data["ca.crt"] = tt.secretCA
 			}
-			c, err := cluster.Compile(uc, secret(data), nil)
+			c, err := cluster.Compile(uc, secret(data), nil, nil)
 			if err != nil {
 				t.Fatalf("Compile: %v", err)
 			}
@@ -371,7 +371,7 @@ func TestCompileInsecure(t *testing.T) {
 	m := newMember(t, newCA(t, "server-ca"), newCA(t, "client-ca"))
 	uc := upstreamCluster(m.URL)
 	uc.Spec.ClientConfig.Insecure = true
-	c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}), nil)
+	c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}), nil, nil)
 	if err != nil {
 		t.Fatalf("Compile: %v", err)
 	}
@@ -418,7 +418,7 @@ func TestCompileEndpoints(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			uc := upstreamCluster()
 			uc.Spec.Servers = tt.servers
-			c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}), nil)
+			c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}), nil, nil)
 			if tt.wantErr {
 				if err == nil {
 					t.Fatal("Compile succeeded, want an error")
@@ -446,7 +446,7 @@ func TestCompileEndpoints(t *testing.T) {
 
 // pick picks a server for a request no dispatch policy matches.
 func pick(c *cluster.Cluster) *url.URL {
-	e := c.Route(&request.Attributes{Verb: "get", Path: "/version"}).Pick()
+	e := c.Route(&request.Attributes{Verb: "get", Path: "/version"}).Pick(nil)
 	if e == nil {
 		return nil
 	}
@@ -461,7 +461,7 @@ func TestPickRoundRobin(t *testing.T) {
 		{Endpoint: "https://192.0.2.12:6443"},
 		{Endpoint: "https://192.0.2.13:6443"},
 	}
-	c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}), nil)
+	c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}), nil, nil)
 	if err != nil {
 		t.Fatalf("Compile: %v", err)
 	}
@@ -507,7 +507,7 @@ func TestPickRoundRobin(t *testing.T) {
 // requests go. forward copies it; this guards the contract that the compiled
 // endpoints are not modified by a Pick.
 func TestPickReturnsCompiledEndpoint(t *testing.T) {
-	c, err := cluster.Compile(upstreamCluster("https://192.0.2.10:6443"), secret(map[string][]byte{"token": []byte(token)}), nil)
+	c, err := cluster.Compile(upstreamCluster("https://192.0.2.10:6443"), secret(map[string][]byte{"token": []byte(token)}), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
+	"github.com/kubewharf/kube-gateway/proxy/health"
 )
 
 // entry is the state of one UpstreamCluster: compiled, or why it could not be.
@@ -26,6 +27,17 @@ type entry struct {
 	cluster *cluster.Cluster
 	err     error
 	version string // what it was compiled from; equal versions need no recompile
+	// stopHealth ends the health checking of cluster.
+	stopHealth context.CancelFunc
+}
+
+// Hooks tell the rest of the gateway what happens to clusters. Both may be nil.
+type Hooks struct {
+	// Removed is told the name of every removed cluster.
+	Removed func(name string)
+	// Observed is told the health of a compiled cluster's servers, after it was
+	// compiled and after every change; generation is the spec it was compiled from.
+	Observed func(name string, generation int64, servers []cluster.ServerHealth)
 }
 
 // Controller compiles UpstreamClusters and serves lookups.
@@ -34,18 +46,16 @@ type Controller struct {
 	secrets  cache.SharedIndexInformer
 	queue    workqueue.TypedRateLimitingInterface[string]
 	state    atomic.Pointer[map[string]*entry]
-	// forget is told the name of every cluster removed, to drop its metrics.
-	forget func(name string)
+	hooks    Hooks
 }
 
 const secretIndex = "secret"
 
 // NewController watches UpstreamClusters through clusterSource and credential
 // Secrets through secrets (an informer restricted to the credential namespace).
-// forget, if not nil, is called with the name of every removed cluster.
-func NewController(clusterSource cache.ListerWatcher, secrets cache.SharedIndexInformer, forget func(name string)) (*Controller, error) {
+func NewController(clusterSource cache.ListerWatcher, secrets cache.SharedIndexInformer, hooks Hooks) (*Controller, error) {
 	c := &Controller{
-		forget: forget,
+		hooks: hooks,
 		clusters: cache.NewSharedIndexInformer(clusterSource, &gatewayv1alpha1.UpstreamCluster{}, 0, cache.Indexers{
 			secretIndex: func(obj interface{}) ([]string, error) {
 				ref := obj.(*gatewayv1alpha1.UpstreamCluster).Spec.ClientConfig.SecretRef
@@ -153,8 +163,8 @@ func (c *Controller) sync(ctx context.Context, name string) {
 	if err != nil || !exists {
 		if old != nil {
 			c.swap(name, nil)
-			if c.forget != nil {
-				c.forget(name)
+			if c.hooks.Removed != nil {
+				c.hooks.Removed(name)
 			}
 			logger.V(2).Info("Removed upstream cluster")
 		}
@@ -177,12 +187,27 @@ func (c *Controller) sync(ctx context.Context, name string) {
 	if old != nil {
 		prev = old.cluster
 	}
+	generation := uc.Generation
+	observe := func(cl *cluster.Cluster, _ health.Transition) {
+		// A replaced cluster's checker may still report for a moment.
+		if cur := (*c.state.Load())[name]; cur != nil && cur.cluster == cl && c.hooks.Observed != nil {
+			c.hooks.Observed(name, generation, cl.Servers())
+		}
+	}
 	if secret == nil {
 		next.err = fmt.Errorf("its credential Secret %s/%s was not found on the hub", ref.Namespace, ref.Name)
-	} else if next.cluster, err = cluster.Compile(uc, secret, prev); err != nil {
+	} else if next.cluster, err = cluster.Compile(uc, secret, prev, observe); err != nil {
 		next.err = err
 	}
+	if next.cluster != nil {
+		healthCtx, stop := context.WithCancel(ctx)
+		next.stopHealth = stop
+		go next.cluster.Health.Run(healthCtx)
+	}
 	c.swap(name, next)
+	if next.cluster != nil && c.hooks.Observed != nil {
+		c.hooks.Observed(name, generation, next.cluster.Servers())
+	}
 	if next.err != nil {
 		logger.Info("Upstream cluster cannot be used", "reason", next.err.Error())
 	} else {
@@ -205,6 +230,9 @@ func (c *Controller) swap(name string, next *entry) {
 		m[name] = next
 	}
 	c.state.Store(&m)
+	if old != nil && old.stopHealth != nil {
+		old.stopHealth()
+	}
 	if old != nil && old.cluster != nil {
 		var successor *cluster.Cluster
 		if next != nil {

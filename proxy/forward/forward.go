@@ -19,12 +19,14 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream"
 	proxyutil "k8s.io/apimachinery/pkg/util/proxy"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/responsewriter"
 	"k8s.io/klog/v2"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/balance"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/flowcontrol"
 	"github.com/kubewharf/kube-gateway/proxy/impersonate"
@@ -91,13 +93,6 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 		}
 		defer release()
 	}
-	endpoint := route.Pick()
-	if endpoint == nil {
-		f.Metrics.Rejected(r.Cluster.Name, route.Policy, schema, metrics.ReasonNoReadyServer)
-		r.Errors.Error(unavailable(r.Cluster.Name, noServerReason(route)))
-		return
-	}
-	defer endpoint.Start()()
 	inFlight := f.Metrics.InFlight(r.Cluster.Name, route.Policy, schema)
 	inFlight.Inc()
 	defer inFlight.Dec()
@@ -106,6 +101,45 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 	out.URL.RawQuery = r.RawQuery
 	impersonate.StripInbound(out.Header)
 
+	recorder := &statusRecorder{ResponseWriter: w}
+	wrapped := responsewriter.WrapForHTTP1Or2(recorder)
+	start := time.Now()
+	// An idempotent request whose server failed before answering anything is
+	// tried once more on another server: nothing was sent to the client yet, and
+	// the member did not act on it. Watches and upgrades are never retried.
+	retryable := !attrs.LongRunning && !httpstream.IsUpgradeRequest(req) &&
+		(req.Method == http.MethodGet || req.Method == http.MethodHead || req.Method == http.MethodOptions)
+	var failed *balance.Endpoint
+	var previous *responder
+	for attempt := 0; ; attempt++ {
+		endpoint := route.Pick(failed)
+		if endpoint == nil {
+			if previous != nil {
+				previous.writeDeferred() // no other server to try
+				break
+			}
+			f.Metrics.Rejected(r.Cluster.Name, route.Policy, schema, metrics.ReasonNoReadyServer)
+			r.Errors.Error(unavailable(r.Cluster.Name, noServerReason(route)))
+			return
+		}
+		resp := &responder{cluster: r.Cluster, endpoint: endpoint, errors: r.Errors, retryable: retryable && attempt == 0}
+		f.proxy(wrapped, out, r, endpoint, resp)
+		if resp.deferred == nil {
+			break
+		}
+		failed, previous = endpoint, resp
+	}
+	resource := metrics.ResourceLabel(attrs.IsResourceRequest, attrs.Resource, attrs.Subresource)
+	if attrs.LongRunning {
+		f.Metrics.ObserveLongRunning(r.Cluster.Name, route.Policy, schema, attrs.Verb, resource, recorder.code())
+	} else {
+		f.Metrics.Observe(r.Cluster.Name, route.Policy, schema, attrs.Verb, resource, recorder.code(), time.Since(start))
+	}
+}
+
+// proxy sends out to endpoint through UpgradeAwareHandler.
+func (f *Forwarder) proxy(w http.ResponseWriter, out *http.Request, r Request, endpoint *balance.Endpoint, resp *responder) {
+	defer endpoint.Start()()
 	location := *endpoint.URL
 	location.Path = r.Path
 	location.RawQuery = r.RawQuery
@@ -119,24 +153,19 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 		// Flush as the member writes: watch events and log lines must not wait
 		// in a buffer. Large responses are still streamed, never buffered whole.
 		FlushInterval: -1,
-		Responder:     &responder{cluster: r.Cluster.Name, endpoint: endpoint.URL.Host, errors: r.Errors},
+		Responder:     resp,
 	}
-	recorder := &statusRecorder{ResponseWriter: w}
-	start := time.Now()
-	h.ServeHTTP(responsewriter.WrapForHTTP1Or2(recorder), out)
-	resource := metrics.ResourceLabel(attrs.IsResourceRequest, attrs.Resource, attrs.Subresource)
-	if attrs.LongRunning {
-		f.Metrics.ObserveLongRunning(r.Cluster.Name, route.Policy, schema, attrs.Verb, resource, recorder.code())
-	} else {
-		f.Metrics.Observe(r.Cluster.Name, route.Policy, schema, attrs.Verb, resource, recorder.code(), time.Since(start))
+	h.ServeHTTP(w, out)
+	if !resp.failed {
+		r.Cluster.ReportSuccess(endpoint)
 	}
 }
 
 func noServerReason(route *cluster.Route) string {
 	if route.Policy == "" {
-		return "it has no enabled server"
+		return "none of its enabled servers is healthy"
 	}
-	return fmt.Sprintf("dispatch policy %q has no enabled server", route.Policy)
+	return fmt.Sprintf("none of the enabled servers of dispatch policy %q is healthy", route.Policy)
 }
 
 // tooManyRequests is the 429 of a request its flow-control schema refused.
@@ -211,28 +240,52 @@ func validatePath(p string) error {
 	return nil
 }
 
-// responder turns errors of UpgradeAwareHandler into Status responses.
+// responder turns errors of UpgradeAwareHandler into Status responses, reports
+// failures to the cluster's health checking, and holds back a retryable error so
+// that Serve can try another server.
 type responder struct {
-	cluster, endpoint string
-	errors            ErrorWriter
+	cluster   *cluster.Cluster
+	endpoint  *balance.Endpoint
+	errors    ErrorWriter
+	retryable bool
+
+	failed   bool
+	deferred error // a retryable error, not written yet
 }
 
 func (r *responder) Error(_ http.ResponseWriter, req *http.Request, err error) {
+	r.failed = true
 	if errors.Is(err, context.Canceled) && req.Context().Err() != nil {
 		return // the client went away; nobody to answer
 	}
-	klog.FromContext(req.Context()).V(2).Info("Proxying to member failed", "upstreamcluster", r.cluster, "endpoint", r.endpoint, "err", err.Error())
+	host := r.endpoint.URL.Host
+	klog.FromContext(req.Context()).V(2).Info("Proxying to member failed", "upstreamcluster", r.cluster.Name, "endpoint", host, "err", err.Error())
+	// Any transport error here came before the member's answer: the endpoint
+	// could not serve.
+	r.cluster.ReportFailure(r.endpoint, err)
+	var status error
 	if isConnectError(err) {
-		r.errors.Error(unavailable(r.cluster, fmt.Sprintf("server %s could not be reached: %v", r.endpoint, redact(err))))
+		status = unavailable(r.cluster.Name, fmt.Sprintf("server %s could not be reached: %v", host, redact(err)))
+	} else {
+		status = &apierrors.StatusError{ErrStatus: metav1.Status{
+			Status:  metav1.StatusFailure,
+			Code:    http.StatusBadGateway,
+			Reason:  metav1.StatusReason("BadGateway"),
+			Message: fmt.Sprintf("upstream cluster %q: proxying to server %s failed: %v", r.cluster.Name, host, redact(err)),
+			Details: &metav1.StatusDetails{Name: r.cluster.Name, Group: gatewayv1alpha1.GroupName, Kind: "upstreamclusters"},
+		}}
+	}
+	if r.retryable {
+		r.deferred = status
 		return
 	}
-	r.errors.Error(&apierrors.StatusError{ErrStatus: metav1.Status{
-		Status:  metav1.StatusFailure,
-		Code:    http.StatusBadGateway,
-		Reason:  metav1.StatusReason("BadGateway"),
-		Message: fmt.Sprintf("upstream cluster %q: proxying to server %s failed: %v", r.cluster, r.endpoint, redact(err)),
-		Details: &metav1.StatusDetails{Name: r.cluster, Group: gatewayv1alpha1.GroupName, Kind: "upstreamclusters"},
-	}})
+	r.errors.Error(status)
+}
+
+func (r *responder) writeDeferred() {
+	if r.deferred != nil {
+		r.errors.Error(r.deferred)
+	}
 }
 
 // unavailable is the 503 of a cluster that cannot serve now.

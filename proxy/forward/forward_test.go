@@ -22,6 +22,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -240,7 +241,7 @@ func compile(t *testing.T, caPEM []byte, mutate func(*gatewayv1alpha1.UpstreamCl
 	c, err := cluster.Compile(uc, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-gateway", Name: "member-a"},
 		Data:       map[string][]byte{"token": []byte(gatewayToken)},
-	}, nil)
+	}, nil, nil)
 	if err != nil {
 		t.Fatalf("Compile: %v", err)
 	}
@@ -1041,4 +1042,36 @@ func counterValue(t *testing.T, g prometheus.Gatherer, name string, labels map[s
 		}
 	}
 	return 0
+}
+
+// An idempotent request whose server cannot be reached is tried once more on
+// another server; a request that may have had effects is not.
+func TestServeRetriesIdempotentRequestsElsewhere(t *testing.T) {
+	m := newMember(t)
+	dead := "https://" + closedAddr(t)
+	// Round robin starts with the dead server.
+	c := compile(t, m.caPEM, nil, dead, m.URL)
+	g := newGateway(t, c, hubUser(), byPrefix)
+
+	req, _ := http.NewRequest(http.MethodGet, g.URL+proxyPrefix+"/api/v1/pods", nil)
+	if resp, body := do(t, req); resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET with the first server dead: %d %s", resp.StatusCode, body)
+	}
+	if n := len(m.received()); n != 1 {
+		t.Fatalf("the live server got %d requests, want 1", n)
+	}
+	if errs := g.errs.all(); len(errs) != 0 {
+		t.Fatalf("a retried request reported errors: %v", errs)
+	}
+
+	// A POST that round robin sends to the dead server fails: it is not retried.
+	var postStatus []int
+	for i := 0; i < 2; i++ {
+		req, _ := http.NewRequest(http.MethodPost, g.URL+proxyPrefix+"/api/v1/namespaces/default/configmaps", strings.NewReader("{}"))
+		resp, _ := do(t, req)
+		postStatus = append(postStatus, resp.StatusCode)
+	}
+	if !slices.Contains(postStatus, http.StatusServiceUnavailable) {
+		t.Fatalf("POSTs over a dead and a live server: %v, want one 503 (no retry)", postStatus)
+	}
 }

@@ -41,6 +41,9 @@ type Transports struct {
 	// Upgrade carries upgrade requests: its connection side dials with the TLS
 	// client configuration (HTTP/1.1 only), its request side adds the credential.
 	Upgrade proxyutil.UpgradeRequestRoundTripper
+	// Probe carries the gateway's own requests, such as health checks: the
+	// gateway's credential, no impersonation, the pooled connections.
+	Probe http.RoundTripper
 
 	pooled, upgrade *http.Transport
 }
@@ -102,8 +105,13 @@ func New(cfg Config) (*Transports, error) {
 		}
 		return rt
 	}
+	probe := http.RoundTripper(pooled)
+	if hasToken {
+		probe = transport.NewBearerAuthRoundTripper(cfg.BearerToken, pooled)
+	}
 	return &Transports{
 		RoundTripper: withIdentity(pooled),
+		Probe:        probe,
 		Upgrade:      proxyutil.NewUpgradeRequestRoundTripper(upgrade, withIdentity(proxyutil.MirrorRequest)),
 		pooled:       pooled,
 		upgrade:      upgrade,

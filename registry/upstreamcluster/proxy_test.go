@@ -229,7 +229,7 @@ func TestProxyRESTHandler(t *testing.T) {
 	c, err := cluster.Compile(uc, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-gateway", Name: "cred"},
 		Data:       map[string][]byte{"token": []byte("gw-token")},
-	}, nil)
+	}, nil, nil)
 	if err != nil {
 		t.Fatalf("Compile: %v", err)
 	}

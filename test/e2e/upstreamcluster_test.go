@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/test/harness"
@@ -126,30 +127,51 @@ func TestUpstreamClusterLifecycle(t *testing.T) {
 	}
 	expectEvent(t, w, watch.Added, 1)
 
-	// A spec change bumps the generation; a status sent with it is ignored.
-	created.Spec.Servers[0].Disabled = true
-	created.Status.ObservedGeneration = 42
-	updated, err := client.Update(ctx, toUnstructured(t, created), metav1.UpdateOptions{})
-	if err != nil {
+	// A spec change bumps the generation; a status sent with it is ignored. The
+	// gateway writes status concurrently, so read-modify-write with retries.
+	var updated *gatewayv1alpha1.UpstreamCluster
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		u, err := client.Get(ctx, "lifecycle", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		uc := fromUnstructured(t, u)
+		uc.Spec.Servers[0].Disabled = true
+		uc.Status.ObservedGeneration = 42
+		u, err = client.Update(ctx, toUnstructured(t, uc), metav1.UpdateOptions{})
+		if err == nil {
+			updated = fromUnstructured(t, u)
+		}
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
-	if uc := fromUnstructured(t, updated); uc.Generation != 2 || uc.Status.ObservedGeneration != 0 {
-		t.Fatalf("after spec update: generation %d observedGeneration %d", uc.Generation, uc.Status.ObservedGeneration)
+	if updated.Generation != 2 || updated.Status.ObservedGeneration == 42 {
+		t.Fatalf("after spec update: generation %d observedGeneration %d", updated.Generation, updated.Status.ObservedGeneration)
 	}
 	expectEvent(t, w, watch.Modified, 2)
 
 	// The status endpoint writes the status only.
-	uc := fromUnstructured(t, updated)
-	uc.Status.ObservedGeneration = 2
-	uc.Spec.Servers[0].Disabled = false
-	statusUpdated, err := client.UpdateStatus(ctx, toUnstructured(t, uc), metav1.UpdateOptions{})
-	if err != nil {
+	var statusUpdated *gatewayv1alpha1.UpstreamCluster
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		u, err := client.Get(ctx, "lifecycle", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		uc := fromUnstructured(t, u)
+		uc.Status.ObservedGeneration = 7
+		uc.Spec.Servers[0].Disabled = false
+		u, err = client.UpdateStatus(ctx, toUnstructured(t, uc), metav1.UpdateOptions{})
+		if err == nil {
+			statusUpdated = fromUnstructured(t, u)
+		}
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
-	if uc := fromUnstructured(t, statusUpdated); uc.Generation != 2 || uc.Status.ObservedGeneration != 2 || !uc.Spec.Servers[0].Disabled {
-		t.Fatalf("after status update: generation %d observedGeneration %d disabled %v", uc.Generation, uc.Status.ObservedGeneration, uc.Spec.Servers[0].Disabled)
+	if statusUpdated.Generation != 2 || statusUpdated.Status.ObservedGeneration != 7 || !statusUpdated.Spec.Servers[0].Disabled {
+		t.Fatalf("after status update: generation %d observedGeneration %d disabled %v", statusUpdated.Generation, statusUpdated.Status.ObservedGeneration, statusUpdated.Spec.Servers[0].Disabled)
 	}
-	expectEvent(t, w, watch.Modified, 2)
 
 	list, err := client.List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -172,19 +194,26 @@ func TestUpstreamClusterLifecycle(t *testing.T) {
 	}
 }
 
+// expectEvent waits for an event of type typ for an object at generation,
+// skipping others (the gateway's own status writes are MODIFIED events too).
 func expectEvent(t *testing.T, w watch.Interface, typ watch.EventType, generation int64) {
 	t.Helper()
-	select {
-	case ev, ok := <-w.ResultChan():
-		if !ok {
-			t.Fatal("watch ended")
+	deadline := time.After(20 * time.Second)
+	var seen []string
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("watch ended; saw %v", seen)
+			}
+			u, isObj := ev.Object.(*unstructured.Unstructured)
+			if isObj && ev.Type == typ && u.GetGeneration() == generation {
+				return
+			}
+			seen = append(seen, string(ev.Type))
+		case <-deadline:
+			t.Fatalf("no %s event at generation %d; saw %v", typ, generation, seen)
 		}
-		u, isObj := ev.Object.(*unstructured.Unstructured)
-		if ev.Type != typ || !isObj || u.GetGeneration() != generation {
-			t.Fatalf("watch event %s (generation %v), want %s with generation %d", ev.Type, ev.Object, typ, generation)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("no %s event", typ)
 	}
 }
 
@@ -200,13 +229,17 @@ func TestKubectlOnUpstreamClusters(t *testing.T) {
 	if strings.Join(header, " ") != "NAME SERVERS HEALTHY READY AGE" {
 		t.Fatalf("columns: %q", header)
 	}
-	out, _, err = env.Kubectl(ctx, "hub-admin", "get", "uc", harness.MemberA, "--no-headers", "-o", "wide")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f := strings.Fields(out); len(f) < 6 || f[0] != harness.MemberA || f[1] != "2" || strings.Count(f[5], "https://") != 2 {
-		t.Fatalf("member-a row: %q", out)
-	}
+	// The status the gateway writes fills the health columns.
+	eventually(t, 30*time.Second, func(ctx context.Context) error {
+		out, _, err := env.Kubectl(ctx, "hub-admin", "get", "uc", harness.MemberA, "--no-headers", "-o", "wide")
+		if err != nil {
+			return err
+		}
+		if f := strings.Fields(out); len(f) < 6 || f[0] != harness.MemberA || f[1] != "2" || f[2] != "2/2" || f[3] != "True" || strings.Count(f[5], "https://") != 2 {
+			return errorf("member-a row: %q, want 2 servers, 2/2 healthy, Ready True", out)
+		}
+		return nil
+	})
 
 	out, _, err = env.Kubectl(ctx, "hub-admin", "explain", "upstreamclusters.spec.servers")
 	if err != nil {

@@ -215,6 +215,15 @@ func (e *Env) setupHub(ctx context.Context) error {
 		func() error {
 			return o.roleBinding(ctx, GatewayNamespace, "kube-gateway:secrets-reader", "Role", "kube-gateway:secrets-reader", UserGateway)
 		},
+		// Leader election of the replica that writes UpstreamCluster status
+		// (Lease kube-gateway-status in the gateway namespace).
+		func() error {
+			return o.role(ctx, GatewayNamespace, "kube-gateway:leader-election",
+				rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}})
+		},
+		func() error {
+			return o.roleBinding(ctx, GatewayNamespace, "kube-gateway:leader-election", "Role", "kube-gateway:leader-election", UserGateway)
+		},
 		// Users of the proxy: alice yes, bob no.
 		func() error {
 			return o.clusterRole(ctx, "kube-gateway:proxy",

@@ -14,12 +14,15 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/utils/clock"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1/validation"
+	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/clusters"
 	"github.com/kubewharf/kube-gateway/proxy/forward"
 	"github.com/kubewharf/kube-gateway/proxy/metrics"
+	"github.com/kubewharf/kube-gateway/proxy/status"
 	"github.com/kubewharf/kube-gateway/registry/upstreamcluster"
 )
 
@@ -83,7 +86,17 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := proxyMetrics.Register(legacyregistry.Registerer()); err != nil {
 		return nil, err
 	}
-	controller, err := clusters.NewController(storage.UpstreamCluster.ListWatch(), secrets, proxyMetrics.ForgetCluster)
+	// Every replica observes health; the leader writes it to status.
+	statusWriter := status.NewWriter(storage.Status, clock.RealClock{})
+	controller, err := clusters.NewController(storage.UpstreamCluster.ListWatch(), secrets, clusters.Hooks{
+		Removed: func(name string) {
+			proxyMetrics.ForgetCluster(name)
+			statusWriter.Forget(name)
+		},
+		Observed: func(name string, generation int64, servers []cluster.ServerHealth) {
+			statusWriter.Observe(name, generation, statusHealth(servers))
+		},
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +114,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	generic.AddPostStartHookOrDie("start-upstreamcluster-controller", func(hookCtx genericapiserver.PostStartHookContext) error {
 		secretInformers.Start(hookCtx.Done())
 		go controller.Run(hookCtx)
+		go status.Lead(hookCtx, c.hub, c.secretNamespace, statusLeaseName, status.Identity(), statusWriter.Run)
 		return nil
 	})
 	if err := generic.AddReadyzChecks(healthz.NamedCheck("upstreamclusters-loaded", func(*http.Request) error {
@@ -112,6 +126,18 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	return &Server{generic: generic}, nil
+}
+
+// statusLeaseName is the hub Lease (in the secret namespace) whose holder writes
+// UpstreamCluster status.
+const statusLeaseName = "kube-gateway-status"
+
+func statusHealth(servers []cluster.ServerHealth) []status.Health {
+	out := make([]status.Health, 0, len(servers))
+	for _, s := range servers {
+		out = append(out, status.Health{Endpoint: s.Endpoint, Healthy: s.Healthy, Reason: s.Reason, Message: s.Message, LastTransitionTime: s.Since})
+	}
+	return out
 }
 
 // Run serves until ctx ends, then shuts down gracefully.

@@ -1,0 +1,403 @@
+// Package health decides which servers of a member cluster take requests.
+//
+// A Checker probes every endpoint of one compiled cluster off the request path
+// (active checking: GET spec.healthCheck.path with the gateway's own credential)
+// and takes reports from the data plane about real requests (passive checking:
+// connection and transport failures). An endpoint goes out of rotation after
+// UnhealthyThreshold consecutive failures, probes and passive failures alike, and
+// comes back after HealthyThreshold consecutive successful probes. Every change is
+// recorded on the endpoint (balance.Endpoint.SetHealthy), where the balancer reads
+// it, and handed to a callback, which writes status.
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/balance"
+)
+
+// Reasons of transitions, CamelCase as in status.servers[].reason.
+const (
+	// ReasonProbeSucceeded: enough consecutive probes answered 200.
+	ReasonProbeSucceeded = "ProbeSucceeded"
+	// ReasonProbeFailed: the last failure was a probe that got another status or
+	// could not be sent (connection refused, TLS error, ...).
+	ReasonProbeFailed = "ProbeFailed"
+	// ReasonProbeTimedOut: the last failure was a probe without an answer within
+	// the timeout.
+	ReasonProbeTimedOut = "ProbeTimedOut"
+	// ReasonConnectionFailed: the last failure was a real request that failed to
+	// connect or whose connection broke (passive report).
+	ReasonConnectionFailed = "ConnectionFailed"
+)
+
+// Config is a compiled spec.healthCheck.
+type Config struct {
+	// Path probed on every endpoint, absolute, e.g. /readyz.
+	Path string
+	// Interval between the starts of two probes of one endpoint; Timeout bounds
+	// one probe.
+	Interval, Timeout time.Duration
+	// HealthyThreshold is the number of consecutive successful probes that make
+	// an unhealthy endpoint healthy.
+	HealthyThreshold int
+	// UnhealthyThreshold is the number of consecutive failures (probes or passive
+	// reports) that make a healthy endpoint unhealthy.
+	UnhealthyThreshold int
+}
+
+// ConfigFrom compiles hc. A nil hc, and every zero field of hc, take the
+// documented defaults (gatewayv1alpha1.DefaultHealthCheck*), as defaulting does.
+func ConfigFrom(hc *gatewayv1alpha1.HealthCheck) Config {
+	c := Config{
+		Path:               gatewayv1alpha1.DefaultHealthCheckPath,
+		Interval:           gatewayv1alpha1.DefaultHealthCheckIntervalSeconds * time.Second,
+		Timeout:            gatewayv1alpha1.DefaultHealthCheckTimeoutSeconds * time.Second,
+		HealthyThreshold:   gatewayv1alpha1.DefaultHealthCheckHealthyThreshold,
+		UnhealthyThreshold: gatewayv1alpha1.DefaultHealthCheckUnhealthyThreshold,
+	}
+	if hc == nil {
+		return c
+	}
+	if hc.Path != "" {
+		c.Path = hc.Path
+	}
+	if hc.IntervalSeconds > 0 {
+		c.Interval = time.Duration(hc.IntervalSeconds) * time.Second
+	}
+	if hc.TimeoutSeconds > 0 {
+		c.Timeout = time.Duration(hc.TimeoutSeconds) * time.Second
+	}
+	if hc.HealthyThreshold > 0 {
+		c.HealthyThreshold = int(hc.HealthyThreshold)
+	}
+	if hc.UnhealthyThreshold > 0 {
+		c.UnhealthyThreshold = int(hc.UnhealthyThreshold)
+	}
+	return c
+}
+
+// normalized returns c with values a Checker can run with: thresholds at least
+// 1, a positive interval and timeout, a path starting with "/".
+func (c Config) normalized() Config {
+	d := ConfigFrom(nil)
+	if c.Path == "" {
+		c.Path = d.Path
+	} else if !strings.HasPrefix(c.Path, "/") {
+		c.Path = "/" + c.Path
+	}
+	if c.Interval <= 0 {
+		c.Interval = d.Interval
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = min(d.Timeout, c.Interval)
+	}
+	c.HealthyThreshold = max(c.HealthyThreshold, 1)
+	c.UnhealthyThreshold = max(c.UnhealthyThreshold, 1)
+	return c
+}
+
+// Transition is one change of an endpoint's health.
+type Transition struct {
+	// Cluster is the name of the UpstreamCluster.
+	Cluster string
+	// Endpoint is the endpoint URL as in spec.servers (e.URL.String()).
+	Endpoint string
+	// Healthy is the new health.
+	Healthy bool
+	// Reason is one of the Reason* constants: what the last observation was.
+	Reason string
+	// Message is a short human-readable detail, e.g.
+	// "GET /readyz: 500 Internal Server Error" or a dial error. It is made of
+	// status lines and errors only, never of headers, so never of a credential.
+	Message string
+	// Time is when the change happened, by the checker's clock.
+	Time time.Time
+}
+
+// Checker probes the endpoints of one compiled cluster and takes passive
+// reports from the data plane.
+//
+// Callbacks: onTransition is called from a single goroutine of the checker, one
+// call at a time, in the order in which the changes happened, with no lock of the
+// checker held. A slow callback delays later callbacks, never probes nor requests,
+// but Run does not return before the callback in progress returns. Transitions
+// still queued when Run's context ends are dropped.
+type Checker struct {
+	cluster      string
+	probe        http.RoundTripper
+	cfg          Config
+	clk          clock.WithTicker
+	onTransition func(Transition)
+
+	endpoints []*endpointState
+	byPtr     map[*balance.Endpoint]*endpointState // read only after NewChecker
+
+	started atomic.Bool
+	stopped atomic.Bool // set when Run returns: reports are ignored from then on
+
+	qmu    sync.Mutex
+	queue  []Transition
+	signal chan struct{} // capacity 1: the queue is not empty
+
+	// probed, when set (by tests, before Run), is called by the probe goroutine
+	// after the result of every probe has been recorded.
+	probed func(e *balance.Endpoint, ok bool)
+}
+
+// endpointState holds the streaks of one endpoint.
+type endpointState struct {
+	e        *balance.Endpoint
+	name     string // e.URL.String()
+	probeURL string
+
+	mu        sync.Mutex
+	failures  atomic.Int64 // written under mu; read without it by ReportSuccess
+	successes int          // consecutive successful probes, under mu
+}
+
+// NewChecker returns a checker of the endpoints of cluster. probe carries the
+// probes (the gateway's credential, no impersonation: transport.Transports.Probe);
+// clk paces them; onTransition (may be nil) is told of every change of health,
+// see Checker. Nothing runs before Run.
+func NewChecker(cluster string, endpoints []*balance.Endpoint, probe http.RoundTripper, cfg Config, clk clock.WithTicker, onTransition func(Transition)) *Checker {
+	c := &Checker{
+		cluster:      cluster,
+		probe:        probe,
+		cfg:          cfg.normalized(),
+		clk:          clk,
+		onTransition: onTransition,
+		byPtr:        make(map[*balance.Endpoint]*endpointState, len(endpoints)),
+		signal:       make(chan struct{}, 1),
+	}
+	for _, e := range endpoints {
+		if e == nil || c.byPtr[e] != nil {
+			continue
+		}
+		u := *e.URL
+		u.Path = strings.TrimSuffix(u.Path, "/") + c.cfg.Path
+		u.RawPath, u.RawQuery, u.Fragment, u.User = "", "", "", nil
+		s := &endpointState{e: e, name: e.URL.String(), probeURL: u.String()}
+		c.endpoints = append(c.endpoints, s)
+		c.byPtr[e] = s
+	}
+	return c
+}
+
+// Run probes every endpoint every Interval, the first time at once, until ctx
+// ends, and delivers transitions. It returns when every goroutine it started has
+// ended; from then on reports are ignored. Call it once.
+func (c *Checker) Run(ctx context.Context) {
+	if !c.started.CompareAndSwap(false, true) {
+		panic("health: Checker.Run called twice")
+	}
+	defer c.stopped.Store(true)
+	var wg sync.WaitGroup
+	for _, s := range c.endpoints {
+		wg.Go(func() { c.probeLoop(ctx, s) })
+	}
+	if c.onTransition != nil {
+		wg.Go(func() { c.deliver(ctx) })
+	}
+	wg.Wait()
+}
+
+// ReportFailure records that a real request to e failed to connect or lost its
+// connection (err says how). Failures of requests canceled by their client
+// (context.Canceled) say nothing about e and are ignored, as are endpoints that
+// are not this checker's. Safe for concurrent use; it never blocks on I/O.
+func (c *Checker) ReportFailure(e *balance.Endpoint, err error) {
+	if c.stopped.Load() || errors.Is(err, context.Canceled) {
+		return
+	}
+	s := c.byPtr[e]
+	if s == nil {
+		return
+	}
+	msg := "connection failed"
+	if err != nil {
+		msg = redact(err).Error()
+	}
+	c.failure(s, ReasonConnectionFailed, msg)
+}
+
+// ReportSuccess records that a real request to e got a response: the failure
+// streak starts over. It does not make an unhealthy endpoint healthy; only
+// probes do. Safe for concurrent use and lock-free on the usual path.
+func (c *Checker) ReportSuccess(e *balance.Endpoint) {
+	s := c.byPtr[e]
+	if s == nil || c.stopped.Load() {
+		return
+	}
+	if s.failures.Load() != 0 {
+		s.failures.Store(0)
+	}
+}
+
+func (c *Checker) failure(s *endpointState, reason, msg string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.successes = 0
+	if n := s.failures.Add(1); n >= int64(c.cfg.UnhealthyThreshold) && s.e.SetHealthy(false) {
+		c.enqueue(Transition{Cluster: c.cluster, Endpoint: s.name, Healthy: false, Reason: reason, Message: msg, Time: c.clk.Now()})
+	}
+}
+
+func (c *Checker) probeSuccess(s *endpointState, msg string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failures.Store(0)
+	s.successes++
+	if s.successes >= c.cfg.HealthyThreshold && s.e.SetHealthy(true) {
+		c.enqueue(Transition{Cluster: c.cluster, Endpoint: s.name, Healthy: true, Reason: ReasonProbeSucceeded, Message: msg, Time: c.clk.Now()})
+	}
+}
+
+// enqueue queues t for delivery. Called with the endpoint's lock held, so that
+// the queue order is the order of the changes.
+func (c *Checker) enqueue(t Transition) {
+	if c.onTransition == nil {
+		return
+	}
+	c.qmu.Lock()
+	c.queue = append(c.queue, t)
+	c.qmu.Unlock()
+	select {
+	case c.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Checker) deliver(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.signal:
+		}
+		c.qmu.Lock()
+		batch := c.queue
+		c.queue = nil
+		c.qmu.Unlock()
+		for _, t := range batch {
+			if ctx.Err() != nil {
+				return
+			}
+			c.onTransition(t)
+		}
+	}
+}
+
+func (c *Checker) probeLoop(ctx context.Context, s *endpointState) {
+	ticker := c.clk.NewTicker(c.cfg.Interval)
+	defer ticker.Stop()
+	for {
+		c.probeOnce(ctx, s)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		}
+	}
+}
+
+// errTimedOut is the cause of a probe's context when its timeout passed.
+type errTimedOut time.Duration
+
+func (e errTimedOut) Error() string { return fmt.Sprintf("timed out after %s", time.Duration(e)) }
+
+// probeOnce sends one probe and records its result. It returns when the probe
+// and its timer goroutine have ended.
+func (c *Checker) probeOnce(ctx context.Context, s *endpointState) {
+	if ctx.Err() != nil {
+		return
+	}
+	pctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	// The timeout runs on the checker's clock, so that tests drive it.
+	timer := c.clk.NewTimer(c.cfg.Timeout)
+	probeDone, timerDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(timerDone)
+		select {
+		case <-timer.C():
+			cancel(errTimedOut(c.cfg.Timeout))
+		case <-probeDone:
+		}
+	}()
+	status, err := c.get(pctx, s.probeURL)
+	close(probeDone)
+	timer.Stop()
+	<-timerDone
+
+	if ctx.Err() != nil { // shutting down: the result says nothing about s
+		return
+	}
+	ok := err == nil && status == ""
+	prefix := "GET " + c.cfg.Path + ": "
+	switch {
+	case ok:
+		c.probeSuccess(s, prefix+"200 OK")
+	case err != nil:
+		var to errTimedOut
+		if errors.As(context.Cause(pctx), &to) {
+			c.failure(s, ReasonProbeTimedOut, prefix+to.Error())
+		} else {
+			c.failure(s, ReasonProbeFailed, prefix+redact(err).Error())
+		}
+	default:
+		c.failure(s, ReasonProbeFailed, prefix+status)
+	}
+	if c.probed != nil {
+		c.probed(s.e, ok)
+	}
+}
+
+// maxDrain bounds the body read to reuse the connection; a longer body closes it.
+const maxDrain = 64 << 10
+
+// get sends GET u and returns "" on 200, else the status line; or the error.
+// Redirects are not followed: a redirect is a failure.
+func (c *Checker) get(ctx context.Context, u string) (status string, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Accept", "text/plain, */*")
+	resp, err := c.probe.RoundTrip(req)
+	if err != nil {
+		return "", err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+	_ = resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		return "", nil
+	}
+	status = resp.Status
+	if status == "" {
+		status = fmt.Sprintf("%d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
+	}
+	return status, nil
+}
+
+// redact drops the URL of a *url.Error (keeping messages short and free of
+// anything a URL may carry); other errors are returned as they are.
+func redact(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.Err != nil {
+		return ue.Err
+	}
+	return err
+}

@@ -1,0 +1,604 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	testclock "k8s.io/utils/clock/testing"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/balance"
+)
+
+const (
+	testToken = "s3cr3t-gateway-token"
+	wait      = 10 * time.Second // deadline of every wait for an event
+)
+
+// member is a member apiserver whose /readyz answer the test controls.
+type member struct {
+	t   *testing.T
+	srv *httptest.Server
+	ep  *balance.Endpoint
+
+	mu      sync.Mutex
+	status  int           // answer of /readyz; 0: block until release is closed
+	release chan struct{} // closed to let blocked requests finish
+	hits    chan struct{} // one value per /readyz request received
+}
+
+func newMember(t *testing.T) *member {
+	t.Helper()
+	m := &member{t: t, status: http.StatusOK, release: make(chan struct{}), hits: make(chan struct{}, 100)}
+	m.srv = httptest.NewTLSServer(http.HandlerFunc(m.serve))
+	t.Cleanup(func() {
+		m.unblock()
+		m.srv.Close()
+	})
+	u, err := url.Parse(m.srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ep = balance.NewEndpoint(u)
+	return m
+}
+
+func (m *member) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/readyz" {
+		http.NotFound(w, r)
+		return
+	}
+	if r.Header.Get("Authorization") != "Bearer "+testToken {
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	m.mu.Lock()
+	status, release := m.status, m.release
+	m.mu.Unlock()
+	select {
+	case m.hits <- struct{}{}:
+	default:
+		m.t.Errorf("hits of %s overflowed", m.srv.URL)
+	}
+	if status == 0 {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		return
+	}
+	w.WriteHeader(status)
+	if status == http.StatusOK {
+		_, _ = w.Write([]byte("ok"))
+	} else {
+		_, _ = w.Write([]byte("[-]etcd failed: reason withheld\nreadyz check failed"))
+	}
+}
+
+func (m *member) set(status int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.status = status
+}
+
+func (m *member) unblock() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	select {
+	case <-m.release:
+	default:
+		close(m.release)
+	}
+}
+
+func (m *member) waitHit() {
+	m.t.Helper()
+	select {
+	case <-m.hits:
+	case <-time.After(wait):
+		m.t.Fatalf("no probe reached %s", m.srv.URL)
+	}
+}
+
+// bearer adds the gateway's credential, as transport.Transports.Probe does.
+type bearer struct{ rt http.RoundTripper }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+testToken)
+	return b.rt.RoundTrip(r)
+}
+
+type probeEvent struct {
+	endpoint string
+	ok       bool
+}
+
+// harness runs a Checker over members on a fake clock.
+type harness struct {
+	t       *testing.T
+	clk     *testclock.FakeClock
+	cfg     Config
+	c       *Checker
+	members []*member
+	tr      *http.Transport
+	probes  chan probeEvent
+	trans   chan Transition
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+var testConfig = Config{Path: "/readyz", Interval: 5 * time.Second, Timeout: 2 * time.Second, HealthyThreshold: 1, UnhealthyThreshold: 2}
+
+func newHarness(t *testing.T, cfg Config, members ...*member) *harness {
+	t.Helper()
+	h := &harness{
+		t:       t,
+		clk:     testclock.NewFakeClock(time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)),
+		cfg:     cfg,
+		members: members,
+		probes:  make(chan probeEvent, 100),
+		trans:   make(chan Transition, 100),
+		done:    make(chan struct{}),
+	}
+	// One client transport trusting every member's certificate (all httptest
+	// servers share the same one).
+	h.tr = members[0].srv.Client().Transport.(*http.Transport).Clone()
+	var eps []*balance.Endpoint
+	for _, m := range members {
+		eps = append(eps, m.ep)
+	}
+	h.c = NewChecker("member-a", eps, bearer{h.tr}, cfg, h.clk, func(tr Transition) { h.trans <- tr })
+	h.c.probed = func(e *balance.Endpoint, ok bool) { h.probes <- probeEvent{e.URL.String(), ok} }
+	return h
+}
+
+// start runs the checker and waits for the first round of probes.
+func (h *harness) start() {
+	h.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go func() {
+		defer close(h.done)
+		h.c.Run(ctx)
+	}()
+	h.t.Cleanup(h.stop)
+	h.awaitProbes(len(h.members))
+}
+
+// stop cancels Run and waits for it to return.
+func (h *harness) stop() {
+	h.t.Helper()
+	h.cancel()
+	select {
+	case <-h.done:
+	case <-time.After(wait):
+		h.t.Fatal("Run did not return after cancel")
+	}
+	h.tr.CloseIdleConnections()
+}
+
+// awaitProbes waits for n recorded probe results and returns them by endpoint.
+func (h *harness) awaitProbes(n int) map[string]bool {
+	h.t.Helper()
+	got := map[string]bool{}
+	for range n {
+		select {
+		case p := <-h.probes:
+			if _, dup := got[p.endpoint]; dup {
+				h.t.Fatalf("two probes of %s in one round", p.endpoint)
+			}
+			got[p.endpoint] = p.ok
+		case <-time.After(wait):
+			h.t.Fatalf("got %d of %d probes", len(got), n)
+		}
+	}
+	return got
+}
+
+// round advances the clock by one interval and waits for every endpoint's probe.
+func (h *harness) round() map[string]bool {
+	h.t.Helper()
+	h.clk.Step(h.cfg.Interval)
+	return h.awaitProbes(len(h.members))
+}
+
+// expect waits for the next transition and checks it.
+func (h *harness) expect(m *member, healthy bool, reason string) Transition {
+	h.t.Helper()
+	select {
+	case tr := <-h.trans:
+		if tr.Cluster != "member-a" || tr.Endpoint != m.srv.URL || tr.Healthy != healthy || tr.Reason != reason {
+			h.t.Fatalf("transition %+v, want endpoint %s healthy=%v reason %s", tr, m.srv.URL, healthy, reason)
+		}
+		if !tr.Time.Equal(h.clk.Now()) {
+			h.t.Errorf("transition time %v, want %v", tr.Time, h.clk.Now())
+		}
+		if strings.Contains(tr.Message, testToken) || strings.Contains(tr.Message, "Bearer") {
+			h.t.Errorf("message leaks the credential: %q", tr.Message)
+		}
+		if m.ep.Healthy() != healthy {
+			h.t.Errorf("endpoint healthy=%v after transition to %v", m.ep.Healthy(), healthy)
+		}
+		return tr
+	case <-time.After(wait):
+		h.t.Fatalf("no transition of %s to healthy=%v", m.srv.URL, healthy)
+		return Transition{}
+	}
+}
+
+// expectNone checks that no transition is pending: transitions are delivered in
+// order, so a marker queued now must be the next one delivered.
+func (h *harness) expectNone() {
+	h.t.Helper()
+	marker := Transition{Cluster: "marker", Reason: fmt.Sprint(time.Now().UnixNano())}
+	h.c.enqueue(marker)
+	select {
+	case tr := <-h.trans:
+		if tr != marker {
+			h.t.Fatalf("unexpected transition %+v", tr)
+		}
+	case <-time.After(wait):
+		h.t.Fatal("marker transition not delivered")
+	}
+}
+
+func TestConfigFrom(t *testing.T) {
+	def := Config{Path: "/readyz", Interval: 5 * time.Second, Timeout: 2 * time.Second, HealthyThreshold: 1, UnhealthyThreshold: 2}
+	for _, tc := range []struct {
+		name string
+		in   *gatewayv1alpha1.HealthCheck
+		want Config
+	}{
+		{"nil", nil, def},
+		{"empty", &gatewayv1alpha1.HealthCheck{}, def},
+		{"set", &gatewayv1alpha1.HealthCheck{Path: "/livez", IntervalSeconds: 10, TimeoutSeconds: 3, UnhealthyThreshold: 4, HealthyThreshold: 2},
+			Config{Path: "/livez", Interval: 10 * time.Second, Timeout: 3 * time.Second, HealthyThreshold: 2, UnhealthyThreshold: 4}},
+		{"partial", &gatewayv1alpha1.HealthCheck{IntervalSeconds: 30},
+			Config{Path: "/readyz", Interval: 30 * time.Second, Timeout: 2 * time.Second, HealthyThreshold: 1, UnhealthyThreshold: 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ConfigFrom(tc.in); got != tc.want {
+				t.Errorf("ConfigFrom = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	// The defaults are the API's.
+	uc := &gatewayv1alpha1.UpstreamCluster{}
+	gatewayv1alpha1.SetDefaults_UpstreamCluster(uc)
+	if got := ConfigFrom(uc.Spec.HealthCheck); got != def {
+		t.Errorf("ConfigFrom(defaulted) = %+v, want %+v", got, def)
+	}
+}
+
+func TestThresholds(t *testing.T) {
+	a, b := newMember(t), newMember(t)
+	cfg := testConfig
+	cfg.UnhealthyThreshold, cfg.HealthyThreshold = 2, 2
+	h := newHarness(t, cfg, a, b)
+	h.start()
+	h.expectNone()
+	if !a.ep.Healthy() || !b.ep.Healthy() {
+		t.Fatal("endpoints not healthy after successful probes")
+	}
+
+	// a answers 500: one failure is not enough, the second takes it out.
+	a.set(http.StatusInternalServerError)
+	if got := h.round(); got[a.srv.URL] || !got[b.srv.URL] {
+		t.Fatalf("round results %v", got)
+	}
+	h.expectNone()
+	if !a.ep.Healthy() {
+		t.Fatal("a unhealthy after 1 of 2 failures")
+	}
+	h.round()
+	tr := h.expect(a, false, ReasonProbeFailed)
+	if tr.Message != "GET /readyz: 500 Internal Server Error" {
+		t.Errorf("message %q", tr.Message)
+	}
+	// More failures: no more transitions.
+	h.round()
+	h.expectNone()
+
+	// a recovers: one success is not enough, the second brings it back.
+	a.set(http.StatusOK)
+	h.round()
+	h.expectNone()
+	if a.ep.Healthy() {
+		t.Fatal("a healthy after 1 of 2 successes")
+	}
+	// A failure in between starts the success streak over.
+	a.set(http.StatusServiceUnavailable)
+	h.round()
+	a.set(http.StatusOK)
+	h.round()
+	h.expectNone()
+	if a.ep.Healthy() {
+		t.Fatal("a healthy after a broken success streak")
+	}
+	h.round()
+	h.expect(a, true, ReasonProbeSucceeded)
+	h.round()
+	h.expectNone()
+	if !b.ep.Healthy() {
+		t.Fatal("b went unhealthy")
+	}
+}
+
+func TestProbeConnectionFailed(t *testing.T) {
+	a, b := newMember(t), newMember(t)
+	h := newHarness(t, testConfig, a, b)
+	h.start()
+	// Closed listener: connections are refused.
+	a.srv.Close()
+	h.round()
+	h.round()
+	tr := h.expect(a, false, ReasonProbeFailed)
+	if !strings.HasPrefix(tr.Message, "GET /readyz: ") || strings.Contains(tr.Message, a.srv.URL+"/readyz") {
+		t.Errorf("message %q: want the error without the URL", tr.Message)
+	}
+	t.Logf("message: %s", tr.Message)
+	h.expectNone()
+	if !b.ep.Healthy() {
+		t.Fatal("b went unhealthy")
+	}
+}
+
+func TestNon200IsFailure(t *testing.T) {
+	for _, status := range []int{http.StatusNoContent, http.StatusFound, http.StatusUnauthorized, http.StatusNotFound} {
+		t.Run(fmt.Sprint(status), func(t *testing.T) {
+			a := newMember(t)
+			cfg := testConfig
+			cfg.UnhealthyThreshold = 1
+			h := newHarness(t, cfg, a)
+			h.start()
+			a.set(status)
+			h.round()
+			tr := h.expect(a, false, ReasonProbeFailed)
+			if want := "GET /readyz: " + fmt.Sprint(status) + " " + http.StatusText(status); tr.Message != want {
+				t.Errorf("message %q, want %q", tr.Message, want)
+			}
+		})
+	}
+}
+
+func TestPassiveFailuresTakeEndpointOut(t *testing.T) {
+	a, b := newMember(t), newMember(t)
+	cfg := testConfig
+	cfg.UnhealthyThreshold = 3
+	h := newHarness(t, cfg, a, b)
+	h.start()
+
+	dialErr := &url.Error{Op: "Get", URL: a.srv.URL + "/api/v1/pods?token=x", Err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}}
+	h.c.ReportFailure(a.ep, dialErr)
+	h.c.ReportFailure(a.ep, dialErr)
+	if !a.ep.Healthy() {
+		t.Fatal("a unhealthy after 2 of 3 failures")
+	}
+	// Canceled client requests say nothing about the endpoint.
+	h.c.ReportFailure(a.ep, fmt.Errorf("proxy: %w", context.Canceled))
+	if !a.ep.Healthy() {
+		t.Fatal("a canceled request counted as a failure")
+	}
+	h.c.ReportFailure(a.ep, dialErr)
+	// Out at once, before any further probe.
+	if a.ep.Healthy() {
+		t.Fatal("a healthy after 3 passive failures")
+	}
+	tr := h.expect(a, false, ReasonConnectionFailed)
+	if tr.Message != "dial tcp: connect: connection refused" {
+		t.Errorf("message %q", tr.Message)
+	}
+	h.c.ReportFailure(a.ep, dialErr)
+	h.expectNone()
+
+	// Passive successes do not bring it back; a probe does.
+	h.c.ReportSuccess(a.ep)
+	h.expectNone()
+	if a.ep.Healthy() {
+		t.Fatal("a passive success made a healthy")
+	}
+	h.round()
+	h.expect(a, true, ReasonProbeSucceeded)
+
+	// Probe and passive failures count alike.
+	a.set(http.StatusInternalServerError)
+	h.round()
+	h.c.ReportFailure(a.ep, dialErr)
+	h.expectNone()
+	h.c.ReportFailure(a.ep, dialErr)
+	h.expect(a, false, ReasonConnectionFailed)
+	if !b.ep.Healthy() {
+		t.Fatal("b went unhealthy")
+	}
+}
+
+func TestPassiveSuccessResetsStreak(t *testing.T) {
+	a := newMember(t)
+	cfg := testConfig
+	cfg.UnhealthyThreshold = 3
+	h := newHarness(t, cfg, a)
+	h.start()
+	a.set(http.StatusInternalServerError)
+	h.round()
+	h.round()
+	h.c.ReportSuccess(a.ep) // 2 failures forgotten
+	h.round()
+	h.round()
+	h.expectNone()
+	if !a.ep.Healthy() {
+		t.Fatal("a unhealthy although a passive success broke the streak")
+	}
+	h.round()
+	h.expect(a, false, ReasonProbeFailed)
+}
+
+func TestProbeTimeout(t *testing.T) {
+	slow, fast := newMember(t), newMember(t)
+	slow.set(0) // block until released
+	h := newHarness(t, testConfig, slow, fast)
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go func() {
+		defer close(h.done)
+		h.c.Run(ctx)
+	}()
+	t.Cleanup(h.stop)
+
+	for round := range 2 {
+		if round > 0 {
+			h.clk.Step(h.cfg.Interval - h.cfg.Timeout) // to the next tick
+		}
+		// The slow endpoint's probe hangs; the fast one's completes meanwhile.
+		slow.waitHit()
+		if got := h.awaitProbes(1); !got[fast.srv.URL] {
+			t.Fatalf("round %d: fast probe result %v", round, got)
+		}
+		// The timeout passes: the hanging probe fails.
+		h.clk.Step(h.cfg.Timeout)
+		if got := h.awaitProbes(1); got[slow.srv.URL] || len(got) != 1 {
+			t.Fatalf("round %d: slow probe result %v", round, got)
+		}
+	}
+	tr := h.expect(slow, false, ReasonProbeTimedOut)
+	if tr.Message != "GET /readyz: timed out after 2s" {
+		t.Errorf("message %q", tr.Message)
+	}
+	h.expectNone()
+	if !fast.ep.Healthy() {
+		t.Fatal("fast went unhealthy")
+	}
+	// No two probes of one endpoint overlap: the hanging probe ended before the
+	// next one started, so exactly one request per round reached slow.
+	select {
+	case <-slow.hits:
+		t.Fatal("an extra probe reached slow")
+	default:
+	}
+}
+
+func TestRunReturnsWithProbeInFlight(t *testing.T) {
+	before := runtime.NumGoroutine()
+	func() {
+		slow, fast := newMember(t), newMember(t)
+		slow.set(0)
+		h := newHarness(t, testConfig, slow, fast)
+		ctx, cancel := context.WithCancel(context.Background())
+		h.cancel = cancel
+		go func() {
+			defer close(h.done)
+			h.c.Run(ctx)
+		}()
+		slow.waitHit()
+		h.awaitProbes(1)
+		h.stop() // cancel; Run returns although slow's probe was in flight
+		if slow.ep.Healthy() != true {
+			t.Error("the probe canceled by shutdown counted")
+		}
+		// Reports after Run returned are ignored.
+		for range 5 {
+			h.c.ReportFailure(fast.ep, errors.New("boom"))
+		}
+		if !fast.ep.Healthy() {
+			t.Error("report after Run returned changed health")
+		}
+		slow.unblock()
+		slow.srv.Close()
+		fast.srv.Close()
+	}()
+	// Nothing of the checker, the servers or the transport keeps running.
+	deadline := time.Now().Add(wait)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("goroutines: %d before, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+		}
+		runtime.Gosched()
+		time.Sleep(10 * time.Millisecond) // polling interval, bounded by the deadline
+	}
+}
+
+func TestConcurrentReports(t *testing.T) {
+	a, b := newMember(t), newMember(t)
+	h := newHarness(t, testConfig, a, b) // unhealthy after 2 failures, healthy after 1 probe
+	h.start()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			for j := 0; ; j++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				e := a.ep
+				if (i+j)%2 == 0 {
+					e = b.ep
+				}
+				if j%5 == 0 {
+					h.c.ReportSuccess(e)
+				} else {
+					h.c.ReportFailure(e, errors.New("connection reset by peer"))
+				}
+			}
+		})
+	}
+	for range 5 {
+		h.round()
+	}
+	close(stop)
+	wg.Wait()
+	// Whatever the interleaving, transitions alternate per endpoint.
+	h.stop()
+	last := map[string]bool{a.srv.URL: true, b.srv.URL: true}
+	for {
+		select {
+		case tr := <-h.trans:
+			if tr.Healthy == last[tr.Endpoint] {
+				t.Fatalf("transition %+v repeats the previous health", tr)
+			}
+			last[tr.Endpoint] = tr.Healthy
+			continue
+		default:
+		}
+		break
+	}
+}
+
+func TestUnknownEndpointIgnored(t *testing.T) {
+	a := newMember(t)
+	h := newHarness(t, testConfig, a)
+	other := balance.NewEndpoint(&url.URL{Scheme: "https", Host: "192.0.2.1:6443"})
+	h.c.ReportFailure(other, errors.New("x"))
+	h.c.ReportFailure(other, errors.New("x"))
+	h.c.ReportSuccess(other)
+	if !other.Healthy() {
+		t.Fatal("a foreign endpoint was changed")
+	}
+}
+
+func TestProbeURL(t *testing.T) {
+	u, _ := url.Parse("https://192.0.2.10:6443")
+	u2, _ := url.Parse("https://user:pw@192.0.2.11:6443/prefix/")
+	c := NewChecker("x", []*balance.Endpoint{balance.NewEndpoint(u), balance.NewEndpoint(u2)}, http.DefaultTransport, Config{Path: "livez"}, testclock.NewFakeClock(time.Now()), nil)
+	if got, want := c.endpoints[0].probeURL, "https://192.0.2.10:6443/livez"; got != want {
+		t.Errorf("probe URL %q, want %q", got, want)
+	}
+	if got, want := c.endpoints[1].probeURL, "https://192.0.2.11:6443/prefix/livez"; got != want {
+		t.Errorf("probe URL %q, want %q", got, want)
+	}
+	if c.cfg.Interval != 5*time.Second || c.cfg.Timeout != 2*time.Second || c.cfg.HealthyThreshold != 1 || c.cfg.UnhealthyThreshold != 1 {
+		t.Errorf("normalized config %+v", c.cfg)
+	}
+}

@@ -1,0 +1,329 @@
+// Package status keeps the status of UpstreamClusters in line with what the data
+// plane observes: status.servers[] (each endpoint's health, reason and last
+// transition), status.observedGeneration and the Ready condition.
+//
+// Every gateway replica observes (Writer.Observe is cheap and never blocks the
+// data plane); only the replica that holds the hub Lease writes (Lead runs
+// Writer.Run while leading). Writes happen on changes only: the desired status is
+// compared with the stored one and nothing is written when they agree.
+package status
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+)
+
+// Reasons of the Ready condition.
+const (
+	// ReasonServersHealthy: every observed server is healthy.
+	ReasonServersHealthy = "ServersHealthy"
+	// ReasonSomeServersHealthy: at least one, but not every, server is healthy.
+	ReasonSomeServersHealthy = "SomeServersHealthy"
+	// ReasonNoHealthyServer: no server can serve requests.
+	ReasonNoHealthyServer = "NoHealthyServer"
+)
+
+const (
+	// writeTimeout bounds one Get or Update on the storage.
+	writeTimeout = 30 * time.Second
+	// maxMessageLen caps a server's message (probe errors can be long); the
+	// API does not limit it, etcd objects should stay small.
+	maxMessageLen = 1024
+	// Retries of a cluster whose write failed (other than on conflicts, which
+	// are retried at once): per cluster exponential backoff.
+	retryBaseDelay = 100 * time.Millisecond
+	retryMaxDelay  = 30 * time.Second
+	// Writes over all clusters: a new leader with many clusters to correct
+	// does not burst the storage.
+	writeQPS   = 10
+	writeBurst = 100
+)
+
+// Health is what the data plane observed about one endpoint.
+type Health struct {
+	// Endpoint as in spec.servers.
+	Endpoint string
+	// Healthy says whether the endpoint receives requests.
+	Healthy bool
+	// Reason (CamelCase) and Message of the last transition.
+	Reason, Message string
+	// LastTransitionTime is when Healthy last changed as the data plane saw it.
+	// Zero: the writer's clock at the time it notices the change.
+	LastTransitionTime time.Time
+}
+
+// StatusStorage is the status subresource storage;
+// registry/upstreamcluster.StatusREST satisfies it.
+type StatusStorage = interface {
+	rest.Getter
+	rest.Updater
+}
+
+// observation is the latest view of one cluster.
+type observation struct {
+	generation int64
+	servers    []Health
+}
+
+// Writer keeps UpstreamCluster status in line with the observed health, writing
+// only on changes.
+type Writer struct {
+	storage StatusStorage
+	clock   clock.PassiveClock
+	limiter flowcontrol.RateLimiter
+
+	mu       sync.Mutex
+	observed map[string]observation
+	// queue is the queue of the running Run, nil while not leading.
+	queue workqueue.TypedRateLimitingInterface[string]
+
+	// onSync, if set (tests), is called after each processed cluster.
+	onSync func(cluster string, wrote bool, err error)
+}
+
+// NewWriter returns a Writer over the status subresource storage. Run must be
+// called (by the leader, see Lead) for anything to be written.
+func NewWriter(statusStorage StatusStorage, clk clock.PassiveClock) *Writer {
+	return &Writer{
+		storage:  statusStorage,
+		clock:    clk,
+		limiter:  flowcontrol.NewTokenBucketRateLimiter(writeQPS, writeBurst),
+		observed: map[string]observation{},
+	}
+}
+
+// Observe records the current health of every endpoint of cluster (as compiled
+// from generation): servers is the list of its endpoints with their health, in the
+// order status.servers[] should show them. It is cheap and non-blocking; the
+// writes happen in Run.
+//
+// An observation of an older generation than the last one recorded for the
+// cluster is ignored (a health checker of a replaced compilation may still
+// report); a deleted cluster must be forgotten (Forget) before a new cluster of
+// the same name is observed.
+func (w *Writer) Observe(cluster string, generation int64, servers []Health) {
+	o := observation{generation: generation, servers: append([]Health(nil), servers...)}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if prev, ok := w.observed[cluster]; ok && prev.generation > generation {
+		return
+	}
+	w.observed[cluster] = o
+	if w.queue != nil {
+		w.queue.Add(cluster)
+	}
+}
+
+// Forget drops a deleted cluster: nothing more is written for it.
+func (w *Writer) Forget(cluster string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.observed, cluster)
+	if w.queue != nil {
+		w.queue.Forget(cluster)
+	}
+}
+
+func (w *Writer) observation(cluster string) (observation, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	o, ok := w.observed[cluster]
+	return o, ok
+}
+
+// Run writes pending changes until ctx ends. It is meant to run only while this
+// replica leads (Lead(..., w.Run)); it starts by checking every observed cluster,
+// so that a new leader writes its current view at once. Run must not run twice at
+// the same time.
+func (w *Writer) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx).WithName("status-writer")
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](retryBaseDelay, retryMaxDelay),
+		workqueue.TypedRateLimitingQueueConfig[string]{},
+	)
+	w.mu.Lock()
+	w.queue = q
+	for cluster := range w.observed {
+		q.Add(cluster)
+	}
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		if w.queue == q {
+			w.queue = nil
+		}
+		w.mu.Unlock()
+		q.ShutDown()
+	}()
+	stop := context.AfterFunc(ctx, q.ShutDown)
+	defer stop()
+
+	logger.V(2).Info("Writing UpstreamCluster status")
+	for w.processNext(ctx, q) {
+	}
+	logger.V(2).Info("Stopped writing UpstreamCluster status")
+}
+
+func (w *Writer) processNext(ctx context.Context, q workqueue.TypedRateLimitingInterface[string]) bool {
+	cluster, shutdown := q.Get()
+	if shutdown {
+		return false
+	}
+	defer q.Done(cluster)
+	if ctx.Err() != nil {
+		return false
+	}
+	wrote, err := w.sync(ctx, cluster)
+	switch {
+	case err == nil:
+		q.Forget(cluster)
+	case ctx.Err() != nil:
+		// Stopping: the next leader writes the latest view.
+	default:
+		klog.FromContext(ctx).Error(err, "Writing UpstreamCluster status failed, will retry", "upstreamCluster", cluster)
+		q.AddRateLimited(cluster)
+	}
+	if w.onSync != nil {
+		w.onSync(cluster, wrote, err)
+	}
+	return true
+}
+
+// sync writes the status of cluster if it differs from the stored one.
+func (w *Writer) sync(ctx context.Context, cluster string) (wrote bool, err error) {
+	err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		o, ok := w.observation(cluster) // the latest view on every attempt
+		if !ok {
+			return nil // forgotten
+		}
+		// The storage is called directly, not through the API handlers: there
+		// is no authentication, authorization or admission on this path, and
+		// the store needs no request values (cluster-scoped: no namespace).
+		// The generic store wants to know the request is cluster-scoped.
+		rctx, cancel := context.WithTimeout(genericapirequest.WithNamespace(ctx, metav1.NamespaceNone), writeTimeout)
+		defer cancel()
+		obj, err := w.storage.Get(rctx, cluster, &metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil // deleted; Forget follows
+		}
+		if err != nil {
+			return err
+		}
+		uc, ok := obj.(*gatewayv1alpha1.UpstreamCluster)
+		if !ok {
+			return fmt.Errorf("status storage returned %T, not an UpstreamCluster", obj)
+		}
+		status := desiredStatus(&uc.Status, o, metav1.NewTime(w.clock.Now()).Rfc3339Copy())
+		if apiequality.Semantic.DeepEqual(&uc.Status, status) {
+			return nil
+		}
+		if err := w.limiter.Wait(rctx); err != nil {
+			return err
+		}
+		updated := uc.DeepCopy() // keeps resourceVersion: a concurrent write conflicts
+		updated.Status = *status
+		_, _, err = w.storage.Update(rctx, cluster, rest.DefaultUpdatedObjectInfo(updated),
+			rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{})
+		if err == nil {
+			wrote = true
+			klog.FromContext(ctx).V(2).Info("Wrote UpstreamCluster status", "upstreamCluster", cluster,
+				"observedGeneration", status.ObservedGeneration, "ready", readyMessage(status))
+		}
+		return err
+	})
+	return wrote, err
+}
+
+func readyMessage(st *gatewayv1alpha1.UpstreamClusterStatus) string {
+	if c := meta.FindStatusCondition(st.Conditions, gatewayv1alpha1.ConditionReady); c != nil {
+		return c.Message
+	}
+	return ""
+}
+
+// desiredStatus is old updated with the observation o; now stamps the transitions
+// the data plane did not time. Timestamps of what did not change are kept, so an
+// unchanged observation gives a status semantically equal to old.
+func desiredStatus(old *gatewayv1alpha1.UpstreamClusterStatus, o observation, now metav1.Time) *gatewayv1alpha1.UpstreamClusterStatus {
+	st := old.DeepCopy()
+	st.ObservedGeneration = o.generation
+
+	prev := make(map[string]gatewayv1alpha1.ServerStatus, len(old.Servers))
+	for _, s := range old.Servers {
+		prev[s.Endpoint] = s
+	}
+	var servers []gatewayv1alpha1.ServerStatus
+	seen := make(map[string]bool, len(o.servers))
+	healthy := 0
+	for _, h := range o.servers {
+		if seen[h.Endpoint] { // the API refuses duplicates; keep the first
+			continue
+		}
+		seen[h.Endpoint] = true
+		s := gatewayv1alpha1.ServerStatus{
+			Endpoint: h.Endpoint,
+			Healthy:  h.Healthy,
+			Reason:   h.Reason,
+			Message:  truncate(h.Message, maxMessageLen),
+		}
+		switch p, ok := prev[h.Endpoint]; {
+		case ok && p.Healthy == h.Healthy && !p.LastTransitionTime.IsZero():
+			s.LastTransitionTime = p.LastTransitionTime
+		case !h.LastTransitionTime.IsZero():
+			s.LastTransitionTime = metav1.NewTime(h.LastTransitionTime).Rfc3339Copy()
+		default:
+			s.LastTransitionTime = now
+		}
+		if h.Healthy {
+			healthy++
+		}
+		servers = append(servers, s)
+	}
+	st.Servers = servers
+
+	ready := metav1.Condition{
+		Type:               gatewayv1alpha1.ConditionReady,
+		ObservedGeneration: o.generation,
+		LastTransitionTime: now, // kept by SetStatusCondition when the status does not change
+		Message:            fmt.Sprintf("%d of %d servers healthy", healthy, len(servers)),
+	}
+	switch {
+	case healthy == 0:
+		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonNoHealthyServer
+	case healthy == len(servers):
+		ready.Status, ready.Reason = metav1.ConditionTrue, ReasonServersHealthy
+	default:
+		ready.Status, ready.Reason = metav1.ConditionTrue, ReasonSomeServersHealthy
+	}
+	meta.SetStatusCondition(&st.Conditions, ready)
+	return st
+}
+
+// truncate cuts s to at most n bytes on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}

@@ -1,0 +1,459 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1/validation"
+)
+
+// fakeStorage is an in-memory status storage with optimistic concurrency, like
+// the generic registry behind StatusREST: an update must carry the stored
+// resourceVersion, only the status changes, and the status is validated.
+type fakeStorage struct {
+	mu        sync.Mutex
+	objects   map[string]*gatewayv1alpha1.UpstreamCluster
+	rv        int
+	updates   map[string]int // successful updates per name
+	attempts  map[string]int // update calls per name
+	conflicts int            // the next this many updates meet a concurrent writer
+	// blockGet, if set, is waited for by the Get of blockName.
+	blockName string
+	blockGet  chan struct{}
+	blocked   chan struct{} // if set, told when a Get starts waiting
+}
+
+var _ StatusStorage = &fakeStorage{}
+
+func newFakeStorage(names ...string) *fakeStorage {
+	s := &fakeStorage{objects: map[string]*gatewayv1alpha1.UpstreamCluster{}, updates: map[string]int{}, attempts: map[string]int{}}
+	for _, n := range names {
+		s.rv++
+		s.objects[n] = &gatewayv1alpha1.UpstreamCluster{ObjectMeta: metav1.ObjectMeta{
+			Name: n, UID: types.UID("uid-" + n), Generation: 1, ResourceVersion: strconv.Itoa(s.rv),
+		}}
+	}
+	return s
+}
+
+func (s *fakeStorage) New() runtime.Object { return &gatewayv1alpha1.UpstreamCluster{} }
+
+func (s *fakeStorage) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
+	if err := requireNamespace(ctx); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	block, blocked := s.blockGet, s.blocked
+	if name != s.blockName {
+		block = nil
+	}
+	s.mu.Unlock()
+	if block != nil {
+		if blocked != nil {
+			blocked <- struct{}{}
+		}
+		select {
+		case <-block:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	obj, ok := s.objects[name]
+	if !ok {
+		return nil, apierrors.NewNotFound(gatewayv1alpha1.Resource("upstreamclusters"), name)
+	}
+	return obj.DeepCopy(), nil
+}
+
+func (s *fakeStorage) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
+	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, _ *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	if err := requireNamespace(ctx); err != nil {
+		return nil, false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.attempts[name]++
+	gr := gatewayv1alpha1.Resource("upstreamclusters")
+	old, ok := s.objects[name]
+	if !ok {
+		return nil, false, apierrors.NewNotFound(gr, name)
+	}
+	if s.conflicts > 0 { // another writer got there first
+		s.conflicts--
+		s.rv++
+		old.ResourceVersion = strconv.Itoa(s.rv)
+	}
+	obj, err := objInfo.UpdatedObject(ctx, old.DeepCopy())
+	if err != nil {
+		return nil, false, err
+	}
+	uc := obj.(*gatewayv1alpha1.UpstreamCluster)
+	if p := objInfo.Preconditions(); p != nil && p.UID != nil && *p.UID != old.UID {
+		return nil, false, apierrors.NewConflict(gr, name, errors.New("UID precondition failed"))
+	}
+	if uc.ResourceVersion != old.ResourceVersion {
+		return nil, false, apierrors.NewConflict(gr, name, errors.New("the object has been modified"))
+	}
+	if err := updateValidation(ctx, uc, old); err != nil {
+		return nil, false, err
+	}
+	// The status strategy: everything but the status comes from the stored object.
+	next := old.DeepCopy()
+	next.Status = uc.Status
+	if errs := validation.ValidateUpstreamClusterStatusUpdate(next, old); len(errs) > 0 {
+		return nil, false, apierrors.NewInvalid(schema.GroupKind{Group: gatewayv1alpha1.GroupName, Kind: "UpstreamCluster"}, name, errs)
+	}
+	s.rv++
+	next.ResourceVersion = strconv.Itoa(s.rv)
+	s.objects[name] = next
+	s.updates[name]++
+	return next.DeepCopy(), false, nil
+}
+
+func (s *fakeStorage) stored(name string) *gatewayv1alpha1.UpstreamCluster {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.objects[name].DeepCopy()
+}
+
+func (s *fakeStorage) counts(name string) (updates, attempts int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.updates[name], s.attempts[name]
+}
+
+type syncEvent struct {
+	cluster string
+	wrote   bool
+	err     error
+}
+
+// startWriter runs a Writer over s until the test ends; its events are every
+// processed cluster.
+func startWriter(t *testing.T, s *fakeStorage, clk *clocktesting.FakePassiveClock) (*Writer, <-chan syncEvent, context.CancelFunc, <-chan struct{}) {
+	t.Helper()
+	w := NewWriter(s, clk)
+	events := make(chan syncEvent, 100)
+	w.onSync = func(cluster string, wrote bool, err error) { events <- syncEvent{cluster, wrote, err} }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return w, events, cancel, done
+}
+
+// next waits for the next processed cluster.
+func next(t *testing.T, events <-chan syncEvent) syncEvent {
+	t.Helper()
+	select {
+	case ev := <-events:
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatal("no cluster processed within 10s")
+		return syncEvent{}
+	}
+}
+
+// waitFor fails the test if ch yields nothing within 10s.
+func waitFor[T any](t *testing.T, ch <-chan T, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out after 10s waiting for %s", what)
+	}
+}
+
+func expectSync(t *testing.T, events <-chan syncEvent, cluster string, wrote bool) {
+	t.Helper()
+	ev := next(t, events)
+	if ev.cluster != cluster || ev.wrote != wrote || ev.err != nil {
+		t.Fatalf("processed %+v, want cluster %s wrote=%v without error", ev, cluster, wrote)
+	}
+}
+
+func ready(t *testing.T, uc *gatewayv1alpha1.UpstreamCluster) metav1.Condition {
+	t.Helper()
+	c := meta.FindStatusCondition(uc.Status.Conditions, gatewayv1alpha1.ConditionReady)
+	if c == nil {
+		t.Fatalf("no Ready condition in %+v", uc.Status)
+	}
+	return *c
+}
+
+func server(t *testing.T, uc *gatewayv1alpha1.UpstreamCluster, endpoint string) gatewayv1alpha1.ServerStatus {
+	t.Helper()
+	for _, s := range uc.Status.Servers {
+		if s.Endpoint == endpoint {
+			return s
+		}
+	}
+	t.Fatalf("no server %s in %+v", endpoint, uc.Status.Servers)
+	return gatewayv1alpha1.ServerStatus{}
+}
+
+const (
+	epA = "https://192.0.2.10:6443"
+	epB = "https://192.0.2.11:6443"
+)
+
+var t0 = time.Date(2026, 10, 1, 12, 0, 0, 0, time.UTC)
+
+func TestWriter(t *testing.T) {
+	s := newFakeStorage("member-a")
+	clk := clocktesting.NewFakePassiveClock(t0)
+	w, events, _, _ := startWriter(t, s, clk)
+
+	// First observation: servers, Ready and observedGeneration are written.
+	both := []Health{
+		{Endpoint: epA, Healthy: true, Reason: "ProbeSucceeded"},
+		{Endpoint: epB, Healthy: true, Reason: "ProbeSucceeded"},
+	}
+	w.Observe("member-a", 1, both)
+	expectSync(t, events, "member-a", true)
+	uc := s.stored("member-a")
+	if uc.Status.ObservedGeneration != 1 || len(uc.Status.Servers) != 2 ||
+		uc.Status.Servers[0].Endpoint != epA || uc.Status.Servers[1].Endpoint != epB {
+		t.Fatalf("status after the first observation: %+v", uc.Status)
+	}
+	for _, ep := range []string{epA, epB} {
+		if s := server(t, uc, ep); !s.Healthy || s.Reason != "ProbeSucceeded" || !s.LastTransitionTime.Time.Equal(t0) {
+			t.Errorf("server %s: %+v", ep, s)
+		}
+	}
+	r := ready(t, uc)
+	if r.Status != metav1.ConditionTrue || r.Reason != ReasonServersHealthy || r.Message != "2 of 2 servers healthy" ||
+		r.ObservedGeneration != 1 || !r.LastTransitionTime.Time.Equal(t0) {
+		t.Fatalf("Ready: %+v", r)
+	}
+
+	// The same observation later writes nothing.
+	clk.SetTime(t0.Add(time.Minute))
+	w.Observe("member-a", 1, both)
+	expectSync(t, events, "member-a", false)
+	if n, _ := s.counts("member-a"); n != 1 {
+		t.Fatalf("%d updates after an identical observation, want 1", n)
+	}
+
+	// One endpoint turns unhealthy: one write; only its transition time moves.
+	t1 := t0.Add(2 * time.Minute)
+	clk.SetTime(t1)
+	w.Observe("member-a", 1, []Health{
+		{Endpoint: epA, Healthy: true, Reason: "ProbeSucceeded"},
+		{Endpoint: epB, Healthy: false, Reason: "ProbeFailed", Message: "connection refused"},
+	})
+	expectSync(t, events, "member-a", true)
+	if n, _ := s.counts("member-a"); n != 2 {
+		t.Fatalf("%d updates after one transition, want 2", n)
+	}
+	uc = s.stored("member-a")
+	if a := server(t, uc, epA); !a.Healthy || !a.LastTransitionTime.Time.Equal(t0) {
+		t.Errorf("server A changed: %+v", a)
+	}
+	if b := server(t, uc, epB); b.Healthy || b.Reason != "ProbeFailed" || b.Message != "connection refused" || !b.LastTransitionTime.Time.Equal(t1) {
+		t.Errorf("server B: %+v", b)
+	}
+	r = ready(t, uc)
+	if r.Status != metav1.ConditionTrue || r.Reason != ReasonSomeServersHealthy || r.Message != "1 of 2 servers healthy" ||
+		!r.LastTransitionTime.Time.Equal(t0) {
+		t.Fatalf("Ready: %+v", r)
+	}
+
+	// Every endpoint unhealthy, at a new generation; the data plane's own
+	// transition time is used.
+	t2 := t0.Add(3 * time.Minute)
+	clk.SetTime(t2.Add(time.Second))
+	w.Observe("member-a", 2, []Health{
+		{Endpoint: epA, Healthy: false, Reason: "ConnectionFailed", LastTransitionTime: t2},
+		{Endpoint: epB, Healthy: false, Reason: "ProbeFailed", Message: "connection refused"},
+	})
+	expectSync(t, events, "member-a", true)
+	uc = s.stored("member-a")
+	if uc.Status.ObservedGeneration != 2 {
+		t.Errorf("observedGeneration %d, want 2", uc.Status.ObservedGeneration)
+	}
+	if a := server(t, uc, epA); a.Healthy || !a.LastTransitionTime.Time.Equal(t2) {
+		t.Errorf("server A: %+v", a)
+	}
+	if b := server(t, uc, epB); !b.LastTransitionTime.Time.Equal(t1) {
+		t.Errorf("server B changed: %+v", b)
+	}
+	r = ready(t, uc)
+	if r.Status != metav1.ConditionFalse || r.Reason != ReasonNoHealthyServer || r.Message != "0 of 2 servers healthy" ||
+		r.ObservedGeneration != 2 || !r.LastTransitionTime.Time.Equal(t2.Add(time.Second)) {
+		t.Fatalf("Ready: %+v", r)
+	}
+
+	// An older generation's report is ignored.
+	w.Observe("member-a", 1, both)
+	if o, _ := w.observation("member-a"); o.generation != 2 {
+		t.Fatalf("observation of generation 1 replaced generation 2")
+	}
+}
+
+func TestWriterRetriesConflicts(t *testing.T) {
+	s := newFakeStorage("member-a")
+	s.conflicts = 2
+	w, events, _, _ := startWriter(t, s, clocktesting.NewFakePassiveClock(t0))
+	w.Observe("member-a", 1, []Health{{Endpoint: epA, Healthy: true}})
+	expectSync(t, events, "member-a", true)
+	if updates, attempts := s.counts("member-a"); updates != 1 || attempts != 3 {
+		t.Fatalf("%d updates in %d attempts, want 1 in 3", updates, attempts)
+	}
+	if r := ready(t, s.stored("member-a")); r.Status != metav1.ConditionTrue {
+		t.Fatalf("Ready: %+v", r)
+	}
+}
+
+func TestWriterForget(t *testing.T) {
+	s := newFakeStorage("member-a", "member-b")
+	w, events, _, _ := startWriter(t, s, clocktesting.NewFakePassiveClock(t0))
+	healthy := []Health{{Endpoint: epA, Healthy: true}}
+	w.Observe("member-a", 1, healthy)
+	expectSync(t, events, "member-a", true)
+
+	// Hold the worker on member-b while member-a changes and is forgotten:
+	// member-a is still queued but must not be written.
+	release := make(chan struct{})
+	s.mu.Lock()
+	s.blockName, s.blockGet = "member-b", release
+	s.mu.Unlock()
+	w.Observe("member-b", 1, healthy)
+	w.Observe("member-a", 1, []Health{{Endpoint: epA, Healthy: false}})
+	w.Forget("member-a")
+	close(release)
+	expectSync(t, events, "member-b", true)
+	expectSync(t, events, "member-a", false)
+	if n, _ := s.counts("member-a"); n != 1 {
+		t.Fatalf("%d updates of member-a, want 1 (none after Forget)", n)
+	}
+	if r := ready(t, s.stored("member-a")); r.Status != metav1.ConditionTrue {
+		t.Fatalf("member-a written after Forget: %+v", r)
+	}
+}
+
+// A cluster deleted from the storage before Forget is skipped without error.
+func TestWriterDeletedCluster(t *testing.T) {
+	s := newFakeStorage()
+	w, events, _, _ := startWriter(t, s, clocktesting.NewFakePassiveClock(t0))
+	w.Observe("gone", 1, []Health{{Endpoint: epA, Healthy: true}})
+	expectSync(t, events, "gone", false)
+}
+
+// Observations made while not leading are written when Run starts.
+func TestWriterWritesObservedOnStart(t *testing.T) {
+	s := newFakeStorage("member-a", "member-b", "member-c")
+	clk := clocktesting.NewFakePassiveClock(t0)
+	w := NewWriter(s, clk)
+	for _, c := range []string{"member-a", "member-b", "member-c"} {
+		w.Observe(c, 1, []Health{{Endpoint: epA, Healthy: true}})
+	}
+	w.Forget("member-c")
+	events := make(chan syncEvent, 10)
+	w.onSync = func(cluster string, wrote bool, err error) { events <- syncEvent{cluster, wrote, err} }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Run(ctx)
+	}()
+	defer func() { cancel(); <-done }()
+	got := map[string]bool{}
+	for range 2 {
+		ev := next(t, events)
+		if ev.err != nil || !ev.wrote {
+			t.Fatalf("processed %+v", ev)
+		}
+		got[ev.cluster] = true
+	}
+	if !got["member-a"] || !got["member-b"] {
+		t.Fatalf("written: %v", got)
+	}
+	if n, _ := s.counts("member-c"); n != 0 {
+		t.Fatalf("forgotten member-c written %d times", n)
+	}
+}
+
+func TestWriterRunExitsOnCancel(t *testing.T) {
+	s := newFakeStorage("member-a")
+	w, events, cancel, done := startWriter(t, s, clocktesting.NewFakePassiveClock(t0))
+	w.Observe("member-a", 1, []Health{{Endpoint: epA, Healthy: true}})
+	expectSync(t, events, "member-a", true)
+
+	// Also while a storage call is in flight.
+	blocked := make(chan struct{}, 1)
+	s.mu.Lock()
+	s.blockName, s.blockGet, s.blocked = "member-a", make(chan struct{}), blocked // never released
+	s.mu.Unlock()
+	w.Observe("member-a", 1, []Health{{Endpoint: epA, Healthy: false}})
+	waitFor(t, blocked, "the Get of member-a")
+	cancel()
+	waitFor(t, done, "Run to return after its context ended")
+	// Not leading any more: observing still works and writes nothing.
+	w.Observe("member-a", 1, []Health{{Endpoint: epB, Healthy: true}})
+	if n, _ := s.counts("member-a"); n != 1 {
+		t.Fatalf("%d updates, want 1", n)
+	}
+}
+
+func TestDesiredStatus(t *testing.T) {
+	now := metav1.NewTime(t0)
+	t.Run("no servers", func(t *testing.T) {
+		st := desiredStatus(&gatewayv1alpha1.UpstreamClusterStatus{}, observation{generation: 3}, now)
+		c := meta.FindStatusCondition(st.Conditions, gatewayv1alpha1.ConditionReady)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonNoHealthyServer || c.Message != "0 of 0 servers healthy" {
+			t.Fatalf("Ready: %+v", c)
+		}
+	})
+	t.Run("duplicates and long messages", func(t *testing.T) {
+		long := string(make([]byte, 2*maxMessageLen))
+		st := desiredStatus(&gatewayv1alpha1.UpstreamClusterStatus{}, observation{generation: 1, servers: []Health{
+			{Endpoint: epA, Healthy: true, Message: long}, {Endpoint: epA, Healthy: false},
+		}}, now)
+		if len(st.Servers) != 1 || !st.Servers[0].Healthy || len(st.Servers[0].Message) != maxMessageLen {
+			t.Fatalf("servers: %d, first healthy=%v message length %d", len(st.Servers), st.Servers[0].Healthy, len(st.Servers[0].Message))
+		}
+	})
+	t.Run("removed endpoint", func(t *testing.T) {
+		old := desiredStatus(&gatewayv1alpha1.UpstreamClusterStatus{}, observation{generation: 1, servers: []Health{
+			{Endpoint: epA, Healthy: true}, {Endpoint: epB, Healthy: true},
+		}}, now)
+		st := desiredStatus(old, observation{generation: 2, servers: []Health{{Endpoint: epA, Healthy: true}}}, metav1.NewTime(t0.Add(time.Hour)))
+		if len(st.Servers) != 1 || st.Servers[0].Endpoint != epA || !st.Servers[0].LastTransitionTime.Equal(&now) {
+			t.Fatalf("servers: %+v", st.Servers)
+		}
+	})
+}
+
+// requireNamespace fails like the generic registry store does when the context
+// does not say which namespace (none, for UpstreamClusters) the request is in.
+func requireNamespace(ctx context.Context) error {
+	if _, ok := genericapirequest.NamespaceFrom(ctx); !ok {
+		return apierrors.NewInternalError(fmt.Errorf("no namespace information found in request context"))
+	}
+	return nil
+}

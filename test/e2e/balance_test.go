@@ -1,0 +1,302 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/test/harness"
+)
+
+// fastHealthCheck notices a dead replica within seconds.
+var fastHealthCheck = &gatewayv1alpha1.HealthCheck{Path: "/readyz", IntervalSeconds: 2, TimeoutSeconds: 1, UnhealthyThreshold: 2, HealthyThreshold: 1}
+
+// Round robin over member-a's two replicas splits 1000 GETs evenly, as each
+// replica's own audit log shows.
+func TestRoundRobinSplitsEvenly(t *testing.T) {
+	replicas := env.Members[harness.MemberA].Servers
+	uc := memberACluster("round-robin")
+	createCluster(t, uc)
+	waitUsable(t, uc.Name)
+
+	ctx := testContext(t, 2*time.Minute)
+	target := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "round-robin-target"}}
+	if _, err := memberA(t).CoreV1().ConfigMaps(harness.AliceNamespace).Create(ctx, target, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	before := [2]int{auditCount(t, replicas[0], "get", "configmaps", "alice"), auditCount(t, replicas[1], "get", "configmaps", "alice")}
+	c := proxyClient(t, harness.UserAlice, uc.Name)
+	const n = 1000
+	for i := 0; i < n; i++ {
+		if _, err := c.CoreV1().ConfigMaps(harness.AliceNamespace).Get(ctx, target.Name, metav1.GetOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 10*time.Second, func(context.Context) error {
+		first := auditCount(t, replicas[0], "get", "configmaps", "alice") - before[0]
+		second := auditCount(t, replicas[1], "get", "configmaps", "alice") - before[1]
+		if first+second != n || first < n/2-10 || first > n/2+10 {
+			return errorf("replica 1 served %d, replica 2 served %d of %d GETs; want %d +- 10 each", first, second, n, n/2)
+		}
+		return nil
+	})
+}
+
+// Under a steady load of GETs, one replica of member-a dies: no GET fails, the
+// status shows the replica unhealthy within the configured thresholds, a watch
+// on it ends and a new one succeeds; once restarted, traffic returns to it.
+func TestFailover(t *testing.T) {
+	replicas := env.Members[harness.MemberA].Servers
+	victim := replicas[1]
+	uc := memberACluster("failover")
+	uc.Spec.HealthCheck = fastHealthCheck
+	createCluster(t, uc)
+	waitUsable(t, uc.Name)
+	ctx := testContext(t, 3*time.Minute)
+	c := proxyClient(t, harness.UserAlice, uc.Name)
+
+	// Two watches: round robin puts one on each replica.
+	var watches []watch.Interface
+	for i := 0; i < 2; i++ {
+		w, err := c.CoreV1().ConfigMaps(harness.AliceNamespace).Watch(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		watches = append(watches, w)
+	}
+
+	// Steady load: 50 GETs per second until the test says stop.
+	cfg := env.ProxyConfig(harness.UserAlice, uc.Name)
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := cfg.Host + "/api/v1/namespaces/alice/configmaps"
+	var failures atomic.Int64
+	var requests atomic.Int64
+	var firstFailure atomic.Value
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			requests.Add(1)
+			code, body, err := tryGet(ctx, httpClient, url)
+			if err != nil || code != http.StatusOK {
+				if failures.Add(1) == 1 {
+					firstFailure.Store(fmt.Sprintf("%d: %s %v", code, body, err))
+				}
+			}
+		}
+	}()
+	stopLoad := func() {
+		close(stop)
+		wg.Wait()
+	}
+
+	// Let the load run on both replicas, then kill one.
+	eventually(t, 10*time.Second, func(context.Context) error {
+		if requests.Load() < 25 {
+			return errorf("load not started")
+		}
+		return nil
+	})
+	// A crash, not a graceful shutdown.
+	if err := victim.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			_ = victim.Process.Restart(context.Background())
+		}
+	})
+
+	// One of the two watches ends with its replica.
+	ended := make(chan struct{}, len(watches))
+	for _, w := range watches {
+		go func() {
+			for range w.ResultChan() {
+			}
+			ended <- struct{}{}
+		}()
+	}
+	select {
+	case <-ended:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no watch ended when its replica died")
+	}
+	// A new watch succeeds (on the surviving replica).
+	eventually(t, 20*time.Second, func(ctx context.Context) error {
+		w, err := c.CoreV1().ConfigMaps(harness.AliceNamespace).Watch(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		w.Stop()
+		return nil
+	})
+
+	// The status says so, within the thresholds (2 failures x 2s, plus slack).
+	eventually(t, 30*time.Second, func(ctx context.Context) error {
+		return serverHealth(ctx, t, uc.Name, victim.URL, false)
+	})
+	if took := time.Since(killed); took > 15*time.Second {
+		t.Errorf("status turned unhealthy after %s", took)
+	}
+
+	// Restart it: it is healthy again and takes traffic within two intervals.
+	servedBefore := auditCount(t, victim, "list", "configmaps", "alice")
+	if err := victim.Process.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	eventually(t, 30*time.Second, func(ctx context.Context) error {
+		if err := serverHealth(ctx, t, uc.Name, victim.URL, true); err != nil {
+			return err
+		}
+		if auditCount(t, victim, "list", "configmaps", "alice") == servedBefore {
+			return errorf("the restarted replica gets no traffic yet")
+		}
+		return nil
+	})
+	stopLoad()
+	if n := failures.Load(); n != 0 {
+		t.Fatalf("%d of %d GETs failed during the failover; first: %v", n, requests.Load(), firstFailure.Load())
+	}
+	t.Logf("%d GETs, none failed", requests.Load())
+}
+
+// tryGet GETs url; for goroutines, which must not end the test.
+func tryGet(ctx context.Context, c *http.Client, url string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), nil
+}
+
+// serverHealth checks what the status of cluster says about endpoint.
+func serverHealth(ctx context.Context, t *testing.T, cluster, endpoint string, healthy bool) error {
+	u, err := upstreamClusters(t).Get(ctx, cluster, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	uc := fromUnstructured(t, u)
+	for _, s := range uc.Status.Servers {
+		if s.Endpoint == endpoint {
+			if s.Healthy != healthy {
+				return errorf("status of %s: healthy=%v (%s: %s), want %v", endpoint, s.Healthy, s.Reason, s.Message, healthy)
+			}
+			return nil
+		}
+	}
+	return errorf("status has no entry for %s: %+v", endpoint, uc.Status)
+}
+
+// 200 concurrent clients share a handful of connections to each member server.
+func TestConnectionsArePooled(t *testing.T) {
+	uc := memberACluster("pooled")
+	createCluster(t, uc)
+	waitUsable(t, uc.Name)
+	ctx := testContext(t, time.Minute)
+	var wg sync.WaitGroup
+	errs := make(chan error, 200)
+	for i := 0; i < 200; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 5; j++ {
+				if resp, body := rawGet(ctx, t, harness.UserAlice, uc.Name, "/api/v1/namespaces/alice/configmaps"); resp.StatusCode != http.StatusOK {
+					errs <- errorf("%s: %s", resp.Status, body)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, s := range env.Members[harness.MemberA].Servers {
+		n, err := connectionsTo(env.Gateway.PID(), s.Port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// HTTP/2 multiplexes: a handful at most (probes and clusters share none
+		// of the other tests' pools, which hold their own few).
+		if n > 8 {
+			t.Errorf("the gateway holds %d TCP connections to %s", n, s.URL)
+		}
+		t.Logf("gateway -> %s: %d TCP connections", s.URL, n)
+	}
+}
+
+// connectionsTo counts the established TCP connections of process pid to port
+// on 127.0.0.1, from /proc: the socket inodes the process holds, matched with
+// the kernel's TCP table.
+func connectionsTo(pid, port int) (int, error) {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0, err
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		link, err := os.Readlink(filepath.Join(fmt.Sprintf("/proc/%d/fd", pid), fd.Name()))
+		if err == nil && strings.HasPrefix(link, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")] = true
+		}
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/net/tcp", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	remote := fmt.Sprintf("0100007F:%04X", port)
+	n := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		// sl local rem st ... inode
+		if len(fields) < 10 || fields[2] != remote || fields[3] != "01" { // 01: ESTABLISHED
+			continue
+		}
+		if inodes[fields[9]] {
+			n++
+		}
+	}
+	return n, sc.Err()
+}
