@@ -1,0 +1,240 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/kubewharf/kube-gateway/test/harness"
+)
+
+func memberB(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(env.Members[harness.MemberB].AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func hubAdmin(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(env.HubConfig(harness.UserAdmin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// gatewayIdentity creates a service account on member-b that may impersonate,
+// and returns a fresh token of it.
+func gatewayIdentity(ctx context.Context, t *testing.T, name string) string {
+	t.Helper()
+	c := memberB(t)
+	if _, err := c.CoreV1().ServiceAccounts("kube-system").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "kube-gateway:impersonator"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "kube-system", Name: name}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = c.RbacV1().ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{})
+		_ = c.CoreV1().ServiceAccounts("kube-system").Delete(ctx, name, metav1.DeleteOptions{})
+	})
+	expiry := int64(3600)
+	tr, err := c.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// auditUsers counts the requests a replica's audit log shows as made by user.
+func auditUsers(t *testing.T, s *harness.APIServer, user string) int {
+	t.Helper()
+	f, err := os.Open(s.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var ev struct {
+			User struct {
+				Username string `json:"username"`
+			} `json:"user"`
+		}
+		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.User.Username == user {
+			n++
+		}
+	}
+	return n
+}
+
+// The gateway's member token is rotated in its Secret and the old one revoked on
+// the member: requests keep succeeding, without a restart.
+func TestCredentialRotation(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	oldToken := gatewayIdentity(ctx, t, "gateway-rotation-old")
+	newToken := gatewayIdentity(ctx, t, "gateway-rotation-new")
+	secrets := hubAdmin(t).CoreV1().Secrets(harness.GatewayNamespace)
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "rotation"},
+		Data:       map[string][]byte{"token": []byte(oldToken), "ca.crt": env.Members[harness.MemberB].CAData},
+	}
+	if _, err := secrets.Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = secrets.Delete(context.Background(), "rotation", metav1.DeleteOptions{}) })
+	uc := newCluster("rotation", env.Members[harness.MemberB].Servers[0].URL)
+	uc.Spec.ClientConfig.SecretRef.Name = "rotation"
+	createCluster(t, uc)
+	waitUsable(t, uc.Name)
+
+	// Steady load through the gateway for the whole rotation.
+	cfg := env.ProxyConfig(harness.UserAdmin, uc.Name)
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var requests, failures atomic.Int64
+	var firstFailure atomic.Value
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			requests.Add(1)
+			code, body, err := tryGet(ctx, client, cfg.Host+"/api/v1/namespaces/default")
+			if err != nil || code != http.StatusOK {
+				if failures.Add(1) == 1 {
+					firstFailure.Store(fmt.Sprintf("%d %s %v", code, body, err))
+				}
+			}
+		}
+	}()
+
+	server := env.Members[harness.MemberB].Servers[0]
+	newUser := "system:serviceaccount:kube-system:gateway-rotation-new"
+	secret.Data["token"] = []byte(newToken)
+	if _, err := secrets.Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The member sees the new credential...
+	eventually(t, 30*time.Second, func(context.Context) error {
+		if auditUsers(t, server, newUser) == 0 {
+			return errorf("no request with the new token yet")
+		}
+		return nil
+	})
+	// ...then the old one is revoked (its service account deleted).
+	if err := memberB(t).CoreV1().ServiceAccounts("kube-system").Delete(ctx, "gateway-rotation-old", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	seen := auditUsers(t, server, newUser)
+	eventually(t, 30*time.Second, func(context.Context) error {
+		if auditUsers(t, server, newUser) < seen+50 {
+			return errorf("load after revocation not done yet")
+		}
+		return nil
+	})
+	close(stop)
+	wg.Wait()
+	if n := failures.Load(); n != 0 {
+		t.Fatalf("%d of %d requests failed during the rotation; first: %v", n, requests.Load(), firstFailure.Load())
+	}
+	t.Logf("%d requests across the rotation, none failed", requests.Load())
+}
+
+// goroutines reads the gateway's goroutine count from its pprof endpoint, as
+// the hub's admin would.
+func goroutines(t *testing.T) int {
+	t.Helper()
+	admin := http.Header{"X-Remote-User": {"admin"}, "X-Remote-Group": {"system:masters"}}
+	code, body := gatewayGet(t, gatewayClient(t, true), "/debug/pprof/goroutine?debug=1", admin)
+	if code != http.StatusOK {
+		t.Fatalf("goroutine profile: %d", code)
+	}
+	first, _, _ := strings.Cut(body, "\n")
+	n, err := strconv.Atoi(strings.TrimPrefix(first, "goroutine profile: total "))
+	if err != nil {
+		t.Fatalf("goroutine profile header %q", first)
+	}
+	return n
+}
+
+// Deleting UpstreamClusters releases what they held: the goroutines of their
+// health checks and connections, and the connections themselves.
+func TestDeletedClustersReleaseEverything(t *testing.T) {
+	server := env.Members[harness.MemberB].Servers[0]
+	baseConns, err := connectionsTo(env.Gateway.PID(), server.Port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	baseGoroutines := goroutines(t)
+	const clusters = 5
+	for i := 0; i < clusters; i++ {
+		name := fmt.Sprintf("released-%d", i)
+		createCluster(t, newCluster(name, server.URL))
+		waitUsable(t, name)
+		ctx := testContext(t, time.Minute)
+		var wg sync.WaitGroup
+		for j := 0; j < 10; j++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rawGet(ctx, t, harness.UserAdmin, name, "/api/v1/namespaces/default")
+			}()
+		}
+		wg.Wait()
+	}
+	if conns, _ := connectionsTo(env.Gateway.PID(), server.Port); conns <= baseConns {
+		t.Fatalf("the clusters opened no connections of their own (%d, baseline %d): the test proves nothing", conns, baseConns)
+	}
+	for i := 0; i < clusters; i++ {
+		if err := upstreamClusters(t).Delete(context.Background(), fmt.Sprintf("released-%d", i), metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 30*time.Second, func(context.Context) error {
+		conns, err := connectionsTo(env.Gateway.PID(), server.Port)
+		if err != nil {
+			return err
+		}
+		// A leak of one health checker per cluster would be clusters or more.
+		if n := goroutines(t); conns > baseConns || n > baseGoroutines+clusters {
+			return errorf("after deleting %d clusters: %d connections (baseline %d), %d goroutines (baseline %d)", clusters, conns, baseConns, n, baseGoroutines)
+		}
+		return nil
+	})
+}
