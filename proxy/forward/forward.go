@@ -9,11 +9,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -57,10 +60,29 @@ type Request struct {
 const retryAfterSeconds = 1
 
 // Forwarder carries proxied requests. It holds what outlives any one cluster
-// configuration; everything else comes with the compiled cluster.
+// configuration; everything else comes with the compiled cluster. Make one with
+// NewForwarder.
 type Forwarder struct {
 	// Metrics records every proxied request; required.
 	Metrics *metrics.Metrics
+
+	stopOnce sync.Once
+	stopping chan struct{}
+}
+
+// NewForwarder returns a Forwarder recording into m.
+func NewForwarder(m *metrics.Metrics) *Forwarder {
+	return &Forwarder{Metrics: m, stopping: make(chan struct{})}
+}
+
+// Stop ends every proxied long-running request (watches, log streams) cleanly,
+// now and from now on, so that a gateway shutting down is not held by streams
+// its clients would keep open for hours; they reconnect elsewhere. Upgraded
+// connections (exec, attach, port-forward) end when the process exits.
+func (f *Forwarder) Stop() {
+	if f.stopping != nil {
+		f.stopOnce.Do(func() { close(f.stopping) })
+	}
 }
 
 // Serve forwards req (the inbound request) as described by r: it classifies the
@@ -123,7 +145,7 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 			return
 		}
 		resp := &responder{cluster: r.Cluster, endpoint: endpoint, errors: r.Errors, retryable: retryable && attempt == 0}
-		f.proxy(wrapped, out, r, endpoint, resp)
+		f.proxy(wrapped, out, r, endpoint, resp, attrs.LongRunning)
 		if resp.deferred == nil {
 			break
 		}
@@ -138,14 +160,18 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 }
 
 // proxy sends out to endpoint through UpgradeAwareHandler.
-func (f *Forwarder) proxy(w http.ResponseWriter, out *http.Request, r Request, endpoint *balance.Endpoint, resp *responder) {
+func (f *Forwarder) proxy(w http.ResponseWriter, out *http.Request, r Request, endpoint *balance.Endpoint, resp *responder, longRunning bool) {
 	defer endpoint.Start()()
+	rt := r.Cluster.Transports.RoundTripper
+	if longRunning && f.stopping != nil {
+		rt = &stoppableTransport{delegate: rt, stopping: f.stopping}
+	}
 	location := *endpoint.URL
 	location.Path = r.Path
 	location.RawQuery = r.RawQuery
 	h := &proxyutil.UpgradeAwareHandler{
 		Location:         &location,
-		Transport:        r.Cluster.Transports.RoundTripper,
+		Transport:        rt,
 		UpgradeTransport: r.Cluster.Transports.Upgrade,
 		UseLocationHost:  true,
 		// A member that redirects could send the gateway's credential elsewhere.
@@ -322,4 +348,51 @@ func redact(err error) error {
 		return uerr.Err
 	}
 	return err
+}
+
+// stoppableTransport makes the response of a long-running request end, as if
+// the member had finished it, when the gateway stops: the client gets a complete
+// response (for a watch: the end of the stream) rather than a cut connection,
+// and reconnects.
+type stoppableTransport struct {
+	delegate http.RoundTripper
+	stopping <-chan struct{}
+}
+
+func (t *stoppableTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.delegate.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	body := &stoppableBody{ReadCloser: resp.Body, done: make(chan struct{})}
+	go func() {
+		select {
+		case <-t.stopping:
+			body.stopped.Store(true)
+			_ = body.ReadCloser.Close() // unblocks a pending Read
+		case <-body.done:
+		}
+	}()
+	resp.Body = body
+	return resp, nil
+}
+
+type stoppableBody struct {
+	io.ReadCloser
+	stopped   atomic.Bool
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func (b *stoppableBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && b.stopped.Load() {
+		return n, io.EOF
+	}
+	return n, err
+}
+
+func (b *stoppableBody) Close() error {
+	b.closeOnce.Do(func() { close(b.done) })
+	return b.ReadCloser.Close()
 }

@@ -294,7 +294,7 @@ func newGateway(t *testing.T, c *cluster.Cluster, u user.Info, routeOf func(*htt
 	g := &gateway{errs: &errorRecorder{}}
 	g.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		rt := routeOf(req)
-		(&forward.Forwarder{Metrics: testMetrics}).Serve(w, req, forward.Request{
+		testForwarder.Serve(w, req, forward.Request{
 			Cluster:  c,
 			Path:     rt.path,
 			RawQuery: rt.rawQuery,
@@ -956,6 +956,9 @@ func TestServeConnectionHeaderCannotDropImpersonation(t *testing.T) {
 // testMetrics records the proxied requests of these tests; never registered.
 var testMetrics = metrics.New()
 
+// testForwarder serves the gateways of these tests, except TestStopEndsStreams.
+var testForwarder = forward.NewForwarder(testMetrics)
+
 // A policy's flow-control schema admits or refuses before anything reaches the
 // member; a refusal is 429 with a Status naming the cluster, the policy and the
 // schema, with Retry-After, and is counted as a rejection.
@@ -1073,5 +1076,49 @@ func TestServeRetriesIdempotentRequestsElsewhere(t *testing.T) {
 	}
 	if !slices.Contains(postStatus, http.StatusServiceUnavailable) {
 		t.Fatalf("POSTs over a dead and a live server: %v, want one 503 (no retry)", postStatus)
+	}
+}
+
+// Stop ends proxied long-running requests (a gateway shutting down must not be
+// held by watches), and leaves other requests alone.
+func TestStopEndsStreams(t *testing.T) {
+	memberDone := make(chan struct{})
+	member := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"type":"ADDED"}` + "\n"))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // a watch: open until the client or the gateway ends it
+		close(memberDone)
+	}))
+	t.Cleanup(member.Close)
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: member.Certificate().Raw})
+	c := compile(t, caPEM, nil, member.URL)
+	f := forward.NewForwarder(metrics.New())
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		rt := byPrefix(req)
+		f.Serve(w, req, forward.Request{Cluster: c, Path: rt.path, RawQuery: rt.rawQuery, User: hubUser(), Errors: responseErrors{rec: &errorRecorder{}, w: w}})
+	}))
+	t.Cleanup(gw.Close)
+
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, gw.URL+proxyPrefix+"/api/v1/pods?watch=true", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := bufio.NewReader(resp.Body)
+	if _, err := lines.ReadString('\n'); err != nil {
+		t.Fatalf("first event: %v", err)
+	}
+	f.Stop()
+	if rest, err := io.ReadAll(lines); err != nil || len(rest) != 0 {
+		t.Fatalf("after Stop the stream should end cleanly: %q, %v", rest, err)
+	}
+	select {
+	case <-memberDone:
+	case <-ctx.Done():
+		t.Fatal("the member's request was not ended")
 	}
 }

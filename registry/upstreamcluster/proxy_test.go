@@ -306,4 +306,4 @@ func TestProxyRESTHandler(t *testing.T) {
 }
 
 // testForwarder forwards with metrics that are never registered.
-var testForwarder = &forward.Forwarder{Metrics: metrics.New()}
+var testForwarder = forward.NewForwarder(metrics.New())

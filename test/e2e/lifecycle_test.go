@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -237,4 +239,66 @@ func TestDeletedClustersReleaseEverything(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// On SIGTERM the gateway ends proxied watches cleanly (a complete response, so
+// clients simply reconnect) and exits within a bounded time; restarted, it
+// serves again.
+func TestGracefulShutdown(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	cfg := env.ProxyConfig(harness.UserAdmin, harness.MemberB)
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.Host+"/api/v1/namespaces/default/configmaps?watch=true", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("watch: %s", resp.Status)
+	}
+	streamEnded := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, resp.Body)
+		streamEnded <- err
+	}()
+
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			_ = env.Gateway.Restart(context.Background())
+		}
+	})
+	stopped := time.Now()
+	if err := env.Gateway.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-streamEnded:
+		if err != nil {
+			t.Fatalf("the watch was cut instead of ended: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the watch outlived the gateway's shutdown")
+	}
+	eventually(t, 30*time.Second, func(context.Context) error {
+		if env.Gateway.Running() {
+			return errorf("gateway still running %s after SIGTERM", time.Since(stopped).Round(time.Second))
+		}
+		return nil
+	})
+	t.Logf("watch ended and gateway exited %s after SIGTERM", time.Since(stopped).Round(100*time.Millisecond))
+
+	if err := env.Gateway.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	waitUsable(t, harness.MemberA)
+	waitUsable(t, harness.MemberB)
 }

@@ -101,11 +101,13 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 
+	forwarder := forward.NewForwarder(proxyMetrics)
+
 	apiGroupInfo := genericapiserver.NewDefaultAPIGroupInfo(gatewayv1alpha1.GroupName, c.scheme, runtime.NewParameterCodec(c.scheme), c.codecs)
 	apiGroupInfo.VersionedResourcesStorageMap[gatewayv1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"upstreamclusters":        storage.UpstreamCluster,
 		"upstreamclusters/status": storage.Status,
-		"upstreamclusters/proxy":  upstreamcluster.NewProxyREST(controller, storage.UpstreamCluster, &forward.Forwarder{Metrics: proxyMetrics}),
+		"upstreamclusters/proxy":  upstreamcluster.NewProxyREST(controller, storage.UpstreamCluster, forwarder),
 	}
 	if err := generic.InstallAPIGroup(&apiGroupInfo); err != nil {
 		return nil, err
@@ -117,6 +119,14 @@ func (c CompletedConfig) New() (*Server, error) {
 		go status.Lead(hookCtx, c.hub, c.secretNamespace, statusLeaseName, status.Identity(), statusWriter.Run)
 		return nil
 	})
+	// Proxied watches and log streams would hold the shutdown until its timeout:
+	// end them once the shutdown delay is over, so clients reconnect elsewhere.
+	if err := generic.AddPreShutdownHook("close-proxied-streams", func() error {
+		forwarder.Stop()
+		return nil
+	}); err != nil {
+		return nil, err
+	}
 	if err := generic.AddReadyzChecks(healthz.NamedCheck("upstreamclusters-loaded", func(*http.Request) error {
 		if !controller.HasSynced() {
 			return fmt.Errorf("upstream clusters not loaded yet")
