@@ -526,3 +526,27 @@ func checkBinaries(binDir string, names ...string) error {
 func (e *Env) FrontProxyClientCert() (certFile, keyFile string) {
 	return e.pki.frontProxyClient.CertFile, e.pki.frontProxyClient.KeyFile
 }
+
+// IssueClientCert issues a client certificate for common name cn into the work
+// dir: signed by the request-header (front-proxy) CA when frontProxyCA is true,
+// else by a new CA of its own that nothing trusts. Security tests use it to
+// call the gateway with certificates it must not trust.
+func (e *Env) IssueClientCert(cn string, frontProxyCA bool) (certFile, keyFile string, err error) {
+	dir := filepath.Join(e.WorkDir, "pki", "issued")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", err
+	}
+	ca := e.pki.frontProxyCA
+	name := "front-proxy-signed-" + cn
+	if !frontProxyCA {
+		if ca, err = newCA(dir, "untrusted-ca-"+cn); err != nil {
+			return "", "", err
+		}
+		name = "untrusted-" + cn
+	}
+	kp, err := ca.issue(dir, name, certSpec{CommonName: cn, Client: true})
+	if err != nil {
+		return "", "", err
+	}
+	return kp.CertFile, kp.KeyFile, nil
+}
