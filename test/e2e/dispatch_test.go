@@ -81,9 +81,23 @@ func waitUsable(t *testing.T, cluster string) {
 	})
 }
 
-// auditCount counts ResponseComplete events in a replica's own audit log that
-// match: the member's evidence of which replica served what, for whom.
-func auditCount(t *testing.T, s *harness.APIServer, verb, resource, impersonated string) int {
+// auditEvent is what the tests read of a member's audit log entries.
+type auditEvent struct {
+	Stage     string `json:"stage"`
+	Verb      string `json:"verb"`
+	ObjectRef *struct {
+		Resource string `json:"resource"`
+	} `json:"objectRef"`
+	User struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ImpersonatedUser *struct {
+		Username string `json:"username"`
+	} `json:"impersonatedUser"`
+}
+
+// countAudit counts the events of a replica's own audit log that match.
+func countAudit(t *testing.T, s *harness.APIServer, match func(*auditEvent) bool) int {
 	t.Helper()
 	f, err := os.Open(s.AuditLog)
 	if err != nil {
@@ -94,23 +108,22 @@ func auditCount(t *testing.T, s *harness.APIServer, verb, resource, impersonated
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		var ev struct {
-			Stage     string `json:"stage"`
-			Verb      string `json:"verb"`
-			ObjectRef *struct {
-				Resource string `json:"resource"`
-			} `json:"objectRef"`
-			ImpersonatedUser *struct {
-				Username string `json:"username"`
-			} `json:"impersonatedUser"`
+		var ev auditEvent
+		if json.Unmarshal(sc.Bytes(), &ev) == nil && match(&ev) {
+			n++
 		}
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.Stage != "ResponseComplete" || ev.Verb != verb ||
-			ev.ObjectRef == nil || ev.ObjectRef.Resource != resource || ev.ImpersonatedUser == nil || ev.ImpersonatedUser.Username != impersonated {
-			continue
-		}
-		n++
 	}
 	return n
+}
+
+// auditCount counts ResponseComplete events in a replica's own audit log that
+// match: the member's evidence of which replica served what, for whom.
+func auditCount(t *testing.T, s *harness.APIServer, verb, resource, impersonated string) int {
+	t.Helper()
+	return countAudit(t, s, func(ev *auditEvent) bool {
+		return ev.Stage == "ResponseComplete" && ev.Verb == verb && ev.ObjectRef != nil && ev.ObjectRef.Resource == resource &&
+			ev.ImpersonatedUser != nil && ev.ImpersonatedUser.Username == impersonated
+	})
 }
 
 // A dispatch policy sends alice's `list pods` to member-a's second replica only,

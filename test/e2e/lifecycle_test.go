@@ -1,13 +1,10 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,25 +73,7 @@ func gatewayIdentity(ctx context.Context, t *testing.T, name string) string {
 // auditUsers counts the requests a replica's audit log shows as made by user.
 func auditUsers(t *testing.T, s *harness.APIServer, user string) int {
 	t.Helper()
-	f, err := os.Open(s.AuditLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	n := 0
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var ev struct {
-			User struct {
-				Username string `json:"username"`
-			} `json:"user"`
-		}
-		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.User.Username == user {
-			n++
-		}
-	}
-	return n
+	return countAudit(t, s, func(ev *auditEvent) bool { return ev.User.Username == user })
 }
 
 // The gateway's member token is rotated in its Secret and the old one revoked on
