@@ -9,7 +9,7 @@ export KUBE_GATEWAY_BIN_DIR := $(BIN)
 # Packages of the main module without the end-to-end suite and its harness.
 UNIT_PKGS = $$(go list ./... | grep -v -e /test/e2e -e /test/harness)
 
-.PHONY: all build tools test test-unit test-e2e verify update-codegen local-up local-down clean
+.PHONY: all build tools test test-unit test-e2e bench verify update-codegen local-up local-down clean
 
 all: build
 
@@ -29,6 +29,10 @@ test-unit:
 
 test-e2e: build tools
 	go test -count=1 -timeout 45m -v ./test/harness/... ./test/e2e/...
+
+## bench: direct vs gateway vs hub+gateway on real apiservers; a report (docs/benchmark.md), not a test
+bench: build tools
+	go run ./test/bench -out-dir $(ROOT)/_output/bench $(BENCH_ARGS)
 
 ## verify: generated code up to date, gofmt, go vet
 verify:

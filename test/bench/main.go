@@ -1,0 +1,617 @@
+// Command bench compares three ways to reach the same member apiserver object,
+// on one machine, in one run, interleaved and repeated:
+//
+//	direct    client -> member-b kube-apiserver (member admin token)
+//	gateway   client -> kube-gateway -> member-b (the hub's front-proxy client
+//	          certificate and X-Remote-User/Group, as the hub's aggregator sends)
+//	hub       client -> hub kube-apiserver -> kube-gateway -> member-b (hub admin token)
+//
+// It starts the test environment of test/harness (etcd, hub, members, gateway)
+// in a temporary directory, creates ConfigMap bench/target and 10,000
+// ConfigMaps in bench-list on member-b, then measures GET-by-name latency and
+// throughput at concurrency 1 and 16, the CPU time of every process per
+// request, full LISTs of 10,000 objects (time, first byte, the gateway's RSS
+// growth and allocations), and CPU profiles of the gateway under load. It
+// prints a markdown report and writes it, with the profiles, to -out-dir.
+// docs/benchmark.md explains the method and reads a run.
+//
+//	make bench                                   # BENCH_ARGS="-rounds 3" to pass flags
+//	go run ./test/bench -out-dir _output/bench [-rounds 5] [-requests 1500] [-duration 6s]
+//
+// It is a report, not a test: it exits non-zero only when it cannot measure.
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubewharf/kube-gateway/test/harness"
+)
+
+type options struct {
+	Rounds         int
+	Requests       int           // per target per round at concurrency 1
+	Concurrency    int           // the throughput run
+	Duration       time.Duration // per target per round at Concurrency
+	ListObjects    int
+	ListPerRound   int
+	Workers        int // creating the LIST objects
+	ProfileSeconds int
+	Idle           time.Duration
+	OutDir         string
+	Out            string
+	Keep           bool
+}
+
+const (
+	member     = harness.MemberB
+	targetNS   = "bench"
+	targetName = "target"
+	listNS     = "bench-list"
+)
+
+var (
+	getPath  = "/api/v1/namespaces/" + targetNS + "/configmaps/" + targetName
+	listPath = "/api/v1/namespaces/" + listNS + "/configmaps"
+)
+
+func main() {
+	var o options
+	flag.IntVar(&o.Rounds, "rounds", 5, "rounds; each runs every target once per measurement, in a rotating order")
+	flag.IntVar(&o.Requests, "requests", 1500, "GETs per target per round at concurrency 1")
+	flag.IntVar(&o.Concurrency, "concurrency", 16, "workers of the throughput run")
+	flag.DurationVar(&o.Duration, "duration", 6*time.Second, "length of the throughput run per target per round")
+	flag.IntVar(&o.ListObjects, "list-objects", 10000, "ConfigMaps in namespace "+listNS)
+	flag.IntVar(&o.ListPerRound, "lists", 3, "full LISTs per target per round")
+	flag.IntVar(&o.Workers, "workers", 32, "concurrent creators of the LIST objects")
+	flag.IntVar(&o.ProfileSeconds, "profile-seconds", 10, "length of the gateway CPU profile (0: none)")
+	flag.DurationVar(&o.Idle, "idle", 10*time.Second, "idle period that measures background CPU before the rounds")
+	flag.StringVar(&o.OutDir, "out-dir", "_output/bench", "directory for the report, the profile and the work dir's logs on failure")
+	flag.StringVar(&o.Out, "out", "", "also write the markdown report to this file (default <out-dir>/report.md)")
+	flag.BoolVar(&o.Keep, "keep", false, "keep the environment's work dir (logs) after a successful run")
+	flag.Parse()
+	os.Exit(runMain(o))
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[bench %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func runMain(o options) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
+		logf("%v", err)
+		return 1
+	}
+	if o.Out == "" {
+		o.Out = filepath.Join(o.OutDir, "report.md")
+	}
+	workDir, err := os.MkdirTemp("", "kube-gateway-bench-")
+	if err != nil {
+		logf("%v", err)
+		return 1
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	began := time.Now()
+	env, err := harness.Start(startCtx, harness.Config{WorkDir: workDir, Log: os.Stderr})
+	cancel()
+	if err != nil {
+		logf("starting the environment: %v (work dir %s kept)", err, workDir)
+		return 1
+	}
+	defer env.Stop() // also on a panic; Stop is idempotent
+	envUp := time.Since(began)
+	logf("environment ready in %s (work dir %s)", envUp.Round(time.Second), workDir)
+
+	rep, err := bench(ctx, env, o)
+	if serr := env.Stop(); serr != nil {
+		logf("stopping the environment: %v", serr)
+	}
+	if err != nil {
+		logf("benchmark failed: %v (work dir with every process log kept: %s)", err, workDir)
+		return 1
+	}
+	rep.EnvStartup = envUp
+	rep.Total = time.Since(began)
+	md := rep.markdown()
+	fmt.Print(md)
+	if err := os.WriteFile(o.Out, []byte(md), 0o644); err != nil {
+		logf("writing %s: %v", o.Out, err)
+		return 1
+	}
+	logf("report written to %s", o.Out)
+	if o.Keep {
+		logf("work dir kept: %s", workDir)
+	} else {
+		_ = os.RemoveAll(workDir)
+	}
+	return 0
+}
+
+// bench sets up the objects, builds the three targets and measures.
+func bench(ctx context.Context, env *harness.Env, o options) (*report, error) {
+	rep := &report{Opts: o, Started: time.Now()}
+	rep.Hz, rep.HzHow = clockTicks()
+	rep.Machine = machine()
+
+	// Objects on member-b, directly.
+	mcfg := env.Members[member].Config(harness.UserAdmin, 0)
+	cs, err := kubernetes.NewForConfig(mcfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := setupObjects(ctx, cs, o, rep); err != nil {
+		return nil, err
+	}
+
+	targets, gw, err := makeTargets(env)
+	if err != nil {
+		return nil, err
+	}
+	rep.Targets = targets
+	if err := sameObject(ctx, targets); err != nil {
+		return nil, err
+	}
+
+	procs := []proc{
+		{"kube-gateway", strconv.Itoa(env.Gateway.PID())},
+		{member + "-1", strconv.Itoa(env.Members[member].Servers[0].Process.PID())},
+		{"hub-1", strconv.Itoa(env.Hub.Servers[0].Process.PID())},
+		{"etcd", strconv.Itoa(env.Etcd.PID())},
+		{"bench client", "self"},
+	}
+	rep.Procs = procs
+	gwPID := procs[0].PID
+
+	// Background CPU of every process while nothing is sent.
+	logf("idle %s: background CPU", o.Idle)
+	a := snapCPU(procs)
+	t0 := time.Now()
+	if err := sleep(ctx, o.Idle); err != nil {
+		return nil, err
+	}
+	rep.IdleCPU = snapCPU(procs).delta(a, rep.Hz)
+	rep.IdleFor = time.Since(t0)
+
+	// Warm-up: connections, caches (the gateway's SubjectAccessReview cache,
+	// the hub's), the Go heaps, the LIST path.
+	logf("warm-up")
+	for _, t := range targets {
+		if r := t.load(ctx, getPath, 1, 300, 0); r.Errors > 0 {
+			return nil, fmt.Errorf("warm-up %s: %d errors, first: %v", t.Key, r.Errors, r.FirstErr)
+		}
+		if r := t.load(ctx, getPath, o.Concurrency, 0, 2*time.Second); r.Errors > 0 {
+			return nil, fmt.Errorf("warm-up %s: %d errors, first: %v", t.Key, r.Errors, r.FirstErr)
+		}
+		for _, enc := range encodings {
+			// The first LISTs a process ever serves show what a cold heap
+			// has to grow by.
+			lr, err := measureList(ctx, t, procs, rep.Hz, gwPID, enc, gw)
+			if err != nil {
+				return nil, fmt.Errorf("warm-up LIST %s: %w", t.Key, err)
+			}
+			if t.Key != "direct" {
+				rep.FirstLists = append(rep.FirstLists, firstList{Target: t.Key, Run: lr})
+			}
+		}
+	}
+
+	for r := 0; r < o.Rounds; r++ {
+		rd := roundData{C1: map[string]loadRun{}, CN: map[string]loadRun{}, List: map[string][]listRun{}}
+		order := rotate(targets, r)
+		var names []string
+		for _, t := range order {
+			names = append(names, t.Key)
+		}
+		rd.Order = names
+		logf("round %d/%d, order %v", r+1, o.Rounds, names)
+		for _, t := range order {
+			rd.C1[t.Key] = measureLoad(ctx, t, procs, rep.Hz, 1, o.Requests, 0)
+		}
+		for _, t := range order {
+			rd.CN[t.Key] = measureLoad(ctx, t, procs, rep.Hz, o.Concurrency, 0, o.Duration)
+		}
+		for i := 0; i < o.ListPerRound; i++ {
+			for _, enc := range encodings {
+				for _, t := range order {
+					lr, err := measureList(ctx, t, procs, rep.Hz, gwPID, enc, gw)
+					if err != nil {
+						return nil, fmt.Errorf("LIST %s (%s): %w", t.Key, enc, err)
+					}
+					rd.List[t.Key] = append(rd.List[t.Key], lr)
+				}
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		for _, t := range order {
+			c1, cn := rd.C1[t.Key], rd.CN[t.Key]
+			logf("  %-8s c=1 p50 %-9s p99 %-9s | c=%d %6.0f req/s | gateway CPU %s/req | LIST %s",
+				t.Key, fmtDur(c1.P50), fmtDur(c1.P99), o.Concurrency, cn.RPS,
+				fmtDur(time.Duration(cn.cpuPerReq("kube-gateway")*1e9)), fmtSec(listSec(rd, t.Key, "gzip")))
+		}
+		rep.Rounds = append(rep.Rounds, rd)
+	}
+
+	if o.ProfileSeconds > 0 {
+		// The throughput load first (what the brief asks for), then c=1, where
+		// the latency targets are.
+		for _, c := range []int{o.Concurrency, 1} {
+			if err := profile(ctx, env, gw, procs, o, rep, c); err != nil {
+				return nil, fmt.Errorf("profile at c=%d: %w", c, err)
+			}
+		}
+	}
+	return rep, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+func rotate(ts []*target, r int) []*target {
+	out := make([]*target, len(ts))
+	for i := range ts {
+		out[i] = ts[(i+r)%len(ts)]
+	}
+	return out
+}
+
+// setupObjects creates namespace bench (with its default ServiceAccount: there
+// is no controller-manager), ConfigMap bench/target, namespace bench-list and
+// o.ListObjects small ConfigMaps in it with o.Workers concurrent creators.
+func setupObjects(ctx context.Context, cs kubernetes.Interface, o options, rep *report) error {
+	for _, ns := range []string{targetNS, listNS} {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("namespace %s: %w", ns, err)
+		}
+		if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("serviceaccount %s/default: %w", ns, err)
+		}
+	}
+	if _, err := cs.CoreV1().ConfigMaps(targetNS).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: targetName, Labels: map[string]string{"app": "kube-gateway-bench"}},
+		Data:       map[string]string{"greeting": "hello from member-b", "size": "small"},
+	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("configmap %s/%s: %w", targetNS, targetName, err)
+	}
+
+	logf("creating %d ConfigMaps in %s on %s with %d workers", o.ListObjects, listNS, member, o.Workers)
+	start := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, o.Workers)
+	value := fmt.Sprintf("%064d", 0) // 64 bytes of data per object
+	for w := 0; w < o.Workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(o.ListObjects) || ctx.Err() != nil {
+					return
+				}
+				cm := &corev1.ConfigMap{
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%05d", i), Labels: map[string]string{"app": "kube-gateway-bench"}},
+					Data:       map[string]string{"index": strconv.FormatInt(i, 10), "value": value},
+				}
+				var err error
+				for attempt := 0; attempt < 5; attempt++ {
+					_, err = cs.CoreV1().ConfigMaps(listNS).Create(ctx, cm, metav1.CreateOptions{})
+					if err == nil || apierrors.IsAlreadyExists(err) {
+						err = nil
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				if err != nil {
+					errs[w] = fmt.Errorf("configmap %s: %w", cm.Name, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	rep.SetupList = time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	logf("created %d ConfigMaps in %s (%.0f/s)", o.ListObjects, rep.SetupList.Round(10*time.Millisecond), float64(o.ListObjects)/rep.SetupList.Seconds())
+	return nil
+}
+
+// makeTargets builds the three ways to member-b, each with its own client.
+// It also returns the gateway target for /debug/pprof.
+func makeTargets(env *harness.Env) ([]*target, *target, error) {
+	m := env.Members[member]
+	direct, err := newClient(m.CAData, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	certFile, keyFile := env.FrontProxyClientCert()
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	gwCA, err := os.ReadFile(env.GatewayCAFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	gwClient, err := newClient(gwCA, &cert)
+	if err != nil {
+		return nil, nil, err
+	}
+	hubClient, err := newClient(env.Hub.CAData, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	gw := &target{
+		Key: "gateway", Label: "gateway alone", Base: env.GatewayURL + harness.ProxyPath(member), Client: gwClient,
+		// What the hub's aggregator sends for admin (groups as the hub
+		// authenticated them), next to its front-proxy client certificate.
+		Header: http.Header{"X-Remote-User": {harness.UserAdmin}, "X-Remote-Group": {"system:masters", "system:authenticated"}},
+	}
+	ts := []*target{
+		{
+			Key: "direct", Label: "direct", Base: m.Servers[0].URL, Client: direct,
+			Header: http.Header{"Authorization": {"Bearer " + m.Tokens[harness.UserAdmin]}},
+		},
+		gw,
+		{
+			Key: "hub", Label: "hub + gateway", Base: env.Hub.Servers[0].URL + harness.ProxyPath(member), Client: hubClient,
+			Header: http.Header{"Authorization": {"Bearer " + env.Hub.Tokens[harness.UserAdmin]}},
+		},
+	}
+	return ts, gw, nil
+}
+
+// sameObject checks that the three targets return the very same bytes for the
+// object (the same member-b ConfigMap).
+func sameObject(ctx context.Context, ts []*target) error {
+	var first []byte
+	for _, t := range ts {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, t.Base+getPath, nil)
+		for k, v := range t.Header {
+			req.Header[k] = v
+		}
+		req.Header.Set("Accept", "application/json")
+		resp, err := t.Client.Do(req)
+		if err != nil {
+			return fmt.Errorf("%s: %w", t.Key, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", t.Key, err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: GET %s: %s: %s", t.Key, getPath, resp.Status, body)
+		}
+		t.Proto = resp.Proto
+		if first == nil {
+			first = body
+		} else if string(body) != string(first) {
+			return fmt.Errorf("%s returned a different object than direct:\n%s\nvs\n%s", t.Key, body, first)
+		}
+	}
+	return nil
+}
+
+// loadRun is one measured load run with the CPU each process spent.
+type loadRun struct {
+	Requests int
+	Errors   int
+	FirstErr string
+	Elapsed  time.Duration
+	P50, P99 time.Duration
+	RPS      float64
+	CPU      map[string]float64 // seconds, per process
+}
+
+func (l loadRun) cpuPerReq(proc string) float64 {
+	if l.Requests == 0 {
+		return 0
+	}
+	return l.CPU[proc] / float64(l.Requests)
+}
+
+func measureLoad(ctx context.Context, t *target, procs []proc, hz float64, c, n int, d time.Duration) loadRun {
+	a := snapCPU(procs)
+	r := t.load(ctx, getPath, c, n, d)
+	b := snapCPU(procs)
+	l := loadRun{Requests: r.Requests, Errors: r.Errors, Elapsed: r.Elapsed, P50: r.Pct(50), P99: r.Pct(99), RPS: r.RPS(), CPU: b.delta(a, hz)}
+	if r.FirstErr != nil {
+		l.FirstErr = r.FirstErr.Error()
+	}
+	return l
+}
+
+// encodings of the LIST: as client-go asks (gzip accepted; the member
+// compresses large bodies) and uncompressed, which pushes the full body
+// through every hop and makes buffering visible.
+var encodings = []string{"gzip", "identity"}
+
+type firstList struct {
+	Target string
+	Run    listRun
+}
+
+// listRun is one full LIST.
+type listRun struct {
+	Enc          string // requested: gzip (Go's default) or identity
+	FirstByte    time.Duration
+	Elapsed      time.Duration
+	Bytes        int64
+	Gzip         bool
+	CPU          map[string]float64
+	RSSBefore    int64 // gateway VmRSS kB
+	RSSPeak      int64
+	RSSGrowth    int64
+	HWMBefore    int64
+	HWMAfter     int64
+	RSSSamples   int
+	SampledRSSOf string
+	AllocBytes   float64 // heap bytes the gateway allocated for the LIST
+	AllocKnown   bool
+}
+
+func measureList(ctx context.Context, t *target, procs []proc, hz float64, gwPID, enc string, gw *target) (listRun, error) {
+	// Bytes the gateway allocated for the LIST, from its cumulative
+	// allocation counter: (after - mid) - (mid - before), so that what one
+	// scrape itself allocates cancels out.
+	var allocs [3]float64
+	var allocErr error
+	if t.Key != "direct" {
+		allocs[0], allocErr = gatewayAllocBytes(ctx, gw)
+		if allocErr == nil {
+			allocs[1], allocErr = gatewayAllocBytes(ctx, gw)
+		}
+	}
+	var s *rssSampler
+	if t.Key != "direct" {
+		s = startRSS(ctx, gwPID, 10*time.Millisecond)
+	}
+	a := snapCPU(procs)
+	t0 := time.Now()
+	res, err := t.doEnc(ctx, listPath, enc == "identity", true)
+	el := time.Since(t0)
+	b := snapCPU(procs)
+	lr := listRun{Enc: enc, FirstByte: res.FirstByte, Elapsed: el, Bytes: res.Bytes, Gzip: res.Uncompressed || res.Encoding == "gzip", CPU: b.delta(a, hz)}
+	if s != nil {
+		s.Stop()
+		lr.RSSBefore, lr.RSSPeak, lr.RSSGrowth = s.Before, s.Peak, s.Growth()
+		lr.HWMBefore, lr.HWMAfter, lr.RSSSamples = s.HWMBefore, s.HWMAfter, s.Samples
+		lr.SampledRSSOf = "kube-gateway"
+		if allocErr == nil && err == nil {
+			allocs[2], allocErr = gatewayAllocBytes(ctx, gw)
+		}
+		if allocErr == nil {
+			lr.AllocBytes = (allocs[2] - allocs[1]) - (allocs[1] - allocs[0])
+			lr.AllocKnown = true
+		}
+	}
+	return lr, err
+}
+
+// gatewayAllocBytes reads the gateway's cumulative count of allocated heap
+// bytes from its /metrics.
+func gatewayAllocBytes(ctx context.Context, gw *target) (float64, error) {
+	base := strings.TrimSuffix(gw.Base, harness.ProxyPath(member))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	for k, v := range gw.Header {
+		req.Header[k] = v
+	}
+	resp, err := gw.Client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		for _, name := range []string{"go_memstats_alloc_bytes_total ", "go_gc_heap_allocs_bytes_total "} {
+			if rest, ok := strings.CutPrefix(line, name); ok {
+				return strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, errors.New("no go_memstats_alloc_bytes_total in /metrics")
+}
+
+// profileResult is a CPU profile of the gateway under one load.
+type profileResult struct {
+	Concurrency int
+	Run         loadRun
+	File        string
+	TopCum      string
+	TopFlat     string
+	Groups      []group
+	Total       float64 // seconds of samples
+}
+
+// profile runs the gateway-alone load at concurrency c for ProfileSeconds+3 s
+// and takes a CPU profile of the gateway during it.
+func profile(ctx context.Context, env *harness.Env, gw *target, procs []proc, o options, rep *report, c int) error {
+	logf("profiling the gateway for %ds under the c=%d gateway-alone load", o.ProfileSeconds, c)
+	type prof struct {
+		data []byte
+		err  error
+	}
+	done := make(chan prof, 1)
+	go func() {
+		if err := sleep(ctx, time.Second); err != nil {
+			done <- prof{err: err}
+			return
+		}
+		url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", env.GatewayURL, o.ProfileSeconds)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		for k, v := range gw.Header {
+			req.Header[k] = v
+		}
+		resp, err := gw.Client.Do(req)
+		if err != nil {
+			done <- prof{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("GET /debug/pprof/profile: %s: %s", resp.Status, body)
+		}
+		done <- prof{data: body, err: err}
+	}()
+	run := measureLoad(ctx, gw, procs, rep.Hz, c, 0, time.Duration(o.ProfileSeconds+3)*time.Second)
+	p := <-done
+	if p.err != nil {
+		return p.err
+	}
+	pr := profileResult{Concurrency: c, Run: run, File: filepath.Join(o.OutDir, fmt.Sprintf("kube-gateway-cpu-c%d.pprof", c))}
+	if err := os.WriteFile(pr.File, p.data, 0o644); err != nil {
+		return err
+	}
+	bin, _ := harness.GatewayBinary(env.BinDir)
+	rep.ProfileBinary = bin
+	pr.TopCum, pr.TopFlat, pr.Groups, pr.Total = analyzeProfile(ctx, bin, pr.File)
+	rep.Profiles = append(rep.Profiles, pr)
+	return nil
+}

@@ -1,0 +1,458 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+)
+
+type roundData struct {
+	Order []string
+	C1    map[string]loadRun
+	CN    map[string]loadRun
+	List  map[string][]listRun
+}
+
+type report struct {
+	Opts       options
+	Started    time.Time
+	EnvStartup time.Duration
+	Total      time.Duration
+	Hz         float64
+	HzHow      string
+	Machine    machineInfo
+	Targets    []*target
+	Procs      []proc
+	IdleCPU    map[string]float64
+	IdleFor    time.Duration
+	SetupList  time.Duration
+	Rounds     []roundData
+	FirstLists []firstList
+
+	Profiles      []profileResult
+	ProfileBinary string
+}
+
+type machineInfo struct {
+	Commit string // HEAD and the number of changed files in the working tree
+	NProc  int
+	CPU    string
+	Kernel string
+	Go     string
+	MemGB  float64
+}
+
+func machine() machineInfo {
+	m := machineInfo{NProc: runtime.NumCPU(), Go: runtime.Version()}
+	if out, err := exec.Command("nproc").Output(); err == nil {
+		fmt.Sscanf(strings.TrimSpace(string(out)), "%d", &m.NProc)
+	}
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if out, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output(); err == nil {
+		m.Commit = strings.TrimSpace(string(out))
+		if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil {
+			if n := len(strings.Fields(strings.TrimSpace(string(st)))) / 2; n > 0 {
+				m.Commit += fmt.Sprintf(" + %d modified tracked files", n)
+			}
+		}
+	}
+	if data, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(data))
+	}
+	if kb, err := statusKBFile("/proc/meminfo", "MemTotal"); err == nil {
+		m.MemGB = float64(kb) / (1 << 20)
+	}
+	return m
+}
+
+func statusKBFile(file, field string) (int64, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			var v int64
+			_, err := fmt.Sscanf(strings.TrimSpace(rest), "%d", &v)
+			return v, err
+		}
+	}
+	return 0, fmt.Errorf("%s: no %s", file, field)
+}
+
+// --- statistics ---
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func minMax(xs []float64) (float64, float64) {
+	if len(xs) == 0 {
+		return 0, 0
+	}
+	lo, hi := xs[0], xs[0]
+	for _, x := range xs {
+		lo, hi = min(lo, x), max(hi, x)
+	}
+	return lo, hi
+}
+
+// per collects one value per round.
+func (r *report) per(f func(rd roundData) float64) []float64 {
+	var xs []float64
+	for _, rd := range r.Rounds {
+		xs = append(xs, f(rd))
+	}
+	return xs
+}
+
+// ratio is the median over rounds of the per-round ratio to direct (pairs
+// measured minutes apart never meet in one ratio).
+func (r *report) ratio(f func(rd roundData, key string) float64, key string) float64 {
+	return median(r.per(func(rd roundData) float64 {
+		d := f(rd, "direct")
+		if d == 0 {
+			return 0
+		}
+		return f(rd, key) / d
+	}))
+}
+
+func (r *report) med(f func(rd roundData, key string) float64, key string) float64 {
+	return median(r.per(func(rd roundData) float64 { return f(rd, key) }))
+}
+
+func (r *report) listMed(f func(l listRun) float64, key, enc string) float64 {
+	return median(r.listAll(f, key, enc))
+}
+
+func (r *report) listAll(f func(l listRun) float64, key, enc string) []float64 {
+	var xs []float64
+	for _, rd := range r.Rounds {
+		for _, l := range rd.List[key] {
+			if l.Enc == enc {
+				xs = append(xs, f(l))
+			}
+		}
+	}
+	return xs
+}
+
+// --- formatting ---
+
+func fmtDur(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.0f µs", float64(d)/1e3)
+	case d < 10*time.Millisecond:
+		return fmt.Sprintf("%.2f ms", float64(d)/1e6)
+	case d < time.Second:
+		return fmt.Sprintf("%.1f ms", float64(d)/1e6)
+	default:
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	}
+}
+
+func fmtSec(s float64) string { return fmtDur(time.Duration(s * 1e9)) }
+
+func fmtUS(s float64) string { return fmt.Sprintf("%.0f µs", s*1e6) }
+
+func fmtX(x float64) string { return fmt.Sprintf("×%.2f", x) }
+
+func fmtMB(kb float64) string { return fmt.Sprintf("%.1f MiB", kb/1024) }
+
+func verdict(ok bool) string {
+	if ok {
+		return "**met**"
+	}
+	return "**missed**"
+}
+
+// --- accessors ---
+
+func c1P50(rd roundData, k string) float64  { return rd.C1[k].P50.Seconds() }
+func c1P99(rd roundData, k string) float64  { return rd.C1[k].P99.Seconds() }
+func cnRPS(rd roundData, k string) float64  { return rd.CN[k].RPS }
+func cnP50(rd roundData, k string) float64  { return rd.CN[k].P50.Seconds() }
+func cnP99(rd roundData, k string) float64  { return rd.CN[k].P99.Seconds() }
+func c1RPS(rd roundData, k string) float64  { return rd.C1[k].RPS }
+func gwCPU1(rd roundData, k string) float64 { return rd.C1[k].cpuPerReq("kube-gateway") }
+func gwCPUN(rd roundData, k string) float64 { return rd.CN[k].cpuPerReq("kube-gateway") }
+func listSec(rd roundData, k, enc string) float64 {
+	var xs []float64
+	for _, l := range rd.List[k] {
+		if l.Enc == enc {
+			xs = append(xs, l.Elapsed.Seconds())
+		}
+	}
+	return median(xs)
+}
+
+// markdown renders the whole report.
+func (r *report) markdown() string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	o := r.Opts
+	c := o.Concurrency
+	m := r.Machine
+	keys := []string{"direct", "gateway", "hub"}
+
+	p("# kube-gateway benchmark\n\n")
+	p("Run %s on %d CPUs (%s), %.0f GiB RAM, Linux %s, %s. ", r.Started.UTC().Format("2006-01-02 15:04 UTC"), m.NProc, m.CPU, m.MemGB, m.Kernel, m.Go)
+	if m.Commit != "" {
+		p("Code: %s (the kube-gateway binary `make build` made from it). ", m.Commit)
+	}
+	p("Every process (etcd, hub, member-a ×2, member-b, kube-gateway, this client) on 127.0.0.1 of the same machine. ")
+	p("%d rounds; each round runs every target once per measurement in a rotating order; values are medians over rounds, ratios are medians of the per-round ratios to direct. ", o.Rounds)
+	p("GET `%s` (%d requests per target per round at c=1; %s per target per round at c=%d); LIST `%s` (%d ConfigMaps, %d per target per round). ", getPath, o.Requests, o.Duration, c, listPath, o.ListObjects, o.ListPerRound)
+	p("Protocols seen: ")
+	for i, t := range r.Targets {
+		if i > 0 {
+			p(", ")
+		}
+		p("%s %s", t.Key, t.Proto)
+	}
+	p(". CPU times from /proc/<pid>/stat utime+stime at %.0f ticks/s (%s).\n\n", r.Hz, r.HzHow)
+
+	// GET.
+	p("## GET of one object by name\n\n")
+	p("| metric | direct | gateway alone | gateway / direct | hub + gateway | hub+gw / direct |\n|---|---:|---:|---:|---:|---:|\n")
+	row := func(name string, f func(roundData, string) float64, fmtv func(float64) string) {
+		p("| %s | %s | %s | %s | %s | %s |\n", name, fmtv(r.med(f, "direct")), fmtv(r.med(f, "gateway")), fmtX(r.ratio(f, "gateway")), fmtv(r.med(f, "hub")), fmtX(r.ratio(f, "hub")))
+	}
+	rps := func(x float64) string { return fmt.Sprintf("%.0f /s", x) }
+	row("p50 latency, c=1", c1P50, fmtSec)
+	row("p99 latency, c=1", c1P99, fmtSec)
+	row("throughput, c=1", c1RPS, rps)
+	row(fmt.Sprintf("**throughput, c=%d**", c), cnRPS, rps)
+	row(fmt.Sprintf("p50 latency, c=%d", c), cnP50, fmtSec)
+	row(fmt.Sprintf("p99 latency, c=%d", c), cnP99, fmtSec)
+	p("| gateway CPU per request, c=1 | – | %s | | %s | |\n", fmtUS(r.med(gwCPU1, "gateway")), fmtUS(r.med(gwCPU1, "hub")))
+	p("| gateway CPU per request, c=%d | – | %s | | %s | |\n", c, fmtUS(r.med(gwCPUN, "gateway")), fmtUS(r.med(gwCPUN, "hub")))
+	var errs []string
+	for _, rd := range r.Rounds {
+		for _, k := range keys {
+			for _, l := range []loadRun{rd.C1[k], rd.CN[k]} {
+				if l.Errors > 0 {
+					errs = append(errs, fmt.Sprintf("%s: %d errors (first: %s)", k, l.Errors, l.FirstErr))
+				}
+			}
+		}
+	}
+	if len(errs) == 0 {
+		p("\nNo request failed.\n\n")
+	} else {
+		p("\nFailed requests (excluded from latencies): %s\n\n", strings.Join(errs, "; "))
+	}
+
+	// Targets and peers.
+	g50, gRPS := r.ratio(c1P50, "gateway"), r.ratio(cnRPS, "gateway")
+	cpu1, cpuN := r.med(gwCPU1, "gateway"), r.med(gwCPUN, "gateway")
+	h50, hRPS := r.ratio(c1P50, "hub"), r.ratio(cnRPS, "hub")
+	p("## Against the targets of issue 4 and the peers\n\n")
+	p("Peers as quoted in the issue (measured on this kind of machine, same member, same request; not re-measured here).\n\n")
+	p("| metric | target | kube-gateway, this run | | KubeGateway | cluster-gateway |\n|---|---|---:|---|---:|---:|\n")
+	p("| gateway hop p50, c=1 (× direct) | ≤ ×1.25 | %s | %s | ×1.58 | ×1.77 |\n", fmtX(g50), verdict(g50 <= 1.25))
+	p("| gateway hop throughput, c=%d (× direct) | ≥ ×0.75 | %s | %s | ×0.63 | ×0.48 |\n", c, fmtX(gRPS), verdict(gRPS >= 0.75))
+	p("| gateway CPU per proxied request, c=%d | ≤ 150 µs | %s | %s | 285 µs | 474 µs |\n", c, fmtUS(cpuN), verdict(cpuN <= 150e-6))
+	p("| gateway CPU per proxied request, c=1 | ≤ 150 µs | %s | %s | | |\n", fmtUS(cpu1), verdict(cpu1 <= 150e-6))
+	p("| hub + gateway p50, c=1 (× direct) | ≤ ×1.6 | %s | %s | | ×2.38 (hub + cluster-gateway) |\n", fmtX(h50), verdict(h50 <= 1.6))
+	p("| hub + gateway throughput, c=%d (× direct) | – | %s | | | ×0.37 (hub + cluster-gateway) |\n\n", c, fmtX(hRPS))
+
+	// CPU budget.
+	p("## CPU per request by process, c=%d GET (median over rounds)\n\n", c)
+	p("On %d cores every process competes for the same CPUs, so the sum is what bounds throughput. ", m.NProc)
+	p("Idle: background CPU while nothing was sent (%s before the rounds), already included in the per-request figures.\n\n", r.IdleFor.Round(time.Second))
+	p("| process | idle | direct | gateway alone | hub + gateway |\n|---|---:|---:|---:|---:|\n")
+	totals := map[string]float64{}
+	for _, pr := range r.Procs {
+		p("| %s | %.1f ms/s |", pr.Name, 1e3*r.IdleCPU[pr.Name]/r.IdleFor.Seconds())
+		for _, k := range keys {
+			v := r.med(func(rd roundData, k string) float64 { return rd.CN[k].cpuPerReq(pr.Name) }, k)
+			totals[k] += v
+			p(" %s |", fmtUS(v))
+		}
+		p("\n")
+	}
+	p("| **sum** | |")
+	for _, k := range keys {
+		p(" **%s** |", fmtUS(totals[k]))
+	}
+	p("\n\n")
+
+	// LIST.
+	p("## LIST of %d ConfigMaps (no pagination)\n\n", o.ListObjects)
+	p("Setup: %d ConfigMaps created directly on member-b by %d concurrent client-go workers in %s (%.0f/s). ", o.ListObjects, o.Workers, r.SetupList.Round(10*time.Millisecond), float64(o.ListObjects)/r.SetupList.Seconds())
+	p("Each round LISTs through every target twice: as client-go does (gzip accepted; the member compresses the body, the proxies pass it through) and with `Accept-Encoding: identity` (the full JSON crosses every hop). ")
+	p("First byte: time to the response's first byte; a proxy that buffered the body would push it towards the full time. ")
+	p("RSS: the gateway's VmRSS sampled every 10 ms during the request (peak minus the value just before). ")
+	p("Allocated: heap bytes the gateway allocated during the LIST, from `go_memstats_alloc_bytes_total` on its /metrics (read before and after, minus what one scrape allocates); a proxy that buffered the body would allocate at least its size.\n\n")
+	p("| metric | direct | gateway alone | hub + gateway |\n|---|---:|---:|---:|\n")
+	for _, enc := range encodings {
+		el := func(l listRun) float64 { return l.Elapsed.Seconds() }
+		fb := func(l listRun) float64 { return l.FirstByte.Seconds() }
+		p("| **%s**: time, median |", enc)
+		for _, k := range keys {
+			p(" %s |", fmtSec(r.listMed(el, k, enc)))
+		}
+		p("\n| %s: time, min – max |", enc)
+		for _, k := range keys {
+			lo, hi := minMax(r.listAll(el, k, enc))
+			p(" %s – %s |", fmtSec(lo), fmtSec(hi))
+		}
+		p("\n| %s: time × direct | ×1.00 | %s | %s |\n", enc,
+			fmtX(r.ratio(func(rd roundData, k string) float64 { return listSec(rd, k, enc) }, "gateway")),
+			fmtX(r.ratio(func(rd roundData, k string) float64 { return listSec(rd, k, enc) }, "hub")))
+		p("| %s: first byte, median |", enc)
+		for _, k := range keys {
+			p(" %s |", fmtSec(r.listMed(fb, k, enc)))
+		}
+		p("\n| %s: body |", enc)
+		for _, k := range keys {
+			wire := "identity on the wire"
+			if xs := r.listAll(func(l listRun) float64 {
+				if l.Gzip {
+					return 1
+				}
+				return 0
+			}, k, enc); len(xs) > 0 && xs[0] == 1 {
+				wire = "gzip on the wire"
+			}
+			p(" %s decoded, %s |", fmtMB(r.listMed(func(l listRun) float64 { return float64(l.Bytes) / 1024 }, k, enc)), wire)
+		}
+		p("\n| %s: gateway RSS growth, median (max) | – |", enc)
+		for _, k := range keys[1:] {
+			xs := r.listAll(func(l listRun) float64 { return float64(l.RSSGrowth) }, k, enc)
+			_, hi := minMax(xs)
+			p(" %s (%s) |", fmtMB(median(xs)), fmtMB(hi))
+		}
+		p("\n| %s: heap bytes the gateway allocated per LIST, median (max) | – |", enc)
+		for _, k := range keys[1:] {
+			var xs []float64
+			for _, rd := range r.Rounds {
+				for _, l := range rd.List[k] {
+					if l.Enc == enc && l.AllocKnown {
+						xs = append(xs, l.AllocBytes/1024)
+					}
+				}
+			}
+			if len(xs) == 0 {
+				p(" n/a |")
+				continue
+			}
+			_, hi := minMax(xs)
+			p(" %s (%s) |", fmtMB(median(xs)), fmtMB(hi))
+		}
+		p("\n| %s: gateway VmRSS before → peak, median | – |", enc)
+		for _, k := range keys[1:] {
+			p(" %s → %s |", fmtMB(r.listMed(func(l listRun) float64 { return float64(l.RSSBefore) }, k, enc)), fmtMB(r.listMed(func(l listRun) float64 { return float64(l.RSSPeak) }, k, enc)))
+		}
+		p("\n")
+		for _, pr := range r.Procs {
+			if pr.Name == "etcd" {
+				continue
+			}
+			p("| %s: CPU of %s per LIST |", enc, pr.Name)
+			for _, k := range keys {
+				p(" %s |", fmtSec(r.listMed(func(l listRun) float64 { return l.CPU[pr.Name] }, k, enc)))
+			}
+			p("\n")
+		}
+	}
+	if len(r.FirstLists) > 0 {
+		p("\nThe first LISTs the gateway ever served (warm-up, heap still small): ")
+		var xs []string
+		for _, f := range r.FirstLists {
+			xs = append(xs, fmt.Sprintf("%s %s: RSS %s → peak %s (+%s, %d samples), %s allocated, %s",
+				f.Target, f.Run.Enc, fmtMB(float64(f.Run.RSSBefore)), fmtMB(float64(f.Run.RSSPeak)), fmtMB(float64(f.Run.RSSGrowth)), f.Run.RSSSamples,
+				fmtMB(f.Run.AllocBytes/1024), fmtSec(f.Run.Elapsed.Seconds())))
+		}
+		p("%s.\n", strings.Join(xs, "; "))
+	}
+	p("\n")
+
+	// Per round.
+	p("## Every round (noise)\n\n")
+	p("| round | order | c=1 p50 d / g / h | c=%d req/s d / g / h | gateway CPU/req c=1 / c=%d | LIST gzip d / g / h | LIST identity d / g / h | gateway RSS growth, identity g / h |\n|---|---|---|---|---|---|---|---|\n", c, c)
+	for i, rd := range r.Rounds {
+		p("| %d | %s | %s / %s / %s | %.0f / %.0f / %.0f | %s / %s | %s / %s / %s | %s / %s / %s |",
+			i+1, strings.Join(rd.Order, ", "),
+			fmtDur(rd.C1["direct"].P50), fmtDur(rd.C1["gateway"].P50), fmtDur(rd.C1["hub"].P50),
+			rd.CN["direct"].RPS, rd.CN["gateway"].RPS, rd.CN["hub"].RPS,
+			fmtUS(gwCPU1(rd, "gateway")), fmtUS(gwCPUN(rd, "gateway")),
+			fmtSec(listSec(rd, "direct", "gzip")), fmtSec(listSec(rd, "gateway", "gzip")), fmtSec(listSec(rd, "hub", "gzip")),
+			fmtSec(listSec(rd, "direct", "identity")), fmtSec(listSec(rd, "gateway", "identity")), fmtSec(listSec(rd, "hub", "identity")))
+		var gs []string
+		for _, k := range keys[1:] {
+			var xs []string
+			for _, l := range rd.List[k] {
+				if l.Enc == "identity" {
+					xs = append(xs, fmtMB(float64(l.RSSGrowth)))
+				}
+			}
+			gs = append(gs, strings.Join(xs, ","))
+		}
+		p(" %s |\n", strings.Join(gs, " / "))
+	}
+	p("\n")
+
+	// Profiles.
+	for i, pf := range r.Profiles {
+		pr := pf.Run
+		p("## Gateway CPU profile, c=%d\n\n", pf.Concurrency)
+		p("A separate gateway-alone c=%d GET run of %s (not part of the medians above) with `GET /debug/pprof/profile?seconds=%d` on the gateway during it: %.0f req/s, p50 %s, gateway CPU %s per request (profiling included). ",
+			pf.Concurrency, pr.Elapsed.Round(100*time.Millisecond), o.ProfileSeconds, pr.RPS, fmtDur(pr.P50), fmtUS(pr.cpuPerReq("kube-gateway")))
+		p("Profile: `%s` (`go tool pprof %s %s`). %.2f s of samples in %d s.\n\n", pf.File, r.ProfileBinary, pf.File, pf.Total, o.ProfileSeconds)
+		p("Where the samples go. Each sample is counted once, in the first group of this list's order that one of its frames belongs to; ")
+		p("leaf-side work (GC, stack growth, system calls, x509, TLS, HTTP/2, the reverse proxy) comes before the handlers that wrap it, so a filter keeps only its own work. ")
+		p("µs per request = share × the run's gateway CPU per request.\n\n")
+		p("| group | samples | share | ≈ µs per request |\n|---|---:|---:|---:|\n")
+		perReq := pr.cpuPerReq("kube-gateway")
+		for _, g := range pf.Groups {
+			if g.Seconds == 0 {
+				continue
+			}
+			p("| %s | %.2f s | %.1f%% | %.0f |\n", g.Name, g.Seconds, g.Pct, g.Pct/100*perReq*1e6)
+		}
+		if i == 0 {
+			p("\nTop 15 by cumulative time (`go tool pprof -top -cum`):\n\n```\n%s```\n\n", trimPprof(pf.TopCum))
+		}
+		p("\nTop 15 by own time (`go tool pprof -top`):\n\n```\n%s```\n\n", trimPprof(pf.TopFlat))
+	}
+	p("Environment start-up %s; whole run %s.\n", r.EnvStartup.Round(time.Second), r.Total.Round(time.Second))
+	return b.String()
+}
+
+// trimPprof drops pprof's header lines (file, build id, time) but keeps the
+// totals and the table.
+func trimPprof(s string) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		if strings.HasPrefix(line, "File:") || strings.HasPrefix(line, "Build ID:") || strings.HasPrefix(line, "Time:") || strings.HasPrefix(line, "Type:") {
+			continue
+		}
+		out = append(out, line)
+	}
+	return strings.TrimLeft(strings.Join(out, "\n"), "\n")
+}
