@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	proxyutil "k8s.io/apimachinery/pkg/util/proxy"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/responsewriter"
 	"k8s.io/klog/v2"
 
@@ -65,6 +66,11 @@ const retryAfterSeconds = 1
 type Forwarder struct {
 	// Metrics records every proxied request; required.
 	Metrics *metrics.Metrics
+	// Authorizer, if set, must allow the inner request itself (its real verb,
+	// resource, namespace and name, or non-resource path) for the hub user
+	// before it is forwarded: the hub's RBAC applies in addition to the
+	// member's (--authorize-proxy-subpath).
+	Authorizer authorizer.Authorizer
 
 	stopOnce sync.Once
 	stopping chan struct{}
@@ -102,6 +108,12 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 	if err != nil {
 		r.Errors.Error(apierrors.NewBadRequest(err.Error()))
 		return
+	}
+	if f.Authorizer != nil {
+		if err := f.authorize(req.Context(), r.Cluster.Name, &attrs); err != nil {
+			r.Errors.Error(err)
+			return
+		}
 	}
 	route := r.Cluster.Route(&attrs)
 	schema := ""
@@ -185,6 +197,43 @@ func (f *Forwarder) proxy(w http.ResponseWriter, out *http.Request, r Request, e
 	if !resp.failed {
 		r.Cluster.ReportSuccess(endpoint)
 	}
+}
+
+// authorize asks the hub whether the user may perform the inner request.
+func (f *Forwarder) authorize(ctx context.Context, clusterName string, a *request.Attributes) error {
+	record := authorizer.AttributesRecord{
+		User:            a.User,
+		Verb:            a.Verb,
+		Namespace:       a.Namespace,
+		APIGroup:        a.APIGroup,
+		APIVersion:      a.APIVersion,
+		Resource:        a.Resource,
+		Subresource:     a.Subresource,
+		Name:            a.Name,
+		ResourceRequest: a.IsResourceRequest,
+		Path:            a.Path,
+	}
+	decision, reason, err := f.Authorizer.Authorize(ctx, record)
+	if decision == authorizer.DecisionAllow {
+		return nil
+	}
+	what := a.Verb + " " + a.Path
+	gr := gatewayv1alpha1.Resource("upstreamclusters/proxy")
+	if a.IsResourceRequest {
+		what = a.Verb + " " + a.Resource
+		if a.Subresource != "" {
+			what += "/" + a.Subresource
+		}
+		gr.Group, gr.Resource = a.APIGroup, a.Resource
+	}
+	msg := fmt.Sprintf("the hub does not allow this request on upstream cluster %q (%s); the gateway checks the hub's RBAC for proxied requests", clusterName, what)
+	if reason != "" {
+		msg += ": " + reason
+	}
+	if err != nil {
+		msg += ": " + err.Error()
+	}
+	return apierrors.NewForbidden(gr, a.Name, errors.New(msg))
 }
 
 func noServerReason(route *cluster.Route) string {

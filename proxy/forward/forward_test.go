@@ -32,6 +32,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
@@ -1120,5 +1121,57 @@ func TestStopEndsStreams(t *testing.T) {
 	case <-memberDone:
 	case <-ctx.Done():
 		t.Fatal("the member's request was not ended")
+	}
+}
+
+// With an Authorizer (--authorize-proxy-subpath), the inner request itself must
+// be allowed for the hub user, with its real verb: list stays list.
+func TestServeAuthorizesTheInnerRequest(t *testing.T) {
+	m := newMember(t)
+	c := compile(t, m.caPEM, nil, m.URL)
+	var asked []authorizer.Attributes
+	var mu sync.Mutex
+	f := forward.NewForwarder(metrics.New())
+	f.Authorizer = authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+		mu.Lock()
+		asked = append(asked, a)
+		mu.Unlock()
+		if a.GetUser().GetName() == "alice" && a.GetVerb() == "list" && a.GetResource() == "pods" && a.GetNamespace() == "team" {
+			return authorizer.DecisionAllow, "", nil
+		}
+		return authorizer.DecisionNoOpinion, "no RBAC rule", nil
+	})
+	errs := &errorRecorder{}
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		rt := byPrefix(req)
+		f.Serve(w, req, forward.Request{Cluster: c, Path: rt.path, RawQuery: rt.rawQuery, User: hubUser(), Errors: responseErrors{rec: errs, w: w}})
+	}))
+	t.Cleanup(gw.Close)
+
+	get := func(path string) int {
+		req, _ := http.NewRequest(http.MethodGet, gw.URL+proxyPrefix+path, nil)
+		resp, _ := do(t, req)
+		return resp.StatusCode
+	}
+	if code := get("/api/v1/namespaces/team/pods"); code != http.StatusOK {
+		t.Fatalf("allowed list: %d", code)
+	}
+	if code := get("/api/v1/namespaces/team/pods/p1"); code != http.StatusForbidden {
+		t.Fatalf("get of a pod the hub does not allow: %d, want 403", code)
+	}
+	if code := get("/api/v1/namespaces/team/pods?watch=true"); code != http.StatusForbidden {
+		t.Fatalf("watch the hub does not allow: %d, want 403", code)
+	}
+	if n := len(m.received()); n != 1 {
+		t.Fatalf("the member got %d requests, want only the allowed one", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) != 3 || asked[2].GetVerb() != "watch" || asked[1].GetName() != "p1" || !asked[0].IsResourceRequest() {
+		t.Fatalf("asked the hub about %v", asked)
+	}
+	status := errs.all()[0].(apierrors.APIStatus).Status()
+	if status.Code != http.StatusForbidden || !strings.Contains(status.Message, `"member-a"`) || !strings.Contains(status.Message, "no RBAC rule") {
+		t.Fatalf("403 status: %+v", status)
 	}
 }

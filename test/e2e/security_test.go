@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"io"
 	"net/http"
 	"os"
 	"slices"
@@ -10,6 +11,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
@@ -144,5 +149,66 @@ func TestIdentityMapping(t *testing.T) {
 	}
 	if team := got.Extra["example.com/team"]; !slices.Equal([]string(team), []string{"blue"}) || len(got.Extra["example.com/other"]) != 0 {
 		t.Fatalf("extras on the member: %v, want only example.com/team", got.Extra)
+	}
+}
+
+// With --authorize-proxy-subpath the hub's RBAC must allow the inner request
+// too: alice, who may use the proxy but holds no hub role on configmaps, is
+// refused until the hub grants her `list configmaps` in her namespace.
+func TestAuthorizeProxySubpath(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	gw, url, err := env.StartExtraGateway(ctx, "kube-gateway-authz", "--authorize-proxy-subpath")
+	t.Cleanup(func() { _ = gw.Stop() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := http.Header{"X-Remote-User": {"alice"}, "X-Remote-Group": {"dev-team", "system:authenticated"}, "X-Remote-Uid": {"alice-uid"}}
+	get := func(path string) (int, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+harness.ProxyPath(harness.MemberA)+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header = alice.Clone()
+		resp, err := gatewayClient(t, true).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get("/api/v1/namespaces/alice/configmaps"); code != http.StatusForbidden || !strings.Contains(body, "the hub does not allow") {
+		t.Fatalf("without a hub role: %d %s, want the gateway's 403", code, body)
+	}
+
+	hub := hubAdmin(t)
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "list-configmaps", Namespace: harness.AliceNamespace},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list"}}}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "alice-list-configmaps", Namespace: harness.AliceNamespace},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "alice"}}}
+	if _, err := hub.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: harness.AliceNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := hub.RbacV1().Roles(harness.AliceNamespace).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hub.RbacV1().RoleBindings(harness.AliceNamespace).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = hub.RbacV1().RoleBindings(harness.AliceNamespace).Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
+		_ = hub.RbacV1().Roles(harness.AliceNamespace).Delete(context.Background(), role.Name, metav1.DeleteOptions{})
+	})
+	// The gateway caches the hub's answers for a short while.
+	eventually(t, 30*time.Second, func(context.Context) error {
+		if code, body := get("/api/v1/namespaces/alice/configmaps"); code != http.StatusOK {
+			return errorf("with the hub role: %d %s", code, body)
+		}
+		return nil
+	})
+	// The real verb is checked: watch is not list.
+	if code, _ := get("/api/v1/namespaces/alice/configmaps?watch=true&timeoutSeconds=1"); code != http.StatusForbidden {
+		t.Fatalf("watch with only list granted on the hub: %d, want 403", code)
 	}
 }

@@ -439,12 +439,24 @@ func probeReadyz(ctx context.Context, client *http.Client, url, token string, he
 }
 
 func (e *Env) startGateway(ctx context.Context) error {
-	p := e.newProcess("kube-gateway")
-	e.Gateway = p
-	var port int
+	p, url, err := e.startGatewayProcess(ctx, "kube-gateway", e.cfg.GatewayArgs)
+	e.Gateway, e.GatewayURL = p, url
+	return err
+}
+
+// StartExtraGateway starts another kube-gateway on the same etcd data and hub,
+// with extra flags, not registered with the hub: tests call it directly (see
+// FrontProxyClientCert). Env.Stop stops it too.
+func (e *Env) StartExtraGateway(ctx context.Context, name string, args ...string) (p *Process, url string, err error) {
+	return e.startGatewayProcess(ctx, name, args)
+}
+
+func (e *Env) startGatewayProcess(ctx context.Context, name string, extraArgs []string) (*Process, string, error) {
+	p := e.newProcess(name)
+	var url string
 	assign := func() {
-		port = mustFreePort()
-		e.GatewayURL = "https://127.0.0.1:" + strconv.Itoa(port)
+		port := mustFreePort()
+		url = "https://127.0.0.1:" + strconv.Itoa(port)
 		p.Args = append([]string{
 			filepath.Join(e.BinDir, "kube-gateway"),
 			"--secure-port=" + strconv.Itoa(port),
@@ -456,7 +468,7 @@ func (e *Env) startGateway(ctx context.Context) error {
 			"--kubeconfig=" + e.Kubeconfig("hub-"+UserGateway),
 			"--secret-namespace=" + GatewayNamespace,
 			"-v=2",
-		}, e.cfg.GatewayArgs...)
+		}, extraArgs...)
 	}
 	assign()
 	p.timeout = gatewayReadyTimeout
@@ -464,12 +476,13 @@ func (e *Env) startGateway(ctx context.Context) error {
 	// as the hub's aggregator sends them.
 	cert, err := tls.LoadX509KeyPair(e.pki.frontProxyClient.CertFile, e.pki.frontProxyClient.KeyFile)
 	if err != nil {
-		return err
+		return p, url, err
 	}
 	client := httpsClient(e.pki.gatewayCA.CertPEM, &cert)
 	hdr := http.Header{"X-Remote-User": {UserAdmin}, "X-Remote-Group": {"system:masters", "system:authenticated"}}
 	p.probe = func(ctx context.Context) error {
-		return probeReadyz(ctx, client, e.GatewayURL, "", hdr)
+		return probeReadyz(ctx, client, url, "", hdr)
 	}
-	return e.startTracked(ctx, p, assign)
+	err = e.startTracked(ctx, p, assign)
+	return p, url, err
 }

@@ -37,6 +37,8 @@ type Options struct {
 	// Secrets the gateway reads, and the only namespace spec.clientConfig.secretRef
 	// may name.
 	SecretNamespace string
+	// AuthorizeProxySubpath makes the hub authorize every inner request too.
+	AuthorizeProxySubpath bool
 
 	scheme *runtime.Scheme
 	codecs serializer.CodecFactory
@@ -89,6 +91,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	var fss cliflag.NamedFlagSets
 	gw := fss.FlagSet("gateway")
 	o.ServerRun.AddUniversalFlags(fss.FlagSet("generic"))
+	gw.BoolVar(&o.AuthorizeProxySubpath, "authorize-proxy-subpath", o.AuthorizeProxySubpath,
+		"Before forwarding, ask the hub (SubjectAccessReview, cached) whether the user may perform the proxied request itself: its real verb (list and watch stay list and watch), resource, namespace and name, or non-resource path. For operators who keep one RBAC on the hub; the member's RBAC still applies.")
 	gw.StringVar(&o.SecretNamespace, "secret-namespace", o.SecretNamespace,
 		"Hub namespace of the Secrets holding the gateway's credentials toward member clusters. The gateway reads Secrets only there, and UpstreamClusters may only reference Secrets there.")
 	o.Recommended.Etcd.AddFlags(fss.FlagSet("etcd"))
@@ -162,9 +166,10 @@ func (o *Options) Config() (*Config, error) {
 		return nil, err
 	}
 	return &Config{
-		Generic:         serverConfig,
-		Scheme:          o.scheme,
-		Codecs:          o.codecs,
-		SecretNamespace: o.SecretNamespace,
+		Generic:               serverConfig,
+		Scheme:                o.scheme,
+		Codecs:                o.codecs,
+		SecretNamespace:       o.SecretNamespace,
+		AuthorizeProxySubpath: o.AuthorizeProxySubpath,
 	}, nil
 }

@@ -32,15 +32,18 @@ type Config struct {
 	Scheme          *runtime.Scheme
 	Codecs          serializer.CodecFactory
 	SecretNamespace string
+	// AuthorizeProxySubpath: see Options.
+	AuthorizeProxySubpath bool
 }
 
 // CompletedConfig is a Config after Complete: only it can build a server.
 type CompletedConfig struct {
-	generic         genericapiserver.CompletedConfig
-	scheme          *runtime.Scheme
-	codecs          serializer.CodecFactory
-	secretNamespace string
-	hub             kubernetes.Interface
+	generic               genericapiserver.CompletedConfig
+	scheme                *runtime.Scheme
+	codecs                serializer.CodecFactory
+	secretNamespace       string
+	authorizeProxySubpath bool
+	hub                   kubernetes.Interface
 }
 
 // Complete fills in the derived configuration.
@@ -53,11 +56,12 @@ func (c *Config) Complete() (CompletedConfig, error) {
 		return CompletedConfig{}, err
 	}
 	return CompletedConfig{
-		generic:         c.Generic.Complete(),
-		scheme:          c.Scheme,
-		codecs:          c.Codecs,
-		secretNamespace: c.SecretNamespace,
-		hub:             kube,
+		generic:               c.Generic.Complete(),
+		scheme:                c.Scheme,
+		codecs:                c.Codecs,
+		secretNamespace:       c.SecretNamespace,
+		authorizeProxySubpath: c.AuthorizeProxySubpath,
+		hub:                   kube,
 	}, nil
 }
 
@@ -102,6 +106,11 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 
 	forwarder := forward.NewForwarder(proxyMetrics)
+	if c.authorizeProxySubpath {
+		// The delegating authorizer of the generic server: SubjectAccessReviews
+		// to the hub, with its cache.
+		forwarder.Authorizer = c.generic.Authorization.Authorizer
+	}
 
 	apiGroupInfo := genericapiserver.NewDefaultAPIGroupInfo(gatewayv1alpha1.GroupName, c.scheme, runtime.NewParameterCodec(c.scheme), c.codecs)
 	apiGroupInfo.VersionedResourcesStorageMap[gatewayv1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
