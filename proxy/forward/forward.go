@@ -144,7 +144,7 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 	retryable := !attrs.LongRunning && !httpstream.IsUpgradeRequest(req) &&
 		(req.Method == http.MethodGet || req.Method == http.MethodHead || req.Method == http.MethodOptions)
 	var failed *balance.Endpoint
-	var previous *responder
+	var previous, last *responder
 	for attempt := 0; ; attempt++ {
 		endpoint := route.Pick(failed)
 		if endpoint == nil {
@@ -157,17 +157,22 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 			return
 		}
 		resp := &responder{cluster: r.Cluster, endpoint: endpoint, errors: r.Errors, retryable: retryable && attempt == 0}
+		last = resp
 		f.proxy(wrapped, out, r, endpoint, resp, attrs.LongRunning)
 		if resp.deferred == nil {
 			break
 		}
 		failed, previous = endpoint, resp
 	}
+	code := recorder.code()
+	if last.writtenCode != 0 { // the error went through the apiserver's responder, not recorder
+		code = last.writtenCode
+	}
 	resource := metrics.ResourceLabel(attrs.IsResourceRequest, attrs.Resource, attrs.Subresource)
 	if attrs.LongRunning {
-		f.Metrics.ObserveLongRunning(r.Cluster.Name, route.Policy, schema, attrs.Verb, resource, recorder.code())
+		f.Metrics.ObserveLongRunning(r.Cluster.Name, route.Policy, schema, attrs.Verb, resource, code)
 	} else {
-		f.Metrics.Observe(r.Cluster.Name, route.Policy, schema, attrs.Verb, resource, recorder.code(), time.Since(start))
+		f.Metrics.Observe(r.Cluster.Name, route.Policy, schema, attrs.Verb, resource, code, time.Since(start))
 	}
 }
 
@@ -324,8 +329,9 @@ type responder struct {
 	errors    ErrorWriter
 	retryable bool
 
-	failed   bool
-	deferred error // a retryable error, not written yet
+	failed      bool
+	deferred    error // a retryable error, not written yet
+	writtenCode int   // the status code of the error written, if any
 }
 
 func (r *responder) Error(_ http.ResponseWriter, req *http.Request, err error) {
@@ -354,13 +360,20 @@ func (r *responder) Error(_ http.ResponseWriter, req *http.Request, err error) {
 		r.deferred = status
 		return
 	}
-	r.errors.Error(status)
+	r.write(status)
 }
 
 func (r *responder) writeDeferred() {
 	if r.deferred != nil {
-		r.errors.Error(r.deferred)
+		r.write(r.deferred)
 	}
+}
+
+func (r *responder) write(err error) {
+	if s, ok := err.(apierrors.APIStatus); ok {
+		r.writtenCode = int(s.Status().Code)
+	}
+	r.errors.Error(err)
 }
 
 // unavailable is the 503 of a cluster that cannot serve now.

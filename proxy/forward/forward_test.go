@@ -1175,3 +1175,28 @@ func TestServeAuthorizesTheInnerRequest(t *testing.T) {
 		t.Fatalf("403 status: %+v", status)
 	}
 }
+
+// Requests that failed on the way are counted with the status the client got.
+func TestServeCountsFailuresWithTheirCode(t *testing.T) {
+	m := newMember(t)
+	c := compile(t, m.caPEM, nil, "https://"+closedAddr(t))
+	reg := prometheus.NewPedanticRegistry()
+	met := metrics.New()
+	if err := met.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	f := forward.NewForwarder(met)
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		rt := byPrefix(req)
+		f.Serve(w, req, forward.Request{Cluster: c, Path: rt.path, RawQuery: rt.rawQuery, User: hubUser(), Errors: responseErrors{rec: &errorRecorder{}, w: w}})
+	}))
+	t.Cleanup(gw.Close)
+	req, _ := http.NewRequest(http.MethodGet, gw.URL+proxyPrefix+"/api/v1/pods", nil)
+	if resp, _ := do(t, req); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("status %d, want 503", resp.StatusCode)
+	}
+	labels := map[string]string{"cluster": "member-a", "policy": "", "schema": "", "verb": "list", "resource": "pods", "code": "503"}
+	if got := counterValue(t, reg, "kube_gateway_proxy_requests_total", labels); got != 1 {
+		t.Fatalf("requests counted with %v: %v, want 1", labels, got)
+	}
+}
