@@ -134,6 +134,8 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 	out := req.Clone(impersonate.WithIdentity(req.Context(), r.Cluster.Impersonation.Identity(r.User)))
 	out.URL.RawQuery = r.RawQuery
 	impersonate.StripInbound(out.Header)
+	// Trailers could carry credentials too; members have no use for a client's.
+	out.Trailer = nil
 
 	recorder := &statusRecorder{ResponseWriter: w}
 	wrapped := responsewriter.WrapForHTTP1Or2(recorder)
