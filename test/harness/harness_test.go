@@ -96,7 +96,7 @@ func TestStart(t *testing.T) {
 	}
 
 	if !haveGateway {
-		t.Skip("_output/bin/kube-gateway not built: skipping the gateway part")
+		t.Fatal("_output/bin/kube-gateway is not built: run make build (make test-e2e does)")
 	}
 	hub := kubernetes.NewForConfigOrDie(env.HubConfig(UserAdmin))
 	var code int

@@ -59,7 +59,7 @@ func TestStopFromState(t *testing.T) {
 	dir := t.TempDir()
 	sleep, err := exec.LookPath("sleep")
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	p := &Process{Name: "sleeper", LogFile: filepath.Join(dir, "sleeper.log"), detach: true,
 		Args: []string{sleep, "60"}}
