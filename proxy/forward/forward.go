@@ -95,18 +95,17 @@ func (f *Forwarder) Stop() {
 // request, routes it by the cluster's dispatch policies, admits it by the
 // policy's flow-control schema, picks a server and proxies.
 func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
-	if err := validatePath(r.Path); err != nil {
+	// Parse also refuses member paths that are not in canonical form (dot and
+	// empty segments), which could make the member see another path than the
+	// one classified here.
+	attrs, err := request.Parse(req.Method, r.Path, r.RawQuery, r.User)
+	if err != nil {
 		r.Errors.Error(apierrors.NewBadRequest(err.Error()))
 		return
 	}
 	if r.User == nil || r.User.GetName() == "" || r.User.GetName() == user.Anonymous {
 		r.Errors.Error(apierrors.NewForbidden(gatewayv1alpha1.Resource("upstreamclusters/proxy"), r.Cluster.Name,
 			errors.New("anonymous requests are never forwarded to member clusters")))
-		return
-	}
-	attrs, err := request.Parse(req.Method, r.Path, r.RawQuery, r.User)
-	if err != nil {
-		r.Errors.Error(apierrors.NewBadRequest(err.Error()))
 		return
 	}
 	if f.Authorizer != nil {
@@ -301,25 +300,6 @@ func (s *statusRecorder) code() int {
 		return http.StatusOK
 	}
 	return s.status
-}
-
-// validatePath refuses member paths that are not in canonical form: dot segments
-// and empty segments could make the member see another path than the gateway
-// matched against.
-func validatePath(p string) error {
-	if !strings.HasPrefix(p, "/") {
-		return fmt.Errorf("invalid proxy path %q: must begin with /", p)
-	}
-	trimmed := strings.TrimSuffix(p[1:], "/")
-	if trimmed == "" {
-		return nil
-	}
-	for _, seg := range strings.Split(trimmed, "/") {
-		if seg == "" || seg == "." || seg == ".." {
-			return fmt.Errorf("invalid proxy path %q: empty, . and .. segments are not allowed", p)
-		}
-	}
-	return nil
 }
 
 // responder turns errors of UpgradeAwareHandler into Status responses, reports

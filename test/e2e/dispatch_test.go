@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -56,16 +55,10 @@ func rawGet(ctx context.Context, t *testing.T, user, cluster, path string) (*htt
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.Host+path, nil)
+	resp, body, err := tryGet(ctx, client, cfg.Host+path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
 	return resp, body
 }
 

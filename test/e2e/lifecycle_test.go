@@ -116,10 +116,9 @@ func TestCredentialRotation(t *testing.T) {
 			case <-time.After(20 * time.Millisecond):
 			}
 			requests.Add(1)
-			code, body, err := tryGet(ctx, client, cfg.Host+"/api/v1/namespaces/default")
-			if err != nil || code != http.StatusOK {
+			if resp, body, err := tryGet(ctx, client, cfg.Host+"/api/v1/namespaces/default"); err != nil || resp.StatusCode != http.StatusOK {
 				if failures.Add(1) == 1 {
-					firstFailure.Store(fmt.Sprintf("%d %s %v", code, body, err))
+					firstFailure.Store(fmt.Sprintf("%s %s %v", statusOf(resp), body, err))
 				}
 			}
 		}

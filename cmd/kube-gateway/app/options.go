@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
@@ -48,7 +49,7 @@ type Options struct {
 func NewOptions() *Options {
 	// The logging options are gated by features of the process-wide gate that
 	// k8s.io/apiserver itself consults; registering them twice is a no-op.
-	utilruntimeMust(logsapi.AddFeatureGates(utilfeature.DefaultMutableFeatureGate))
+	utilruntime.Must(logsapi.AddFeatureGates(utilfeature.DefaultMutableFeatureGate))
 	scheme := newScheme()
 	codecs := serializer.NewCodecFactory(scheme)
 	o := &Options{
@@ -73,17 +74,11 @@ func NewOptions() *Options {
 
 func newScheme() *runtime.Scheme {
 	scheme := runtime.NewScheme()
-	utilruntimeMust(gatewayv1alpha1.AddToScheme(scheme))
+	utilruntime.Must(gatewayv1alpha1.AddToScheme(scheme))
 	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
 	scheme.AddUnversionedTypes(schema.GroupVersion{Group: "", Version: "v1"},
 		&metav1.Status{}, &metav1.APIVersions{}, &metav1.APIGroupList{}, &metav1.APIGroup{}, &metav1.APIResourceList{})
 	return scheme
-}
-
-func utilruntimeMust(err error) {
-	if err != nil {
-		panic(err)
-	}
 }
 
 // Flags returns the flags of kube-gateway by section, for parsing and for --help.
