@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
@@ -135,6 +137,10 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 	impersonate.StripInbound(out.Header)
 	// Trailers could carry credentials too; members have no use for a client's.
 	out.Trailer = nil
+	// With tracing on, the member's spans join the gateway's trace.
+	if sc := trace.SpanContextFromContext(req.Context()); sc.IsValid() {
+		propagation.TraceContext{}.Inject(req.Context(), propagation.HeaderCarrier(out.Header))
+	}
 
 	recorder := &statusRecorder{ResponseWriter: w}
 	wrapped := responsewriter.WrapForHTTP1Or2(recorder)
@@ -169,11 +175,18 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 	if last.writtenCode != 0 { // the error went through the apiserver's responder, not recorder
 		code = last.writtenCode
 	}
+	latency := time.Since(start)
 	resource := metrics.ResourceLabel(attrs.IsResourceRequest, attrs.Resource, attrs.Subresource)
 	if attrs.LongRunning {
 		f.Metrics.ObserveLongRunning(r.Cluster.Name, route.Policy, schema, attrs.Verb, resource, code)
 	} else {
-		f.Metrics.Observe(r.Cluster.Name, route.Policy, schema, attrs.Verb, resource, code, time.Since(start))
+		f.Metrics.Observe(r.Cluster.Name, route.Policy, schema, attrs.Verb, resource, code, latency)
+	}
+	// One line per proxied request at -v=3, where the generic apiserver logs
+	// its own requests; the path, not the query (it can carry anything).
+	if logger := klog.FromContext(req.Context()); logger.V(3).Enabled() {
+		logger.V(3).Info("Proxied", "upstreamcluster", r.Cluster.Name, "policy", route.Policy, "endpoint", last.endpoint.URL.Host,
+			"user", attrs.User.GetName(), "verb", attrs.Verb, "resource", resource, "path", r.Path, "code", code, "latency", latency)
 	}
 }
 

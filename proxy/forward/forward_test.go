@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -309,7 +310,7 @@ func newGateway(t *testing.T, c *cluster.Cluster, u user.Info, routeOf func(*htt
 }
 
 // byPrefix routes /apis/.../proxy/{path}?{query} to {path} and {query}, the way
-// the proxy subresource does (dryRun included: WithRawProxyQuery keeps it).
+// the proxy subresource does (the query untouched, dryRun included).
 func byPrefix(req *http.Request) route {
 	p := strings.TrimPrefix(req.URL.Path, proxyPrefix)
 	if p == "" {
@@ -1198,5 +1199,46 @@ func TestServeCountsFailuresWithTheirCode(t *testing.T) {
 	labels := map[string]string{"cluster": "member-a", "policy": "", "schema": "", "verb": "list", "resource": "pods", "code": "503"}
 	if got := counterValue(t, reg, "kube_gateway_proxy_requests_total", labels); got != 1 {
 		t.Fatalf("requests counted with %v: %v, want 1", labels, got)
+	}
+}
+
+// TestServePropagatesTraceContext: with tracing on (a span in the request's
+// context, as the tracing filter leaves it), the member gets the gateway's
+// trace context instead of the client's; without, the client's header passes.
+func TestServePropagatesTraceContext(t *testing.T) {
+	const clientParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	gatewaySpan := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID:    trace.TraceID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
+		SpanID:     trace.SpanID{1, 2, 3, 4, 5, 6, 7, 8},
+		TraceFlags: trace.FlagsSampled,
+	})
+	for name, tt := range map[string]struct {
+		span trace.SpanContext
+		want string
+	}{
+		"tracing on":  {gatewaySpan, "00-0102030405060708090a0b0c0d0e0f10-0102030405060708-01"},
+		"tracing off": {trace.SpanContext{}, clientParent},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m := newMember(t)
+			c := compile(t, m.caPEM, nil, m.URL)
+			g := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+				if tt.span.IsValid() {
+					req = req.WithContext(trace.ContextWithSpanContext(req.Context(), tt.span))
+				}
+				rt := byPrefix(req)
+				testForwarder.Serve(w, req, forward.Request{Cluster: c, Path: rt.path, RawQuery: rt.rawQuery, User: hubUser(),
+					Errors: responseErrors{rec: &errorRecorder{}, w: w}})
+			}))
+			defer g.Close()
+			req, _ := http.NewRequest(http.MethodGet, g.URL+proxyPrefix+"/api", nil)
+			req.Header.Set("Traceparent", clientParent)
+			if resp, body := do(t, req); resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			if got := m.only(t).header.Get("Traceparent"); got != tt.want {
+				t.Errorf("member got traceparent %q, want %q", got, tt.want)
+			}
+		})
 	}
 }

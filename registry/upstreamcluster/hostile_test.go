@@ -36,6 +36,7 @@ import (
 	basecompatibility "k8s.io/component-base/compatibility"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/chain"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/clusters"
 )
@@ -122,8 +123,8 @@ func (h *hostileClusters) Lookup(name string) (*cluster.Cluster, error) {
 }
 
 // hostileGateway is a real k8s.io/apiserver generic server, built like the
-// binary's (WithRawProxyQuery inside DefaultBuildHandlerChain, proxy requests
-// long-running), serving upstreamclusters/proxy with the real ProxyREST.
+// binary's (proxy paths on the short chain of proxy/chain, everything else on
+// DefaultBuildHandlerChain), serving upstreamclusters/proxy with the real ProxyREST.
 type hostileGateway struct {
 	*httptest.Server
 	cluster  *cluster.Cluster
@@ -181,8 +182,10 @@ func newHostileGateway(t *testing.T, member *hostileSink) *hostileGateway {
 	cfg.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(gatewayv1alpha1.GetOpenAPIDefinitions, namer)
 	cfg.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(gatewayv1alpha1.GetOpenAPIDefinitions, namer)
 	cfg.LongRunningFunc = genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch"), sets.NewString("proxy"))
+	proxyREST := NewProxyREST(g.clusters, hostileObjects{}, testForwarder)
+	proxyHandler := NewProxyHandler(proxyREST, nil, scheme, codecs)
 	cfg.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
-		return genericapiserver.DefaultBuildHandlerChain(WithRawProxyQuery(apiHandler), c)
+		return chain.New(genericapiserver.DefaultBuildHandlerChain(apiHandler, c), proxyHandler.ServeProxy, c, chain.Options{})
 	}
 	s, err := cfg.Complete(nil).New("kube-gateway-hostile-test", genericapiserver.NewEmptyDelegate())
 	if err != nil {
@@ -191,7 +194,7 @@ func newHostileGateway(t *testing.T, member *hostileSink) *hostileGateway {
 	info := genericapiserver.NewDefaultAPIGroupInfo(gatewayv1alpha1.GroupName, scheme, runtime.NewParameterCodec(scheme), codecs)
 	info.VersionedResourcesStorageMap[gatewayv1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"upstreamclusters":       hostileObjects{},
-		"upstreamclusters/proxy": NewProxyREST(g.clusters, hostileObjects{}, testForwarder),
+		"upstreamclusters/proxy": proxyREST,
 	}
 	if err := s.InstallAPIGroup(&info); err != nil {
 		t.Fatalf("InstallAPIGroup: %v", err)
@@ -247,8 +250,8 @@ const (
 
 // TestHostileProxyPaths sends each hostile sub-path form, byte for byte, through
 // a real k8s.io/apiserver handler chain (request info, authentication,
-// authorization, the Connecter handler that turns the sub-path into
-// UpstreamClusterProxyOptions.Path, WithRawProxyQuery, ProxyREST, forward).
+// authorization, chain.Split that finds the sub-path as the generic Connect
+// handler would, ProxyHandler, ProxyREST, forward).
 // Each either is refused before anything is sent, or reaches the configured
 // member endpoint only, with the member's Host, at a path under the member's
 // root without dot or empty segments. The cluster looked up is always the one

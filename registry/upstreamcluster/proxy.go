@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"net/http"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	genericrequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"sigs.k8s.io/apiserver-runtime/pkg/builder/resource"
@@ -68,12 +69,43 @@ func (r *ProxyREST) ProducesMIMETypes(string) []string { return []string{"*/*"} 
 // ProducesObject implements rest.StorageMetadata.
 func (r *ProxyREST) ProducesObject(string) interface{} { return "" }
 
-// Connect implements rest.Connecter.
-func (r *ProxyREST) Connect(ctx context.Context, name string, opts runtime.Object, responder rest.Responder) (http.Handler, error) {
+// Connect implements rest.Connecter. The server serves proxy paths on a chain
+// of its own (proxy/chain with ProxyHandler), so the generic Connect handler
+// only reaches here if that chain is not installed; it refuses dryRun, which
+// must reach members.
+func (r *ProxyREST) Connect(_ context.Context, name string, opts runtime.Object, responder rest.Responder) (http.Handler, error) {
 	proxyOpts, ok := opts.(*gatewayv1alpha1.UpstreamClusterProxyOptions)
 	if !ok {
 		return nil, fmt.Errorf("invalid options object: %#v", opts)
 	}
+	path := proxyOpts.Path
+	if path == "" {
+		path = "/"
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.Serve(w, req, name, path, responder)
+	}), nil
+}
+
+// Serve forwards req to the member path of upstream cluster name, with the
+// client's query string; errors before the member answered go to errs.
+func (r *ProxyREST) Serve(w http.ResponseWriter, req *http.Request, name, path string, errs forward.ErrorWriter) {
+	c, err := r.lookup(req.Context(), name)
+	if err != nil {
+		errs.Error(err)
+		return
+	}
+	u, _ := genericrequest.UserFrom(req.Context())
+	r.forward.Serve(w, req, forward.Request{
+		Cluster:  c,
+		Path:     path,
+		RawQuery: req.URL.RawQuery,
+		User:     u,
+		Errors:   errs,
+	})
+}
+
+func (r *ProxyREST) lookup(ctx context.Context, name string) (*cluster.Cluster, error) {
 	c, err := r.clusters.Lookup(name)
 	if errors.Is(err, clusters.ErrUnknown) {
 		if _, getErr := r.objects.Get(ctx, name, &metav1.GetOptions{}); getErr != nil {
@@ -84,23 +116,72 @@ func (r *ProxyREST) Connect(ctx context.Context, name string, opts runtime.Objec
 	if err != nil {
 		return nil, forward.Unavailable(name, err)
 	}
-	u, _ := genericrequest.UserFrom(ctx)
-	path := proxyOpts.Path
-	if path == "" {
-		path = "/"
+	return c, nil
+}
+
+// ProxyHandler serves the proxy subresource on the short chain of proxy/chain:
+// what the generic Connect handler does around Connect (CONNECT admission,
+// errors as Status objects negotiated with the client), then ProxyREST.Serve.
+type ProxyHandler struct {
+	rest       *ProxyREST
+	admit      admission.Interface
+	objects    admission.ObjectInterfaces
+	serializer runtime.NegotiatedSerializer
+}
+
+// NewProxyHandler returns the handler of proxy requests over r; admit may be nil.
+func NewProxyHandler(r *ProxyREST, admit admission.Interface, scheme *runtime.Scheme, serializer runtime.NegotiatedSerializer) *ProxyHandler {
+	if admit != nil {
+		admit = admission.WithAudit(admit)
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		rawQuery, ok := rawQueryFrom(req.Context())
-		if !ok {
-			responder.Error(apierrors.NewInternalError(errors.New("the proxy query filter is not installed")))
-			return
+	return &ProxyHandler{rest: r, admit: admit, objects: admission.NewObjectInterfacesFromScheme(scheme), serializer: serializer}
+}
+
+// ServeProxy implements chain.ProxyFunc.
+func (h *ProxyHandler) ServeProxy(w http.ResponseWriter, req *http.Request, name, path string) {
+	errs := &statusWriter{w: w, req: req, serializer: h.serializer}
+	if err := h.admitConnect(req.Context(), name, path); err != nil {
+		errs.Error(err)
+		return
+	}
+	h.rest.Serve(w, req, name, path, errs)
+}
+
+var (
+	proxyOptionsKind = gatewayv1alpha1.SchemeGroupVersion.WithKind("UpstreamClusterProxyOptions")
+	clustersResource = gatewayv1alpha1.SchemeGroupVersion.WithResource("upstreamclusters")
+)
+
+// admitConnect runs CONNECT admission as the generic Connect handler does, so
+// that admission webhooks and policies on upstreamclusters/proxy apply.
+func (h *ProxyHandler) admitConnect(ctx context.Context, name, path string) error {
+	if h.admit == nil || !h.admit.Handles(admission.Connect) {
+		return nil
+	}
+	u, _ := genericrequest.UserFrom(ctx)
+	attrs := func() admission.Attributes {
+		return admission.NewAttributesRecord(&gatewayv1alpha1.UpstreamClusterProxyOptions{Path: path}, nil, proxyOptionsKind,
+			"", name, clustersResource, "proxy", admission.Connect, nil, false, u)
+	}
+	if m, ok := h.admit.(admission.MutationInterface); ok {
+		if err := m.Admit(ctx, attrs(), h.objects); err != nil {
+			return err
 		}
-		r.forward.Serve(w, req, forward.Request{
-			Cluster:  c,
-			Path:     path,
-			RawQuery: rawQuery,
-			User:     u,
-			Errors:   responder,
-		})
-	}), nil
+	}
+	if v, ok := h.admit.(admission.ValidationInterface); ok {
+		return v.Validate(ctx, attrs(), h.objects)
+	}
+	return nil
+}
+
+// statusWriter writes errors as a metav1.Status in the encoding the client
+// asked for.
+type statusWriter struct {
+	w          http.ResponseWriter
+	req        *http.Request
+	serializer runtime.NegotiatedSerializer
+}
+
+func (s *statusWriter) Error(err error) {
+	responsewriters.ErrorNegotiated(err, s.serializer, gatewayv1alpha1.SchemeGroupVersion, s.w, s.req)
 }

@@ -17,6 +17,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 	genericrequest "k8s.io/apiserver/pkg/endpoints/request"
 
@@ -70,7 +73,8 @@ func (r *fakeResponder) Error(err error) {
 
 var ucResource = gatewayv1alpha1.Resource("upstreamclusters")
 
-func TestProxyRESTConnectLookup(t *testing.T) {
+// TestProxyRESTLookup: the errors a request gets for the cluster it names.
+func TestProxyRESTLookup(t *testing.T) {
 	notFound := apierrors.NewNotFound(ucResource, "member-a")
 	etcdDown := apierrors.NewInternalError(errors.New("etcd is down"))
 	compiled := &cluster.Cluster{Name: "member-a"}
@@ -83,7 +87,7 @@ func TestProxyRESTConnectLookup(t *testing.T) {
 		wantCode    int32 // StatusError code, when set
 		wantMsg     []string
 		wantGets    int
-		wantHandler bool
+		wantCluster bool
 	}{
 		{
 			name:     "unknown and absent: the getter's NotFound",
@@ -125,13 +129,13 @@ func TestProxyRESTConnectLookup(t *testing.T) {
 			name:        "known cluster",
 			clusters:    &fakeClusters{c: compiled},
 			getter:      &fakeGetter{err: errors.New("must not be called")},
-			wantHandler: true,
+			wantCluster: true,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := NewProxyREST(tt.clusters, tt.getter, testForwarder)
-			h, err := r.Connect(context.Background(), "member-a", &gatewayv1alpha1.UpstreamClusterProxyOptions{Path: "/api"}, &fakeResponder{})
+			c, err := r.lookup(context.Background(), "member-a")
 			if !reflect.DeepEqual(tt.clusters.calls, []string{"member-a"}) {
 				t.Errorf("Lookup calls = %v", tt.clusters.calls)
 			}
@@ -143,24 +147,24 @@ func TestProxyRESTConnectLookup(t *testing.T) {
 					t.Errorf("Get(%q), want member-a", name)
 				}
 			}
-			if tt.wantHandler {
-				if err != nil || h == nil {
-					t.Fatalf("Connect = %v, %v; want a handler", h, err)
+			if tt.wantCluster {
+				if err != nil || c != compiled {
+					t.Fatalf("lookup = %v, %v; want the compiled cluster", c, err)
 				}
 				return
 			}
-			if h != nil {
-				t.Errorf("Connect returned a handler with error %v", err)
+			if c != nil {
+				t.Errorf("lookup returned a cluster with error %v", err)
 			}
 			if tt.wantErr != nil {
 				if err != tt.wantErr {
-					t.Fatalf("Connect error = %v, want %v", err, tt.wantErr)
+					t.Fatalf("lookup error = %v, want %v", err, tt.wantErr)
 				}
 				return
 			}
 			var se *apierrors.StatusError
 			if !errors.As(err, &se) {
-				t.Fatalf("Connect error = %T %v, want a StatusError", err, err)
+				t.Fatalf("lookup error = %T %v, want a StatusError", err, err)
 			}
 			st := se.Status()
 			if st.Code != tt.wantCode || st.Reason != metav1.StatusReasonServiceUnavailable {
@@ -236,30 +240,19 @@ func TestProxyRESTHandler(t *testing.T) {
 	defer c.Release(nil)
 
 	tests := []struct {
-		name         string
-		path         string
-		withRawQuery bool
-		wantCode     int
-		wantSeen     *seen
+		name     string
+		path     string
+		wantSeen seen
 	}{
 		{
-			name:         "forwarded with the raw query",
-			path:         "/api/v1/pods",
-			withRawQuery: true,
-			wantCode:     http.StatusOK,
-			wantSeen:     &seen{"/api/v1/pods", "labelSelector=a%3Db&dryRun=All", "alice", "Bearer gw-token"},
-		},
-		{
-			name:         "empty path is the member's root",
-			path:         "",
-			withRawQuery: true,
-			wantCode:     http.StatusOK,
-			wantSeen:     &seen{"/", "labelSelector=a%3Db&dryRun=All", "alice", "Bearer gw-token"},
-		},
-		{
-			name:     "the raw query filter is missing: internal error, nothing forwarded",
+			name:     "forwarded with the client's query, dryRun included",
 			path:     "/api/v1/pods",
-			wantCode: http.StatusInternalServerError,
+			wantSeen: seen{"/api/v1/pods", "labelSelector=a%3Db&dryRun=All", "alice", "Bearer gw-token"},
+		},
+		{
+			name:     "empty path is the member's root",
+			path:     "",
+			wantSeen: seen{"/", "labelSelector=a%3Db&dryRun=All", "alice", "Bearer gw-token"},
 		},
 	}
 	for _, tt := range tests {
@@ -275,28 +268,15 @@ func TestProxyRESTHandler(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Connect: %v", err)
 			}
-			req := httptest.NewRequest(http.MethodGet, "/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/member-a/proxy"+tt.path+"?labelSelector=a%3Db", nil)
-			if tt.withRawQuery {
-				// What WithRawProxyQuery stores: the client's query, dryRun included.
-				req = req.WithContext(context.WithValue(req.Context(), rawQueryKey{}, "labelSelector=a%3Db&dryRun=All"))
-			}
-			h.ServeHTTP(rec, req)
-			if rec.Code != tt.wantCode {
-				t.Fatalf("status = %d (%s), want %d", rec.Code, rec.Body.String(), tt.wantCode)
+			req := httptest.NewRequest(http.MethodGet, "/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/member-a/proxy"+tt.path+"?labelSelector=a%3Db&dryRun=All", nil)
+			h.ServeHTTP(rec, req.WithContext(ctx))
+			if rec.Code != http.StatusOK {
+				t.Fatalf("status = %d (%s), want 200", rec.Code, rec.Body.String())
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			if tt.wantSeen == nil {
-				if len(reqs) != 0 {
-					t.Errorf("the member received %v", reqs)
-				}
-				if len(responder.errs) != 1 || !apierrors.IsInternalError(responder.errs[0]) {
-					t.Errorf("responder errors = %v, want one internal error", responder.errs)
-				}
-				return
-			}
-			if len(reqs) != 1 || reqs[0] != *tt.wantSeen {
-				t.Errorf("member saw %+v, want %+v", reqs, *tt.wantSeen)
+			if len(reqs) != 1 || reqs[0] != tt.wantSeen {
+				t.Errorf("member saw %+v, want %+v", reqs, tt.wantSeen)
 			}
 			if rec.Body.String() != "from member" {
 				t.Errorf("body = %q", rec.Body.String())
@@ -307,3 +287,56 @@ func TestProxyRESTHandler(t *testing.T) {
 
 // testForwarder forwards with metrics that are never registered.
 var testForwarder = forward.NewForwarder(metrics.New())
+
+// denyConnect is a validating admission plugin that refuses CONNECT to one
+// cluster and records what it was asked.
+type denyConnect struct {
+	deny  string
+	attrs []admission.Attributes
+}
+
+func (d *denyConnect) Handles(op admission.Operation) bool { return op == admission.Connect }
+func (d *denyConnect) Validate(_ context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+	d.attrs = append(d.attrs, a)
+	if a.GetName() == d.deny {
+		return admission.NewForbidden(a, errors.New("proxying to this cluster is closed"))
+	}
+	return nil
+}
+
+// TestProxyHandlerAdmitsConnect: the short chain's handler runs CONNECT
+// admission as the generic Connect handler does, and writes its refusal as a
+// Status before anything is looked up or forwarded.
+func TestProxyHandlerAdmitsConnect(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := gatewayv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
+	admit := &denyConnect{deny: "member-a"}
+	clusters := &fakeClusters{err: errors.New("must not be looked up")}
+	h := NewProxyHandler(NewProxyREST(clusters, &fakeGetter{}, testForwarder), admit, scheme, serializer.NewCodecFactory(scheme))
+
+	req := httptest.NewRequest(http.MethodGet, "/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/member-a/proxy/api?x=1", nil)
+	req = req.WithContext(genericrequest.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
+	rec := httptest.NewRecorder()
+	h.ServeProxy(rec, req, "member-a", "/api")
+
+	if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), `"kind":"Status"`) || !strings.Contains(rec.Body.String(), "proxying to this cluster is closed") {
+		t.Errorf("response %d %s, want a 403 Status with the plugin's reason", rec.Code, rec.Body.String())
+	}
+	if len(clusters.calls) != 0 {
+		t.Errorf("looked up %v after admission refused", clusters.calls)
+	}
+	if len(admit.attrs) != 1 {
+		t.Fatalf("admission asked %d times", len(admit.attrs))
+	}
+	a := admit.attrs[0]
+	opts, _ := a.GetObject().(*gatewayv1alpha1.UpstreamClusterProxyOptions)
+	if a.GetOperation() != admission.Connect || a.GetName() != "member-a" || a.GetResource().Resource != "upstreamclusters" ||
+		a.GetSubresource() != "proxy" || a.GetKind().Kind != "UpstreamClusterProxyOptions" || a.GetUserInfo().GetName() != "alice" ||
+		opts == nil || opts.Path != "/api" {
+		t.Errorf("admission attributes: op %s name %s resource %v sub %s kind %v user %v object %#v",
+			a.GetOperation(), a.GetName(), a.GetResource(), a.GetSubresource(), a.GetKind(), a.GetUserInfo(), a.GetObject())
+	}
+}

@@ -4,7 +4,6 @@ package app
 
 import (
 	"fmt"
-	"net/http"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -24,7 +23,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
-	"github.com/kubewharf/kube-gateway/registry/upstreamcluster"
+	"github.com/kubewharf/kube-gateway/proxy/frontproxy"
 )
 
 const defaultEtcdPathPrefix = "/registry/gateway.kubewharf.io"
@@ -153,18 +152,20 @@ func (o *Options) Config() (*Config, error) {
 	// how long a watch, a log stream or an exec session lasts, not the gateway's
 	// request timeout or in-flight limit.
 	serverConfig.LongRunningFunc = genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch"), sets.NewString("proxy"))
-	serverConfig.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
-		return genericapiserver.DefaultBuildHandlerChain(upstreamcluster.WithRawProxyQuery(apiHandler), c)
-	}
 
 	if err := o.Recommended.ApplyTo(serverConfig); err != nil {
 		return nil, err
 	}
+	// The hub's front proxy sends every request with the same client
+	// certificate: verify it once, not on every request.
+	serverConfig.Authentication.Authenticator = frontproxy.WithCachedVerification(
+		serverConfig.Authentication.RequestHeaderConfig, serverConfig.Authentication.Authenticator)
 	return &Config{
 		Generic:               serverConfig,
 		Scheme:                o.scheme,
 		Codecs:                o.codecs,
 		SecretNamespace:       o.SecretNamespace,
 		AuthorizeProxySubpath: o.AuthorizeProxySubpath,
+		Tracing:               o.Recommended.Traces.ConfigFile != "",
 	}, nil
 }

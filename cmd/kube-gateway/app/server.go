@@ -18,6 +18,7 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1/validation"
+	"github.com/kubewharf/kube-gateway/proxy/chain"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/clusters"
 	"github.com/kubewharf/kube-gateway/proxy/forward"
@@ -34,6 +35,8 @@ type Config struct {
 	SecretNamespace string
 	// AuthorizeProxySubpath: see Options.
 	AuthorizeProxySubpath bool
+	// Tracing is on: spans for proxied requests too.
+	Tracing bool
 }
 
 // CompletedConfig is a Config after Complete: only it can build a server.
@@ -43,6 +46,7 @@ type CompletedConfig struct {
 	codecs                serializer.CodecFactory
 	secretNamespace       string
 	authorizeProxySubpath bool
+	tracing               bool
 	hub                   kubernetes.Interface
 }
 
@@ -61,6 +65,7 @@ func (c *Config) Complete() (CompletedConfig, error) {
 		codecs:                c.Codecs,
 		secretNamespace:       c.SecretNamespace,
 		authorizeProxySubpath: c.AuthorizeProxySubpath,
+		tracing:               c.Tracing,
 		hub:                   kube,
 	}, nil
 }
@@ -73,10 +78,6 @@ type Server struct {
 // New builds the server: the UpstreamCluster API, its proxy subresource and the
 // controller that compiles clusters for the data plane.
 func (c CompletedConfig) New() (*Server, error) {
-	generic, err := c.generic.New("kube-gateway", genericapiserver.NewEmptyDelegate())
-	if err != nil {
-		return nil, err
-	}
 	storage, err := upstreamcluster.NewStorage(c.scheme, c.generic.RESTOptionsGetter, validation.Options{SecretNamespace: c.secretNamespace})
 	if err != nil {
 		return nil, err
@@ -111,12 +112,23 @@ func (c CompletedConfig) New() (*Server, error) {
 		// to the hub, with its cache.
 		forwarder.Authorizer = c.generic.Authorization.Authorizer
 	}
+	proxyREST := upstreamcluster.NewProxyREST(controller, storage.UpstreamCluster, forwarder)
+	// Proxy requests take a short handler chain of their own (proxy/chain);
+	// the generic chain serves everything else.
+	proxyHandler := upstreamcluster.NewProxyHandler(proxyREST, c.generic.AdmissionControl, c.scheme, c.codecs)
+	c.generic.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
+		return chain.New(genericapiserver.DefaultBuildHandlerChain(apiHandler, gc), proxyHandler.ServeProxy, gc, chain.Options{Tracing: c.tracing})
+	}
+	generic, err := c.generic.New("kube-gateway", genericapiserver.NewEmptyDelegate())
+	if err != nil {
+		return nil, err
+	}
 
 	apiGroupInfo := genericapiserver.NewDefaultAPIGroupInfo(gatewayv1alpha1.GroupName, c.scheme, runtime.NewParameterCodec(c.scheme), c.codecs)
 	apiGroupInfo.VersionedResourcesStorageMap[gatewayv1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"upstreamclusters":        storage.UpstreamCluster,
 		"upstreamclusters/status": storage.Status,
-		"upstreamclusters/proxy":  upstreamcluster.NewProxyREST(controller, storage.UpstreamCluster, forwarder),
+		"upstreamclusters/proxy":  proxyREST,
 	}
 	if err := generic.InstallAPIGroup(&apiGroupInfo); err != nil {
 		return nil, err

@@ -1,0 +1,149 @@
+// Package frontproxy authenticates requests that the hub's front proxy (its
+// aggregator) forwards, like k8s.io/apiserver's request-header authenticator,
+// but verifies each front-proxy client certificate once instead of on every
+// request.
+//
+// The hub sends thousands of requests over one connection with the same client
+// certificate; the library checks its chain (a public-key signature check per
+// certificate) for each of them, which cost more CPU than all of the gateway's
+// own proxying (docs/benchmark.md; kubernetes/kubernetes#90533). A verified
+// certificate is remembered by the SHA-256 of its DER bytes, for as long as the
+// request-header CA bundle is the same and the verified chain is within its
+// validity period: the same bytes against the same roots at a time inside that
+// period give the same answer. Possession of the certificate's key is proven by
+// the TLS handshake of every connection, as before.
+package frontproxy
+
+import (
+	"crypto/sha256"
+	"crypto/x509"
+	"net/http"
+	"time"
+
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/authentication/group"
+	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
+	"k8s.io/apiserver/pkg/authentication/request/union"
+	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/lru"
+)
+
+// cacheSize bounds the remembered certificates: a hub has a handful of
+// front-proxy certificates at a time (one per apiserver, plus rotation).
+const cacheSize = 64
+
+// WithCachedVerification returns an authenticator that first tries the
+// request-header authentication described by rh with verified certificates
+// remembered, and otherwise (no client certificate, one that does not verify,
+// a name that is not allowed, no user header) runs full, the server's complete
+// authenticator, which then verifies again and reports the error as before.
+// Without request-header authentication (nil rh or full), full is returned
+// unchanged.
+func WithCachedVerification(rh *authenticatorfactory.RequestHeaderConfig, full authenticator.Request) authenticator.Request {
+	if rh == nil || full == nil {
+		return full
+	}
+	return newCachedVerification(rh, full, clock.RealClock{})
+}
+
+func newCachedVerification(rh *authenticatorfactory.RequestHeaderConfig, full authenticator.Request, clk clock.PassiveClock) authenticator.Request {
+	v := &verifier{
+		verifyOptions: rh.CAContentProvider.VerifyOptions,
+		allowedNames:  rh.AllowedClientNames,
+		headers:       headerrequest.NewDynamic(rh.UsernameHeaders, rh.UIDHeaders, rh.GroupHeaders, rh.ExtraHeaderPrefixes),
+		clock:         clk,
+		verified:      lru.New(cacheSize),
+	}
+	// full adds system:authenticated to its own users; the group adder does the
+	// same for users of the fast path and leaves full's alone.
+	return group.NewAuthenticatedGroupAdder(union.New(v, full))
+}
+
+type verifier struct {
+	verifyOptions x509request.VerifyOptionFunc
+	allowedNames  headerrequest.StringSliceProvider
+	headers       authenticator.Request
+	clock         clock.PassiveClock
+	verified      *lru.Cache // [sha256.Size]byte -> verification
+}
+
+// verification is a successful chain verification of a certificate.
+type verification struct {
+	// roots is the CA pool the chain was verified against. The CA content
+	// providers build a new pool when the bundle changes, so another pointer
+	// means another bundle.
+	roots               *x509.CertPool
+	intermediates       *x509.CertPool // from the configuration, usually nil
+	notBefore, notAfter time.Time      // of the whole verified chain
+}
+
+// AuthenticateRequest implements authenticator.Request. It never returns an
+// error: failures are left to the full authenticator, which reports them.
+func (v *verifier) AuthenticateRequest(req *http.Request) (*authenticator.Response, bool, error) {
+	if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 {
+		return nil, false, nil
+	}
+	opts, ok := v.verifyOptions()
+	if !ok {
+		return nil, false, nil
+	}
+	if !v.verify(req.TLS.PeerCertificates, opts) || !v.allowed(req.TLS.PeerCertificates[0].Subject.CommonName) {
+		return nil, false, nil
+	}
+	return v.headers.AuthenticateRequest(req)
+}
+
+// verify tells whether the chain of certs verifies under opts, from the cache
+// when it can.
+func (v *verifier) verify(certs []*x509.Certificate, opts x509.VerifyOptions) bool {
+	leaf := certs[0]
+	now := v.clock.Now()
+	key := sha256.Sum256(leaf.Raw)
+	if cached, ok := v.verified.Get(key); ok {
+		c := cached.(verification)
+		if c.roots == opts.Roots && c.intermediates == opts.Intermediates && !now.Before(c.notBefore) && !now.After(c.notAfter) {
+			return true
+		}
+		v.verified.Remove(key)
+	}
+	configured := opts.Intermediates
+	if opts.Intermediates == nil && len(certs) > 1 {
+		opts.Intermediates = x509.NewCertPool()
+		for _, intermediate := range certs[1:] {
+			opts.Intermediates.AddCert(intermediate)
+		}
+	}
+	opts.CurrentTime = now
+	chains, err := leaf.Verify(opts)
+	if err != nil || len(chains) == 0 {
+		return false
+	}
+	c := verification{roots: opts.Roots, intermediates: configured, notBefore: leaf.NotBefore, notAfter: leaf.NotAfter}
+	for _, cert := range chains[0] {
+		if cert.NotBefore.After(c.notBefore) {
+			c.notBefore = cert.NotBefore
+		}
+		if cert.NotAfter.Before(c.notAfter) {
+			c.notAfter = cert.NotAfter
+		}
+	}
+	v.verified.Add(key, c)
+	return true
+}
+
+// allowed applies the allowed client names, read on every request because the
+// hub can change them.
+func (v *verifier) allowed(commonName string) bool {
+	names := v.allowedNames.Value()
+	if len(names) == 0 {
+		return true
+	}
+	for _, name := range names {
+		if name == commonName {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,264 @@
+package frontproxy
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net/http"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+type ca struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newCA(t testing.TB, name string) *ca {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &ca{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// client issues a client certificate valid for an hour from now.
+func (c *ca) client(t testing.TB, cn string, serial int64) *x509.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
+
+// swappableCA is a CA content provider whose bundle the test replaces, as a
+// file or ConfigMap change would.
+type swappableCA struct {
+	opts atomic.Pointer[x509.VerifyOptions]
+}
+
+func (s *swappableCA) set(t testing.TB, c *ca) {
+	p, err := dynamiccertificates.NewStaticCAContent("test", c.pem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _ := p.VerifyOptions()
+	s.opts.Store(&o)
+}
+func (s *swappableCA) Name() string                             { return "test" }
+func (s *swappableCA) CurrentCABundleContent() []byte           { return nil }
+func (s *swappableCA) AddListener(dynamiccertificates.Listener) {}
+func (s *swappableCA) VerifyOptions() (x509.VerifyOptions, bool) {
+	return *s.opts.Load(), true
+}
+
+// recorder is the full authenticator: it records that it was asked.
+type recorder struct{ calls int }
+
+func (r *recorder) AuthenticateRequest(*http.Request) (*authenticator.Response, bool, error) {
+	r.calls++
+	return &authenticator.Response{User: &user.DefaultInfo{Name: "from-full", Groups: []string{user.AllAuthenticated}}}, true, nil
+}
+
+// swappableNames are allowed client names the test replaces, as a ConfigMap
+// change would.
+type swappableNames struct{ names atomic.Pointer[[]string] }
+
+func (s *swappableNames) Value() []string { return *s.names.Load() }
+
+type fixture struct {
+	authn authenticator.Request
+	full  *recorder
+	caSrc *swappableCA
+	names *swappableNames
+	clock *clocktesting.FakePassiveClock
+}
+
+func newFixture(t testing.TB, c *ca, allowed ...string) *fixture {
+	f := &fixture{full: &recorder{}, caSrc: &swappableCA{}, names: &swappableNames{}, clock: clocktesting.NewFakePassiveClock(time.Now())}
+	f.caSrc.set(t, c)
+	f.names.names.Store(&allowed)
+	rh := &authenticatorfactory.RequestHeaderConfig{
+		CAContentProvider:   f.caSrc,
+		AllowedClientNames:  f.names,
+		UsernameHeaders:     headerrequest.StaticStringSlice{"X-Remote-User"},
+		UIDHeaders:          headerrequest.StaticStringSlice{"X-Remote-Uid"},
+		GroupHeaders:        headerrequest.StaticStringSlice{"X-Remote-Group"},
+		ExtraHeaderPrefixes: headerrequest.StaticStringSlice{"X-Remote-Extra-"},
+	}
+	f.authn = newCachedVerification(rh, f.full, f.clock)
+	return f
+}
+
+func request(cert *x509.Certificate) *http.Request {
+	req, _ := http.NewRequest(http.MethodGet, "https://gateway/apis", nil)
+	req.Header.Set("X-Remote-User", "alice")
+	req.Header.Add("X-Remote-Group", "dev")
+	req.Header.Set("X-Remote-Extra-Scopes", "s1")
+	if cert != nil {
+		req.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert}}
+	}
+	return req
+}
+
+// authenticate returns the user name and whether the full authenticator was
+// needed.
+func (f *fixture) authenticate(t *testing.T, req *http.Request) (string, bool) {
+	t.Helper()
+	before := f.full.calls
+	resp, ok, err := f.authn.AuthenticateRequest(req)
+	if err != nil || !ok {
+		t.Fatalf("AuthenticateRequest: ok=%v err=%v", ok, err)
+	}
+	return resp.User.GetName(), f.full.calls > before
+}
+
+func TestVerifiedCertificateAuthenticatesFromHeaders(t *testing.T) {
+	front := newCA(t, "front-proxy-ca")
+	f := newFixture(t, front, "front-proxy-client")
+	cert := front.client(t, "front-proxy-client", 2)
+	for i := range 3 { // the first verifies, the others come from the cache
+		req := request(cert)
+		resp, ok, err := f.authn.AuthenticateRequest(req)
+		if err != nil || !ok {
+			t.Fatalf("request %d: ok=%v err=%v", i, ok, err)
+		}
+		u := resp.User
+		if u.GetName() != "alice" || !slices.Equal(u.GetGroups(), []string{"dev", user.AllAuthenticated}) || !slices.Equal(u.GetExtra()["scopes"], []string{"s1"}) {
+			t.Fatalf("request %d: user %#v", i, u)
+		}
+		if f.full.calls != 0 {
+			t.Fatalf("request %d: the full authenticator was asked", i)
+		}
+		// Like the library's authenticator, the identity headers are removed.
+		if req.Header.Get("X-Remote-User") != "" || req.Header.Get("X-Remote-Group") != "" || req.Header.Get("X-Remote-Extra-Scopes") != "" {
+			t.Fatalf("request %d: identity headers left: %v", i, req.Header)
+		}
+	}
+}
+
+func TestEverythingElseIsLeftToTheFullAuthenticator(t *testing.T) {
+	front := newCA(t, "front-proxy-ca")
+	other := newCA(t, "other-ca")
+	f := newFixture(t, front, "front-proxy-client")
+	for name, req := range map[string]*http.Request{
+		"no client certificate": request(nil),
+		"another CA":            request(other.client(t, "front-proxy-client", 3)),
+		"a name not allowed":    request(front.client(t, "someone-else", 4)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got, full := f.authenticate(t, req); got != "from-full" || !full {
+				t.Fatalf("got user %q (full authenticator asked: %v), want the full authenticator's", got, full)
+			}
+		})
+	}
+}
+
+func TestCachedVerificationEnds(t *testing.T) {
+	front := newCA(t, "front-proxy-ca")
+	f := newFixture(t, front, "front-proxy-client")
+	cert := front.client(t, "front-proxy-client", 2)
+	if got, full := f.authenticate(t, request(cert)); got != "alice" || full {
+		t.Fatalf("first request: %q, full asked %v", got, full)
+	}
+
+	t.Run("when the certificate expires", func(t *testing.T) {
+		f.clock.SetTime(cert.NotAfter.Add(time.Second))
+		defer f.clock.SetTime(time.Now())
+		if got, _ := f.authenticate(t, request(cert)); got != "from-full" {
+			t.Fatalf("an expired certificate authenticated %q", got)
+		}
+	})
+	if got, _ := f.authenticate(t, request(cert)); got != "alice" {
+		t.Fatalf("back in its validity period: %q", got)
+	}
+
+	t.Run("when the CA bundle changes", func(t *testing.T) {
+		f.caSrc.set(t, newCA(t, "new-front-proxy-ca"))
+		if got, _ := f.authenticate(t, request(cert)); got != "from-full" {
+			t.Fatalf("a certificate of the replaced CA authenticated %q", got)
+		}
+	})
+
+	t.Run("when the allowed names change", func(t *testing.T) {
+		f.caSrc.set(t, front)
+		if got, _ := f.authenticate(t, request(cert)); got != "alice" {
+			t.Fatalf("CA restored: %q", got)
+		}
+		f.names.names.Store(&[]string{"another-name"})
+		if got, _ := f.authenticate(t, request(cert)); got != "from-full" {
+			t.Fatalf("a name no longer allowed authenticated %q", got)
+		}
+	})
+}
+
+// BenchmarkAuthenticate compares the library's request-header authenticator,
+// which verifies the chain on every request, with the cached one.
+func BenchmarkAuthenticate(b *testing.B) {
+	front := newCA(b, "front-proxy-ca")
+	cert := front.client(b, "front-proxy-client", 2)
+	f := newFixture(b, front, "front-proxy-client")
+	rh := &authenticatorfactory.RequestHeaderConfig{
+		CAContentProvider:   f.caSrc,
+		AllowedClientNames:  headerrequest.StaticStringSlice{"front-proxy-client"},
+		UsernameHeaders:     headerrequest.StaticStringSlice{"X-Remote-User"},
+		UIDHeaders:          headerrequest.StaticStringSlice{"X-Remote-Uid"},
+		GroupHeaders:        headerrequest.StaticStringSlice{"X-Remote-Group"},
+		ExtraHeaderPrefixes: headerrequest.StaticStringSlice{"X-Remote-Extra-"},
+	}
+	library := headerrequest.NewDynamicVerifyOptionsSecure(rh.CAContentProvider.VerifyOptions, rh.AllowedClientNames,
+		rh.UsernameHeaders, rh.UIDHeaders, rh.GroupHeaders, rh.ExtraHeaderPrefixes)
+	for name, authn := range map[string]authenticator.Request{"library": library, "cached": f.authn} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, ok, err := authn.AuthenticateRequest(request(cert)); !ok || err != nil {
+					b.Fatal(ok, err)
+				}
+			}
+		})
+	}
+}
