@@ -223,7 +223,7 @@ func (m *member) only(t *testing.T) received {
 
 // compile builds the runtime cluster for endpoints with the gateway token and the
 // member's CA.
-func compile(t *testing.T, caPEM []byte, mutate func(*gatewayv1alpha1.UpstreamCluster), endpoints ...string) *cluster.Cluster {
+func compile(t testing.TB, caPEM []byte, mutate func(*gatewayv1alpha1.UpstreamCluster), endpoints ...string) *cluster.Cluster {
 	t.Helper()
 	uc := &gatewayv1alpha1.UpstreamCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: clusterName},
