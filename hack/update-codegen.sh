@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates deepcopy functions and OpenAPI definitions of apis/ with
+# Regenerates deepcopy functions, OpenAPI definitions and the Go clients of apis/ with
 # k8s.io/code-generator's kube_codegen.sh, at the version pinned in go.mod.
 set -o errexit -o nounset -o pipefail
 
@@ -26,5 +26,17 @@ kube::codegen::gen_openapi \
     --report-filename "${ROOT}/hack/api-rules/violation_exceptions.list" \
     --update-report \
     --output-model-name-file zz_generated.model_name.go \
+    --boilerplate "${ROOT}/hack/boilerplate.go.txt" \
+    "${ROOT}/apis"
+
+# Typed clientset, listers, informers and apply configurations (typed
+# server-side apply) under apis/client. The proxy subresource is a connecter and
+# has no generated method: use multicluster.ConfigFor or the routing round
+# tripper of apis/client/multicluster instead.
+kube::codegen::gen_client \
+    --with-watch \
+    --with-applyconfig \
+    --output-dir "${ROOT}/apis/client" \
+    --output-pkg "${MODULE}/apis/client" \
     --boilerplate "${ROOT}/hack/boilerplate.go.txt" \
     "${ROOT}/apis"

@@ -20,7 +20,10 @@ func NewCommand(ctx context.Context) *cobra.Command {
 UpstreamClusters (stored in etcd) describe member clusters; requests to
 /apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/NAME/proxy/PATH are forwarded
 to a server of member NAME, impersonating the hub user, so that the member's own
-RBAC applies.`,
+RBAC applies.
+
+"kube-gateway kubeconfig --cluster NAME" prints a kubeconfig that reaches member
+NAME through the hub (see "kube-gateway kubeconfig --help").`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			verflag.PrintAndExitIfRequested()
@@ -52,6 +55,7 @@ RBAC applies.`,
 		},
 	}
 	cmd.SetContext(ctx)
+	cmd.AddCommand(newKubeconfigCommand())
 
 	fss := o.Flags()
 	verflag.AddFlags(fss.FlagSet("global"))

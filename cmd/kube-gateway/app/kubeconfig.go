@@ -1,0 +1,204 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/component-base/version/verflag"
+
+	"github.com/kubewharf/kube-gateway/apis/client/clientset/versioned"
+	"github.com/kubewharf/kube-gateway/apis/client/multicluster"
+)
+
+// kubeconfigOptions are the flags of `kube-gateway kubeconfig`.
+type kubeconfigOptions struct {
+	cluster     string
+	contextName string
+	check       bool
+	flatten     bool
+	timeout     time.Duration
+
+	rules     *clientcmd.ClientConfigLoadingRules
+	overrides *clientcmd.ConfigOverrides
+}
+
+// newKubeconfigCommand returns `kube-gateway kubeconfig`: it prints a
+// kubeconfig for a member cluster through the hub.
+func newKubeconfigCommand() *cobra.Command {
+	o := &kubeconfigOptions{
+		rules:     clientcmd.NewDefaultClientConfigLoadingRules(),
+		overrides: &clientcmd.ConfigOverrides{},
+		timeout:   30 * time.Second,
+	}
+	cmd := &cobra.Command{
+		Use:   "kubeconfig --cluster NAME",
+		Short: "Print a kubeconfig that reaches a member cluster through the hub",
+		Long: `Print a kubeconfig for member cluster NAME through the hub to stdout.
+
+It is built from the current hub kubeconfig, loaded like kubectl does (--kubeconfig,
+else $KUBECONFIG, else ~/.kube/config; --context, else the current context): the
+same cluster TLS settings (CA, server name, insecure flag) and the same user
+credentials, which authenticate to the hub; the server is the hub server plus
+/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/NAME/proxy. It has one
+context, named NAME unless --context-name says otherwise, and it is the current
+context; the namespace of the hub context is not carried over. kubectl,
+client-go, helm, k9s and other tools then work against the member, with the
+member's RBAC applied to the hub user.
+
+Only the kubeconfig is written to stdout; errors go to stderr.`,
+		Example: `  kube-gateway kubeconfig --cluster member-a > member-a.kubeconfig
+  kubectl --kubeconfig member-a.kubeconfig get namespaces
+
+  # Check that the UpstreamCluster exists, embed certificate files.
+  kube-gateway kubeconfig --kubeconfig hub.kubeconfig --cluster member-a --check --flatten`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			verflag.PrintAndExitIfRequested()
+			return o.run(cmd.Context(), cmd)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.cluster, "cluster", "", "name of the member cluster (UpstreamCluster) to reach (required)")
+	fs.StringVar(&o.contextName, "context-name", "", "name of the context, cluster and current context of the printed kubeconfig (default: the cluster name)")
+	fs.BoolVar(&o.check, "check", false, "verify through the hub that the UpstreamCluster exists before printing")
+	fs.BoolVar(&o.flatten, "flatten", false, "embed the certificate and key files the hub kubeconfig refers to")
+	fs.DurationVar(&o.timeout, "request-timeout", o.timeout, "timeout of the --check request to the hub")
+	fs.StringVar(&o.rules.ExplicitPath, "kubeconfig", "", "path of the hub kubeconfig (default: $KUBECONFIG, else ~/.kube/config)")
+	fs.StringVar(&o.overrides.CurrentContext, "context", "", "context of the hub kubeconfig to use (default: its current context)")
+	_ = cmd.MarkFlagRequired("cluster")
+	// The server command's sectioned help does not describe this command.
+	defaults := &cobra.Command{}
+	cmd.SetHelpFunc(defaults.HelpFunc())
+	cmd.SetUsageFunc(defaults.UsageFunc())
+	return cmd
+}
+
+func (o *kubeconfigOptions) run(ctx context.Context, cmd *cobra.Command) error {
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(o.rules, o.overrides)
+	hub, err := loader.RawConfig()
+	if err != nil {
+		return fmt.Errorf("loading the hub kubeconfig: %w", err)
+	}
+	member, err := memberKubeconfig(hub, o.overrides.CurrentContext, o.cluster, o.contextName)
+	if err != nil {
+		return err
+	}
+	if o.check {
+		hubConfig, err := loader.ClientConfig()
+		if err != nil {
+			return fmt.Errorf("hub client configuration: %w", err)
+		}
+		if err := checkUpstreamCluster(ctx, hubConfig, o.cluster, o.timeout); err != nil {
+			return err
+		}
+	}
+	if o.flatten {
+		if err := clientcmdapi.FlattenConfig(member); err != nil {
+			return fmt.Errorf("embedding certificate files: %w", err)
+		}
+	}
+	data, err := clientcmd.Write(*member)
+	if err != nil {
+		return err
+	}
+	_, err = cmd.OutOrStdout().Write(data)
+	return err
+}
+
+// memberKubeconfig returns a kubeconfig for member cluster through the hub
+// described by context contextOverride of hub (its current context when
+// empty): the hub context's cluster with the server moved to the member's
+// proxy prefix, and the hub context's user, under one context named
+// contextName (default: cluster) that is the current context.
+func memberKubeconfig(hub clientcmdapi.Config, contextOverride, cluster, contextName string) (*clientcmdapi.Config, error) {
+	if err := multicluster.ValidateClusterName(cluster); err != nil {
+		return nil, err
+	}
+	if contextName == "" {
+		contextName = cluster
+	}
+	hubContextName := contextOverride
+	if hubContextName == "" {
+		hubContextName = hub.CurrentContext
+	}
+	if hubContextName == "" {
+		return nil, errors.New("the hub kubeconfig has no current context: pass --context or --kubeconfig")
+	}
+	hubContext, ok := hub.Contexts[hubContextName]
+	if !ok || hubContext == nil {
+		return nil, fmt.Errorf("context %q not found in the hub kubeconfig", hubContextName)
+	}
+	hubCluster, ok := hub.Clusters[hubContext.Cluster]
+	if !ok || hubCluster == nil {
+		return nil, fmt.Errorf("cluster %q of context %q not found in the hub kubeconfig", hubContext.Cluster, hubContextName)
+	}
+	if hubCluster.Server == "" {
+		return nil, fmt.Errorf("cluster %q of context %q has no server", hubContext.Cluster, hubContextName)
+	}
+	user := hub.AuthInfos[hubContext.AuthInfo]
+	if user == nil {
+		// kubectl treats a missing user as an anonymous one; so do we.
+		user = clientcmdapi.NewAuthInfo()
+	}
+
+	// ConfigFor computes the server the way client-go reads it (a URL, or
+	// host:port with https when TLS is configured) and validates the name.
+	server, err := multicluster.ConfigFor(&rest.Config{
+		Host: hubCluster.Server,
+		TLSClientConfig: rest.TLSClientConfig{
+			Insecure: hubCluster.InsecureSkipTLSVerify,
+			CAFile:   hubCluster.CertificateAuthority,
+			CAData:   hubCluster.CertificateAuthorityData,
+			CertFile: user.ClientCertificate,
+			CertData: user.ClientCertificateData,
+		},
+	}, cluster)
+	if err != nil {
+		return nil, err
+	}
+
+	memberCluster := hubCluster.DeepCopy()
+	memberCluster.Server = server.Host
+	memberCluster.LocationOfOrigin = ""
+	memberUser := user.DeepCopy()
+	memberUser.LocationOfOrigin = ""
+	userName := hubContext.AuthInfo
+	if userName == "" {
+		userName = contextName
+	}
+
+	out := clientcmdapi.NewConfig()
+	out.Clusters[contextName] = memberCluster
+	out.AuthInfos[userName] = memberUser
+	out.Contexts[contextName] = &clientcmdapi.Context{Cluster: contextName, AuthInfo: userName}
+	out.CurrentContext = contextName
+	return out, nil
+}
+
+// checkUpstreamCluster fails unless the hub serves UpstreamCluster name.
+func checkUpstreamCluster(ctx context.Context, hub *rest.Config, name string, timeout time.Duration) error {
+	cfg := rest.CopyConfig(hub)
+	cfg.Timeout = timeout
+	client, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_, err = client.GatewayV1alpha1().UpstreamClusters().Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("upstreamcluster %q not found on the hub %s: %w", name, hub.Host, err)
+	case err != nil:
+		return fmt.Errorf("checking upstreamcluster %q on the hub %s: %w", name, hub.Host, err)
+	}
+	return nil
+}
