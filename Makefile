@@ -9,7 +9,14 @@ export KUBE_GATEWAY_BIN_DIR := $(BIN)
 # Packages of the main module without the end-to-end suite and its harness.
 UNIT_PKGS = $$(go list ./... | grep -v -e /test/e2e -e /test/harness)
 
-.PHONY: all build tools test test-unit test-e2e bench verify update-codegen local-up local-down clean
+.PHONY: all build tools test test-unit test-e2e bench verify update-codegen local-up local-down clean image image-names
+
+# Images of `make image`; the tag is the chart's appVersion, so that the chart's
+# default image.repository/tag (and etcd.bundled.image) name exactly these.
+DOCKER ?= docker
+IMAGE_REPO ?= kubewharf/kube-gateway
+ETCD_IMAGE_REPO ?= kubewharf/kube-gateway-etcd
+IMAGE_TAG ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' $(ROOT)/charts/kube-gateway/Chart.yaml)
 
 all: build
 
@@ -17,7 +24,7 @@ all: build
 build:
 	go build -o $(BIN)/kube-gateway ./cmd/kube-gateway
 
-## tools: pinned kube-apiserver, kubectl and etcd into _output/bin (reused when present)
+## tools: pinned kube-apiserver, kubectl, etcd and helm into _output/bin (reused when present)
 tools:
 	hack/build-tools.sh
 
@@ -42,6 +49,16 @@ verify:
 
 update-codegen:
 	hack/update-codegen.sh
+
+## image: the kube-gateway and etcd images (cmd/kube-gateway/Dockerfile); needs a Docker engine, not part of `make test`
+image:
+	$(DOCKER) build -f cmd/kube-gateway/Dockerfile --target gateway -t $(IMAGE_REPO):$(IMAGE_TAG) .
+	$(DOCKER) build -f cmd/kube-gateway/Dockerfile --target etcd -t $(ETCD_IMAGE_REPO):$(IMAGE_TAG) .
+
+## image-names: the references `make image` tags, one a line
+image-names:
+	@echo $(IMAGE_REPO):$(IMAGE_TAG)
+	@echo $(ETCD_IMAGE_REPO):$(IMAGE_TAG)
 
 ## local-up: a hub, two member clusters and the gateway on loopback, left running
 local-up: build tools

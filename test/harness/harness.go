@@ -179,6 +179,13 @@ func (c *Cluster) Config(user string, i int) *rest.Config {
 	}
 }
 
+// ServiceAccountKeyFile returns the cluster's service-account key (RSA, PKCS#1
+// PEM), its --service-account-key-file and --service-account-signing-key-file.
+// There is no kube-controller-manager: a test that needs the token of a
+// kubernetes.io/service-account-token Secret signs it with this key, as the
+// token controller would.
+func (c *Cluster) ServiceAccountKeyFile() string { return c.saKey }
+
 // HubConfig returns a client config for user (admin, alice, bob or
 // kube-gateway) on the hub.
 func (e *Env) HubConfig(user string) *rest.Config {
