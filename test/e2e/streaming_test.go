@@ -59,10 +59,24 @@ func TestExec(t *testing.T) {
 				t.Fatalf("cat returned %d bytes (want %d), %v", len(out), len(payload), err)
 			}
 
-			_, err = exec("", "sh", "-c", "exit 3")
-			var exitErr *exitError
-			if !errors.As(err, &exitErr) || exitErr.ExitCode() != 3 {
-				t.Fatalf("exit code: %v, want kubectl to exit 3", err)
+			// Over SPDY, kubectl reads an error stream that ends without its
+			// Status as success (kubernetes/kubernetes#137404); under load its
+			// streams can close in that order on any path, direct ones too.
+			// Up to three tries: a gateway that lost exit codes fails them all.
+			tries := 1
+			if p.name == "spdy" {
+				tries = 3
+			}
+			for i := 1; ; i++ {
+				_, err = exec("", "sh", "-c", "exit 3")
+				var exitErr *exitError
+				if errors.As(err, &exitErr) && exitErr.ExitCode() == 3 {
+					break
+				}
+				if i == tries {
+					t.Fatalf("exit code: %v, want kubectl to exit 3 (%d tries)", err, tries)
+				}
+				t.Logf("try %d: exit code: %v, want kubectl to exit 3", i, err)
 			}
 		})
 	}
