@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -299,7 +301,9 @@ func TestSlowHeaderClientsAreCut(t *testing.T) {
 	connected.Wait()
 	opened := time.Now()
 
-	// Meanwhile: bounded goroutines, and normal requests are served.
+	// Meanwhile: bounded goroutines, and normal requests are served (by one
+	// client, whose keep-alive connection is part of the count from then on).
+	normal := gatewayClient(t, true)
 	peak := 0
 	for time.Since(opened) < readHeaderTimeout/2 {
 		n := goroutines(t)
@@ -309,7 +313,7 @@ func TestSlowHeaderClientsAreCut(t *testing.T) {
 		if n > base+2*conns+100 {
 			t.Fatalf("%d goroutines with %d slow clients (baseline %d): not bounded by the connections", n, conns, base)
 		}
-		if code, body := gatewayGet(t, gatewayClient(t, true), harness.ProxyPath(harness.MemberB)+"/version", adminHeaders); code != http.StatusOK {
+		if code, body := gatewayGet(t, normal, harness.ProxyPath(harness.MemberB)+"/version", adminHeaders); code != http.StatusOK {
 			t.Fatalf("a normal request among slow clients: %d %s", code, body)
 		}
 		time.Sleep(2 * time.Second) // sampling interval, not a wait for readiness
@@ -344,7 +348,7 @@ func TestSlowHeaderClientsAreCut(t *testing.T) {
 	t.Logf("all %d slow connections closed by the gateway; the longest stayed %s", conns, longest.Round(100*time.Millisecond))
 	eventually(t, 30*time.Second, func(context.Context) error {
 		if n := goroutines(t); n > base+15 {
-			return errorf("%d goroutines after the slow clients were cut (baseline %d)", n, base)
+			return errorf("%d goroutines after the slow clients were cut (baseline %d); biggest groups:%s", n, base, goroutineGroups(t, 8))
 		}
 		return nil
 	})
@@ -414,8 +418,45 @@ func TestVanishedClientsFreeGoroutines(t *testing.T) {
 	mu.Unlock()
 	eventually(t, 30*time.Second, func(context.Context) error {
 		if n := goroutines(t); n > base+15 {
-			return errorf("%d goroutines after the clients vanished (baseline %d, %d while held)", n, base, held)
+			return errorf("%d goroutines after the clients vanished (baseline %d, %d while held); biggest groups:%s", n, base, held, goroutineGroups(t, 8))
 		}
 		return nil
 	})
+}
+
+// goroutineGroups summarizes the gateway's goroutines by stack (the biggest
+// groups first), to say what stayed when a count does not return to baseline.
+func goroutineGroups(t *testing.T, top int) string {
+	t.Helper()
+	_, body := goroutineProfile(t)
+	type group struct {
+		n     int
+		stack string
+	}
+	var groups []group
+	for _, block := range strings.Split(body, "\n\n") {
+		lines := strings.Split(strings.TrimSpace(block), "\n")
+		count, _, ok := strings.Cut(lines[0], " @ ")
+		n, err := strconv.Atoi(count)
+		if !ok || err != nil {
+			continue
+		}
+		var frames []string
+		for _, l := range lines[1:] {
+			if f := strings.Fields(l); len(f) >= 3 && f[0] == "#" && len(frames) < 4 {
+				frames = append(frames, f[2])
+			}
+		}
+		groups = append(groups, group{n, strings.Join(frames, " < ")})
+	}
+	sort.Slice(groups, func(i, j int) bool { return groups[i].n > groups[j].n })
+	// The whole profile goes next to the process logs, which a failed run keeps.
+	dump := filepath.Join(env.WorkDir, "logs", strings.ReplaceAll(t.Name(), "/", "_")+"-goroutines.txt")
+	_ = os.WriteFile(dump, []byte(body), 0o644)
+	var b strings.Builder
+	fmt.Fprintf(&b, " (full profile in %s)", dump)
+	for i := 0; i < len(groups) && i < top; i++ {
+		fmt.Fprintf(&b, "\n  %4d %s", groups[i].n, groups[i].stack)
+	}
+	return b.String()
 }
