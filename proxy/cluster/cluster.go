@@ -4,12 +4,15 @@ package cluster
 
 import (
 	"crypto/sha256"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"net/url"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/cert"
 	"k8s.io/utils/clock"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
@@ -29,6 +32,52 @@ const (
 	SecretKeyTLSKey  = corev1.TLSPrivateKeyKey // tls.key
 	SecretKeyCA      = "ca.crt"
 )
+
+// Reasons of configuration problems: why Compile refused a cluster. They are the
+// reason of the Ready condition (False) and of the Warning event that report it.
+const (
+	// ReasonSecretNotFound: the credential Secret does not exist in the
+	// gateway's Secret namespace.
+	ReasonSecretNotFound = "SecretNotFound"
+	// ReasonInvalidSecret: the credential Secret holds no usable credential
+	// (none, both a token and a client certificate, a certificate that does not
+	// match its key, ...).
+	ReasonInvalidSecret = "InvalidSecret"
+	// ReasonInvalidCAData: spec.clientConfig.caData or the Secret's ca.crt is not
+	// a PEM bundle of certificates.
+	ReasonInvalidCAData = "InvalidCAData"
+	// ReasonInvalidConfiguration: anything else Compile rejects.
+	ReasonInvalidConfiguration = "InvalidConfiguration"
+)
+
+// ReasonDisabled is the reason of a server disabled in spec.servers (see
+// Servers).
+const ReasonDisabled = "Disabled"
+
+// ConfigError is a configuration problem that keeps a cluster from being used.
+// Its message names the cluster's objects and fields, never credential data.
+type ConfigError struct {
+	// Reason is one of the Reason* constants above.
+	Reason string
+	Err    error
+}
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+func configError(reason string, format string, args ...any) error {
+	return &ConfigError{Reason: reason, Err: fmt.Errorf(format, args...)}
+}
+
+// ConfigErrorReason returns the reason of a configuration problem returned by
+// Compile: the ConfigError's, else ReasonInvalidConfiguration.
+func ConfigErrorReason(err error) string {
+	var ce *ConfigError
+	if errors.As(err, &ce) && ce.Reason != "" {
+		return ce.Reason
+	}
+	return ReasonInvalidConfiguration
+}
 
 // Cluster is a compiled member cluster.
 type Cluster struct {
@@ -117,7 +166,26 @@ func (c *Cluster) Route(a *request.Attributes) *Route {
 //
 // onTransition is told every change of an endpoint's health (from the health
 // checker's goroutine), after the cluster recorded it.
+//
+// secret is nil when the referenced Secret does not exist. Errors are
+// *ConfigError (see ConfigErrorReason).
 func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *Cluster, onTransition func(*Cluster, health.Transition)) (*Cluster, error) {
+	c, err := compile(uc, secret, prev, onTransition)
+	if err != nil {
+		var ce *ConfigError
+		if !errors.As(err, &ce) {
+			err = &ConfigError{Reason: ReasonInvalidConfiguration, Err: err}
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+func compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *Cluster, onTransition func(*Cluster, health.Transition)) (*Cluster, error) {
+	if secret == nil {
+		ref := uc.Spec.ClientConfig.SecretRef
+		return nil, configError(ReasonSecretNotFound, "its credential Secret %s/%s was not found on the hub", ref.Namespace, ref.Name)
+	}
 	c := &Cluster{Name: uc.Name, Impersonation: impersonate.Compile(uc.Spec.Impersonation), lastTransitions: map[string]health.Transition{}}
 	cfg, err := transportConfig(uc, secret)
 	if err != nil {
@@ -189,7 +257,7 @@ func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *C
 	if sameConnections {
 		c.Transports = prev.Transports
 	} else if c.Transports, err = transport.New(cfg); err != nil {
-		return nil, fmt.Errorf("credential Secret %s/%s: %v", secret.Namespace, secret.Name, err)
+		return nil, configError(ReasonInvalidSecret, "credential Secret %s/%s: %v", secret.Namespace, secret.Name, err)
 	}
 	c.Health = health.NewChecker(c.Name, c.Endpoints, c.Transports.Probe, health.ConfigFrom(uc.Spec.HealthCheck), clock.RealClock{},
 		func(t health.Transition) {
@@ -235,7 +303,7 @@ func (c *Cluster) Servers() []ServerHealth {
 		h := ServerHealth{Endpoint: srv.endpoint}
 		switch t, seen := c.lastTransition(srv.endpoint); {
 		case srv.enabled == nil:
-			h.Reason, h.Message = "Disabled", "disabled in spec.servers"
+			h.Reason, h.Message = ReasonDisabled, "disabled in spec.servers"
 		case seen && t.Healthy == srv.enabled.Healthy():
 			h.Healthy, h.Reason, h.Message, h.Since = t.Healthy, t.Reason, t.Message, t.Time
 		default:
@@ -261,23 +329,45 @@ func mustPicker(s gatewayv1alpha1.Strategy) balance.Picker {
 func transportConfig(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret) (transport.Config, error) {
 	cc := uc.Spec.ClientConfig
 	cfg := transport.Config{ServerName: cc.ServerName, Insecure: cc.Insecure}
+	secretCA := secret.Data[SecretKeyCA]
+	// Checked here so that the problem is named; the messages never repeat the
+	// data (x509 errors do not either).
+	if len(cc.CAData) > 0 {
+		if _, err := cert.ParseCertsPEM(cc.CAData); err != nil {
+			return cfg, configError(ReasonInvalidCAData, "spec.clientConfig.caData is not a PEM bundle of certificates: %v", err)
+		}
+	}
+	if len(secretCA) > 0 {
+		if _, err := cert.ParseCertsPEM(secretCA); err != nil {
+			return cfg, configError(ReasonInvalidCAData, "%q of credential Secret %s/%s is not a PEM bundle of certificates: %v",
+				SecretKeyCA, secret.Namespace, secret.Name, err)
+		}
+		if cc.Insecure {
+			return cfg, configError(ReasonInvalidConfiguration, "spec.clientConfig.insecure is true but credential Secret %s/%s has %q: "+
+				"certificate verification is either on or off; remove one of them", secret.Namespace, secret.Name, SecretKeyCA)
+		}
+	}
 	// Both sources of CA certificates are trusted: a CA rotation can publish the
 	// new CA in one before the old one leaves the other.
-	cfg.CAData = append(append(append([]byte{}, cc.CAData...), '\n'), secret.Data[SecretKeyCA]...)
-	if len(cc.CAData) == 0 && len(secret.Data[SecretKeyCA]) == 0 {
+	cfg.CAData = append(append(append([]byte{}, cc.CAData...), '\n'), secretCA...)
+	if len(cc.CAData) == 0 && len(secretCA) == 0 {
 		cfg.CAData = nil
 	}
 	token, crt, key := secret.Data[SecretKeyToken], secret.Data[SecretKeyTLSCert], secret.Data[SecretKeyTLSKey]
 	switch {
 	case len(token) > 0 && (len(crt) > 0 || len(key) > 0):
-		return cfg, fmt.Errorf("credential Secret %s/%s has both %q and %q/%q: keep exactly one credential",
+		return cfg, configError(ReasonInvalidSecret, "credential Secret %s/%s has both %q and %q/%q: keep exactly one credential",
 			secret.Namespace, secret.Name, SecretKeyToken, SecretKeyTLSCert, SecretKeyTLSKey)
 	case len(token) > 0:
 		cfg.BearerToken = string(token)
 	case len(crt) > 0 && len(key) > 0:
+		if _, err := tls.X509KeyPair(crt, key); err != nil {
+			return cfg, configError(ReasonInvalidSecret, "credential Secret %s/%s: %q and %q are not a usable certificate and key: %v",
+				secret.Namespace, secret.Name, SecretKeyTLSCert, SecretKeyTLSKey, err)
+		}
 		cfg.CertData, cfg.KeyData = crt, key
 	default:
-		return cfg, fmt.Errorf("credential Secret %s/%s has no credential: set %q, or %q and %q",
+		return cfg, configError(ReasonInvalidSecret, "credential Secret %s/%s has no credential: set %q, or %q and %q",
 			secret.Namespace, secret.Name, SecretKeyToken, SecretKeyTLSCert, SecretKeyTLSKey)
 	}
 	return cfg, nil

@@ -516,3 +516,72 @@ func TestPickReturnsCompiledEndpoint(t *testing.T) {
 		t.Errorf("Pick() = %#v", p)
 	}
 }
+
+// Every configuration problem is a ConfigError with a reason for status and
+// Events, and a message without credential data.
+func TestCompileConfigErrors(t *testing.T) {
+	serverCA, clientCA := newCA(t, "server-ca"), newCA(t, "client-ca")
+	clientCert, clientKey := clientCA.issue(t, "kube-gateway", x509.ExtKeyUsageClientAuth)
+	garbageCA := []byte("-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n")
+	tests := []struct {
+		name       string
+		mutate     func(*gatewayv1alpha1.UpstreamCluster)
+		data       map[string][]byte // nil Secret when nil
+		wantReason string
+		wantErr    string
+	}{
+		{name: "Secret missing", wantReason: cluster.ReasonSecretNotFound,
+			wantErr: "its credential Secret kube-gateway/member-a-cred was not found on the hub"},
+		{name: "no credential", data: map[string][]byte{"ca.crt": serverCA.pem}, wantReason: cluster.ReasonInvalidSecret, wantErr: "no credential"},
+		{name: "two credentials", data: map[string][]byte{"token": []byte(token), "tls.crt": clientCert, "tls.key": clientKey},
+			wantReason: cluster.ReasonInvalidSecret, wantErr: "keep exactly one credential"},
+		{name: "key of another certificate", data: map[string][]byte{"tls.crt": clientCert, "tls.key": mustSecondKey(t, clientCA)},
+			wantReason: cluster.ReasonInvalidSecret, wantErr: "not a usable certificate and key"},
+		{name: "ca.crt not PEM", data: map[string][]byte{"token": []byte(token), "ca.crt": []byte("not a certificate")},
+			wantReason: cluster.ReasonInvalidCAData, wantErr: `"ca.crt" of credential Secret kube-gateway/member-a-cred`},
+		{name: "ca.crt PEM of garbage", data: map[string][]byte{"token": []byte(token), "ca.crt": garbageCA},
+			wantReason: cluster.ReasonInvalidCAData, wantErr: "not a PEM bundle"},
+		{name: "caData garbage (validation bypassed)", mutate: func(uc *gatewayv1alpha1.UpstreamCluster) { uc.Spec.ClientConfig.CAData = garbageCA },
+			data: map[string][]byte{"token": []byte(token)}, wantReason: cluster.ReasonInvalidCAData, wantErr: "spec.clientConfig.caData"},
+		{name: "insecure with ca.crt", mutate: func(uc *gatewayv1alpha1.UpstreamCluster) { uc.Spec.ClientConfig.Insecure = true },
+			data: map[string][]byte{"token": []byte(token), "ca.crt": serverCA.pem}, wantReason: cluster.ReasonInvalidConfiguration, wantErr: "either on or off"},
+		{name: "unknown flow-control schema", mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+			uc.Spec.DispatchPolicies = []gatewayv1alpha1.DispatchPolicy{{Name: "p", Rules: []gatewayv1alpha1.DispatchPolicyRule{{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"pods"}}}, FlowControlSchemaName: "none"}}
+		}, data: map[string][]byte{"token": []byte(token)}, wantReason: cluster.ReasonInvalidConfiguration, wantErr: `unknown flow-control schema "none"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			uc := upstreamCluster("https://127.0.0.1:1")
+			if tt.mutate != nil {
+				tt.mutate(uc)
+			}
+			var s *corev1.Secret
+			if tt.data != nil {
+				s = secret(tt.data)
+			}
+			c, err := cluster.Compile(uc, s, nil, nil)
+			if err == nil {
+				c.Release(nil)
+				t.Fatal("Compile succeeded")
+			}
+			var ce *cluster.ConfigError
+			if !errors.As(err, &ce) || ce.Reason != tt.wantReason || cluster.ConfigErrorReason(err) != tt.wantReason {
+				t.Fatalf("error %T %v, want a ConfigError with reason %s", err, err, tt.wantReason)
+			}
+			if !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("error %q does not contain %q", err, tt.wantErr)
+			}
+			for _, secretData := range [][]byte{[]byte(token), clientKey, []byte("bm90IGEgY2VydGlmaWNhdGU")} {
+				if strings.Contains(err.Error(), string(secretData)) {
+					t.Fatalf("error %q reveals data of the Secret", err)
+				}
+			}
+			if strings.Contains(err.Error(), "PRIVATE KEY") {
+				t.Fatalf("error %q reveals a key", err)
+			}
+		})
+	}
+	if got := cluster.ConfigErrorReason(errors.New("other")); got != cluster.ReasonInvalidConfiguration {
+		t.Fatalf("reason of a plain error: %s", got)
+	}
+}

@@ -31,13 +31,18 @@ type entry struct {
 	stopHealth context.CancelFunc
 }
 
-// Hooks tell the rest of the gateway what happens to clusters. Both may be nil.
+// Hooks tell the rest of the gateway what happens to clusters. Any may be nil.
 type Hooks struct {
 	// Removed is told the name of every removed cluster.
 	Removed func(name string)
 	// Observed is told the health of a compiled cluster's servers, after it was
 	// compiled and after every change; generation is the spec it was compiled from.
 	Observed func(name string, generation int64, servers []cluster.ServerHealth)
+	// Invalid is told when a cluster cannot be compiled (its Secret is missing or
+	// unusable, or anything else cluster.Compile rejects): err is a
+	// *cluster.ConfigError. The cluster serves no request until a later change
+	// compiles, which Observed reports.
+	Invalid func(name string, generation int64, err error)
 }
 
 // Controller compiles UpstreamClusters and serves lookups.
@@ -145,6 +150,21 @@ func (c *Controller) Lookup(name string) (*cluster.Cluster, error) {
 	return e.cluster, nil
 }
 
+// EachServer calls fn for every enabled server of every compiled cluster with
+// its current health (for metrics, at scrape time).
+func (c *Controller) EachServer(fn func(cluster, endpoint string, healthy bool)) {
+	for name, e := range *c.state.Load() {
+		if e.cluster == nil {
+			continue
+		}
+		for _, s := range e.cluster.Servers() {
+			if s.Reason != cluster.ReasonDisabled {
+				fn(name, s.Endpoint, s.Healthy)
+			}
+		}
+	}
+}
+
 func (c *Controller) work(ctx context.Context) {
 	for {
 		key, shutdown := c.queue.Get()
@@ -194,9 +214,7 @@ func (c *Controller) sync(ctx context.Context, name string) {
 			c.hooks.Observed(name, generation, cl.Servers())
 		}
 	}
-	if secret == nil {
-		next.err = fmt.Errorf("its credential Secret %s/%s was not found on the hub", ref.Namespace, ref.Name)
-	} else if next.cluster, err = cluster.Compile(uc, secret, prev, observe); err != nil {
+	if next.cluster, err = cluster.Compile(uc, secret, prev, observe); err != nil {
 		next.err = err
 	}
 	if next.cluster != nil {
@@ -207,6 +225,9 @@ func (c *Controller) sync(ctx context.Context, name string) {
 	c.swap(name, next)
 	if next.cluster != nil && c.hooks.Observed != nil {
 		c.hooks.Observed(name, generation, next.cluster.Servers())
+	}
+	if next.err != nil && c.hooks.Invalid != nil {
+		c.hooks.Invalid(name, generation, next.err)
 	}
 	if next.err != nil {
 		logger.Info("Upstream cluster cannot be used", "reason", next.err.Error())

@@ -33,6 +33,10 @@
 // (counter): requests the gateway refused without forwarding them, by reason:
 // TokenBucket and MaxInflight (429 from flow control), NoReadyServer (503).
 //
+// kube_gateway_upstream_server_healthy{cluster,endpoint} (gauge, see
+// NewServerHealthCollector): 1 when an enabled server of a usable cluster
+// receives requests, 0 when health checking took it out; read at scrape time.
+//
 // # Labels
 //
 // Every label set is bounded; no label ever holds a raw path or a user name.
@@ -51,6 +55,7 @@
 //     valid UTF-8 values of at most 128 bytes); further ones are "<other>".
 //   - code: the HTTP status code, e.g. "200".
 //   - reason: see kube_gateway_proxy_rejected_requests_total.
+//   - endpoint: a server of spec.servers as written there (https://host:port).
 //
 // ForgetCluster deletes every series of a deleted cluster.
 package metrics

@@ -1,16 +1,24 @@
 // Package status keeps the status of UpstreamClusters in line with what the data
 // plane observes: status.servers[] (each endpoint's health, reason and last
-// transition), status.observedGeneration and the Ready condition.
+// transition), status.observedGeneration, the Ready condition (False also when
+// the configuration cannot be used) and the InsecureTransport condition.
 //
-// Every gateway replica observes (Writer.Observe is cheap and never blocks the
-// data plane); only the replica that holds the hub Lease writes (Lead runs
-// Writer.Run while leading). Writes happen on changes only: the desired status is
-// compared with the stored one and nothing is written when they agree.
+// Every gateway replica observes (Writer.Observe and ObserveInvalid are cheap and
+// never block the data plane); only the replica that holds the hub Lease writes
+// (Lead runs Writer.Run while leading). Writes happen on changes only: the desired
+// status is compared with the stored one and nothing is written when they agree.
+//
+// The same leader records Events on the hub for what a write changed (see
+// events.go): an endpoint became unhealthy or healthy, the cluster became ready
+// or not, a configuration problem appeared or changed, certificate verification
+// was turned off or on. Transitions are found by comparing the stored status with
+// the written one, so N replicas and leader changes do not repeat them.
 package status
 
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -21,6 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
@@ -38,6 +47,16 @@ const (
 	ReasonSomeServersHealthy = "SomeServersHealthy"
 	// ReasonNoHealthyServer: no server can serve requests.
 	ReasonNoHealthyServer = "NoHealthyServer"
+	// A configuration problem makes Ready False with the problem's reason (see
+	// ObserveInvalid), e.g. SecretNotFound.
+)
+
+// Reasons of the InsecureTransport condition.
+const (
+	// ReasonInsecureSkipVerify: spec.clientConfig.insecure is set.
+	ReasonInsecureSkipVerify = "InsecureSkipVerify"
+	// ReasonCertificatesVerified: the servers' certificates are verified.
+	ReasonCertificatesVerified = "CertificatesVerified"
 )
 
 const (
@@ -80,6 +99,14 @@ type StatusStorage = interface {
 type observation struct {
 	generation int64
 	servers    []Health
+	// problem, if set, says why the generation could not be used; servers is
+	// then empty and status.servers keeps its last content.
+	problem *problem
+}
+
+// problem is a configuration problem: a CamelCase reason and a message.
+type problem struct {
+	reason, message string
 }
 
 // Writer keeps UpstreamCluster status in line with the observed health, writing
@@ -93,6 +120,10 @@ type Writer struct {
 	observed map[string]observation
 	// queue is the queue of the running Run, nil while not leading.
 	queue workqueue.TypedRateLimitingInterface[string]
+
+	// newRecorder, if set, starts recording Events for one leadership term and
+	// returns the recorder and a function that stops it (see RecordEvents).
+	newRecorder func(ctx context.Context) (record.EventRecorder, func())
 
 	// onSync, if set (tests), is called after each processed cluster.
 	onSync func(cluster string, wrote bool, err error)
@@ -119,7 +150,19 @@ func NewWriter(statusStorage StatusStorage, clk clock.PassiveClock) *Writer {
 // report); a deleted cluster must be forgotten (Forget) before a new cluster of
 // the same name is observed.
 func (w *Writer) Observe(cluster string, generation int64, servers []Health) {
-	o := observation{generation: generation, servers: append([]Health(nil), servers...)}
+	w.observe(cluster, observation{generation: generation, servers: append([]Health(nil), servers...)})
+}
+
+// ObserveInvalid records that generation of cluster cannot be used: reason (a
+// CamelCase word such as SecretNotFound) and message say why. The message must
+// hold no credential. Like Observe, it is cheap and non-blocking; an observation
+// of the same generation replaces it once the problem is fixed.
+func (w *Writer) ObserveInvalid(cluster string, generation int64, reason, message string) {
+	w.observe(cluster, observation{generation: generation, problem: &problem{reason: reason, message: message}})
+}
+
+func (w *Writer) observe(cluster string, o observation) {
+	generation := o.generation
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if prev, ok := w.observed[cluster]; ok && prev.generation > generation {
@@ -175,13 +218,20 @@ func (w *Writer) Run(ctx context.Context) {
 	stop := context.AfterFunc(ctx, q.ShutDown)
 	defer stop()
 
+	var recorder record.EventRecorder
+	if w.newRecorder != nil {
+		var stopRecording func()
+		recorder, stopRecording = w.newRecorder(ctx)
+		defer stopRecording()
+	}
+
 	logger.V(2).Info("Writing UpstreamCluster status")
-	for w.processNext(ctx, q) {
+	for w.processNext(ctx, q, recorder) {
 	}
 	logger.V(2).Info("Stopped writing UpstreamCluster status")
 }
 
-func (w *Writer) processNext(ctx context.Context, q workqueue.TypedRateLimitingInterface[string]) bool {
+func (w *Writer) processNext(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], recorder record.EventRecorder) bool {
 	cluster, shutdown := q.Get()
 	if shutdown {
 		return false
@@ -190,7 +240,7 @@ func (w *Writer) processNext(ctx context.Context, q workqueue.TypedRateLimitingI
 	if ctx.Err() != nil {
 		return false
 	}
-	wrote, err := w.sync(ctx, cluster)
+	wrote, err := w.sync(ctx, cluster, recorder)
 	switch {
 	case err == nil:
 		q.Forget(cluster)
@@ -206,8 +256,9 @@ func (w *Writer) processNext(ctx context.Context, q workqueue.TypedRateLimitingI
 	return true
 }
 
-// sync writes the status of cluster if it differs from the stored one.
-func (w *Writer) sync(ctx context.Context, cluster string) (wrote bool, err error) {
+// sync writes the status of cluster if it differs from the stored one, and
+// records an Event for every transition the write made (recorder may be nil).
+func (w *Writer) sync(ctx context.Context, cluster string, recorder record.EventRecorder) (wrote bool, err error) {
 	err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		o, ok := w.observation(cluster) // the latest view on every attempt
 		if !ok {
@@ -230,7 +281,14 @@ func (w *Writer) sync(ctx context.Context, cluster string) (wrote bool, err erro
 		if !ok {
 			return fmt.Errorf("status storage returned %T, not an UpstreamCluster", obj)
 		}
-		status := desiredStatus(&uc.Status, o, metav1.NewTime(w.clock.Now()).Rfc3339Copy())
+		// The spec tells whether certificates are verified; it describes the
+		// observation only at the generation the observation was made from (a
+		// newer generation is observed soon and written then).
+		var spec *gatewayv1alpha1.UpstreamClusterSpec
+		if uc.Generation == o.generation {
+			spec = &uc.Spec
+		}
+		status := desiredStatus(&uc.Status, o, spec, metav1.NewTime(w.clock.Now()).Rfc3339Copy())
 		if apiequality.Semantic.DeepEqual(&uc.Status, status) {
 			return nil
 		}
@@ -245,6 +303,9 @@ func (w *Writer) sync(ctx context.Context, cluster string) (wrote bool, err erro
 			wrote = true
 			klog.FromContext(ctx).V(2).Info("Wrote UpstreamCluster status", "upstreamCluster", cluster,
 				"observedGeneration", status.ObservedGeneration, "ready", readyMessage(status))
+			if recorder != nil {
+				recordTransitions(recorder, uc, &uc.Status, status)
+			}
 		}
 		return err
 	})
@@ -260,10 +321,26 @@ func readyMessage(st *gatewayv1alpha1.UpstreamClusterStatus) string {
 
 // desiredStatus is old updated with the observation o; now stamps the transitions
 // the data plane did not time. Timestamps of what did not change are kept, so an
-// unchanged observation gives a status semantically equal to old.
-func desiredStatus(old *gatewayv1alpha1.UpstreamClusterStatus, o observation, now metav1.Time) *gatewayv1alpha1.UpstreamClusterStatus {
+// unchanged observation gives a status semantically equal to old. spec, the spec
+// of the observed generation, sets the InsecureTransport condition; nil keeps it.
+func desiredStatus(old *gatewayv1alpha1.UpstreamClusterStatus, o observation, spec *gatewayv1alpha1.UpstreamClusterSpec, now metav1.Time) *gatewayv1alpha1.UpstreamClusterStatus {
 	st := old.DeepCopy()
 	st.ObservedGeneration = o.generation
+	if spec != nil {
+		meta.SetStatusCondition(&st.Conditions, insecureTransport(spec, o.generation, now))
+	}
+	if p := o.problem; p != nil {
+		// Nothing is served: status.servers keeps the last health seen.
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type:               gatewayv1alpha1.ConditionReady,
+			Status:             metav1.ConditionFalse,
+			ObservedGeneration: o.generation,
+			LastTransitionTime: now,
+			Reason:             p.reason,
+			Message:            truncate(p.message, maxMessageLen),
+		})
+		return st
+	}
 
 	prev := make(map[string]gatewayv1alpha1.ServerStatus, len(old.Servers))
 	for _, s := range old.Servers {
@@ -314,6 +391,31 @@ func desiredStatus(old *gatewayv1alpha1.UpstreamClusterStatus, o observation, no
 	}
 	meta.SetStatusCondition(&st.Conditions, ready)
 	return st
+}
+
+// insecureTransport is the InsecureTransport condition of spec.
+func insecureTransport(spec *gatewayv1alpha1.UpstreamClusterSpec, generation int64, now metav1.Time) metav1.Condition {
+	c := metav1.Condition{
+		Type:               gatewayv1alpha1.ConditionInsecureTransport,
+		ObservedGeneration: generation,
+		LastTransitionTime: now, // kept by SetStatusCondition when the status does not change
+	}
+	if !spec.ClientConfig.Insecure {
+		c.Status, c.Reason = metav1.ConditionFalse, ReasonCertificatesVerified
+		c.Message = "the servers' certificates are verified"
+		return c
+	}
+	var endpoints []string
+	for _, s := range spec.Servers {
+		if !s.Disabled {
+			endpoints = append(endpoints, s.Endpoint)
+		}
+	}
+	c.Status, c.Reason = metav1.ConditionTrue, ReasonInsecureSkipVerify
+	c.Message = truncate(fmt.Sprintf("spec.clientConfig.insecure is set: the certificates of %s are not verified, "+
+		"so anyone on the network path can impersonate them and capture the gateway's credential",
+		strings.Join(endpoints, ", ")), maxMessageLen)
+	return c
 }
 
 // truncate cuts s to at most n bytes on a rune boundary.

@@ -423,7 +423,7 @@ func TestWriterRunExitsOnCancel(t *testing.T) {
 func TestDesiredStatus(t *testing.T) {
 	now := metav1.NewTime(t0)
 	t.Run("no servers", func(t *testing.T) {
-		st := desiredStatus(&gatewayv1alpha1.UpstreamClusterStatus{}, observation{generation: 3}, now)
+		st := desiredStatus(&gatewayv1alpha1.UpstreamClusterStatus{}, observation{generation: 3}, nil, now)
 		c := meta.FindStatusCondition(st.Conditions, gatewayv1alpha1.ConditionReady)
 		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonNoHealthyServer || c.Message != "0 of 0 servers healthy" {
 			t.Fatalf("Ready: %+v", c)
@@ -433,7 +433,7 @@ func TestDesiredStatus(t *testing.T) {
 		long := string(make([]byte, 2*maxMessageLen))
 		st := desiredStatus(&gatewayv1alpha1.UpstreamClusterStatus{}, observation{generation: 1, servers: []Health{
 			{Endpoint: epA, Healthy: true, Message: long}, {Endpoint: epA, Healthy: false},
-		}}, now)
+		}}, nil, now)
 		if len(st.Servers) != 1 || !st.Servers[0].Healthy || len(st.Servers[0].Message) != maxMessageLen {
 			t.Fatalf("servers: %d, first healthy=%v message length %d", len(st.Servers), st.Servers[0].Healthy, len(st.Servers[0].Message))
 		}
@@ -441,8 +441,8 @@ func TestDesiredStatus(t *testing.T) {
 	t.Run("removed endpoint", func(t *testing.T) {
 		old := desiredStatus(&gatewayv1alpha1.UpstreamClusterStatus{}, observation{generation: 1, servers: []Health{
 			{Endpoint: epA, Healthy: true}, {Endpoint: epB, Healthy: true},
-		}}, now)
-		st := desiredStatus(old, observation{generation: 2, servers: []Health{{Endpoint: epA, Healthy: true}}}, metav1.NewTime(t0.Add(time.Hour)))
+		}}, nil, now)
+		st := desiredStatus(old, observation{generation: 2, servers: []Health{{Endpoint: epA, Healthy: true}}}, nil, metav1.NewTime(t0.Add(time.Hour)))
 		if len(st.Servers) != 1 || st.Servers[0].Endpoint != epA || !st.Servers[0].LastTransitionTime.Equal(&now) {
 			t.Fatalf("servers: %+v", st.Servers)
 		}

@@ -156,21 +156,42 @@ func TestCredentialRotation(t *testing.T) {
 	t.Logf("%d requests across the rotation, none failed", requests.Load())
 }
 
+// profileClient is the one client that reads the gateway's goroutine profile:
+// a client per read would leave an idle keep-alive connection, and so a
+// goroutine, in the gateway every time it counts them.
+var profileClient struct {
+	sync.Mutex
+	*http.Client
+}
+
 // goroutines reads the gateway's goroutine count from its pprof endpoint, as
 // the hub's admin would.
 func goroutines(t *testing.T) int {
 	t.Helper()
-	admin := http.Header{"X-Remote-User": {"admin"}, "X-Remote-Group": {"system:masters"}}
-	code, body := gatewayGet(t, gatewayClient(t, true), "/debug/pprof/goroutine?debug=1", admin)
-	if code != http.StatusOK {
-		t.Fatalf("goroutine profile: %d", code)
-	}
+	_, body := goroutineProfile(t)
 	first, _, _ := strings.Cut(body, "\n")
 	n, err := strconv.Atoi(strings.TrimPrefix(first, "goroutine profile: total "))
 	if err != nil {
 		t.Fatalf("goroutine profile header %q", first)
 	}
 	return n
+}
+
+// goroutineProfile returns the gateway's goroutine profile (debug=1).
+func goroutineProfile(t *testing.T) (int, string) {
+	t.Helper()
+	profileClient.Lock()
+	if profileClient.Client == nil {
+		profileClient.Client = gatewayClient(t, true)
+	}
+	c := profileClient.Client
+	profileClient.Unlock()
+	admin := http.Header{"X-Remote-User": {"admin"}, "X-Remote-Group": {"system:masters"}}
+	code, body := gatewayGet(t, c, "/debug/pprof/goroutine?debug=1", admin)
+	if code != http.StatusOK {
+		t.Fatalf("goroutine profile: %d", code)
+	}
+	return code, body
 }
 
 // Deleting UpstreamClusters releases what they held: the goroutines of their

@@ -182,3 +182,43 @@ func randomToken() string {
 	}
 	return hex.EncodeToString(b)
 }
+
+// CA is a certificate authority a test can issue certificates from, for
+// example to rotate the gateway's serving certificate or request-header CA.
+type CA struct {
+	ca *certAuthority
+}
+
+// NewCA creates a CA and writes dir/name.crt and dir/name.key.
+func NewCA(dir, name string) (*CA, error) {
+	ca, err := newCA(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	return &CA{ca: ca}, nil
+}
+
+// CertFile is the CA certificate (PEM).
+func (c *CA) CertFile() string { return c.ca.CertFile }
+
+// CertPEM is the CA certificate.
+func (c *CA) CertPEM() []byte { return c.ca.CertPEM }
+
+// IssueGatewayServing issues a serving certificate for the gateway on
+// loopback (127.0.0.1, localhost and its Service name) into dir/name.crt|key.
+func (c *CA) IssueGatewayServing(dir, name string) (certFile, keyFile string, err error) {
+	kp, err := c.ca.issue(dir, name, loopbackServing(GatewayService+"."+GatewayNamespace+".svc"))
+	if err != nil {
+		return "", "", err
+	}
+	return kp.CertFile, kp.KeyFile, nil
+}
+
+// IssueClient issues a client certificate for commonName into dir/name.crt|key.
+func (c *CA) IssueClient(dir, name, commonName string) (certFile, keyFile string, err error) {
+	kp, err := c.ca.issue(dir, name, certSpec{CommonName: commonName, Client: true})
+	if err != nil {
+		return "", "", err
+	}
+	return kp.CertFile, kp.KeyFile, nil
+}

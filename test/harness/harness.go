@@ -534,6 +534,18 @@ func (e *Env) FrontProxyClientCert() (certFile, keyFile string) {
 	return e.pki.frontProxyClient.CertFile, e.pki.frontProxyClient.KeyFile
 }
 
+// FrontProxyCAFile returns the request-header (front-proxy) CA that signs the
+// hub's front-proxy client certificate.
+func (e *Env) FrontProxyCAFile() string {
+	return e.pki.frontProxyCA.CertFile
+}
+
+// GatewayServingCert returns the serving certificate and key of the gateway
+// (signed by GatewayCAFile); StartExtraGateway uses them too.
+func (e *Env) GatewayServingCert() (certFile, keyFile string) {
+	return e.pki.gatewayServing.CertFile, e.pki.gatewayServing.KeyFile
+}
+
 // IssueClientCert issues a client certificate for common name cn into the work
 // dir: signed by the request-header (front-proxy) CA when frontProxyCA is true,
 // else by a new CA of its own that nothing trusts. Security tests use it to

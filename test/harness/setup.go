@@ -224,6 +224,15 @@ func (e *Env) setupHub(ctx context.Context) error {
 		func() error {
 			return o.roleBinding(ctx, GatewayNamespace, "kube-gateway:leader-election", "Role", "kube-gateway:leader-election", UserGateway)
 		},
+		// Events about UpstreamClusters, recorded by the status writer. They
+		// are cluster-scoped, so their Events go to namespace default.
+		func() error {
+			return o.role(ctx, "default", "kube-gateway:events",
+				rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}})
+		},
+		func() error {
+			return o.roleBinding(ctx, "default", "kube-gateway:events", "Role", "kube-gateway:events", UserGateway)
+		},
 		// Users of the proxy: alice yes, bob no.
 		func() error {
 			return o.clusterRole(ctx, "kube-gateway:proxy",

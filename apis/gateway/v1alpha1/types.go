@@ -304,7 +304,10 @@ type UpstreamClusterStatus struct {
 	// ObservedGeneration is the spec generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Ready says whether any server can serve requests.
+	// Conditions: Ready says whether any server can serve requests (False also
+	// when the configuration cannot be used, e.g. a missing credential Secret);
+	// InsecureTransport is True when the servers' certificates are not verified
+	// (spec.clientConfig.insecure).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -335,6 +338,12 @@ type ServerStatus struct {
 
 // ConditionReady is the condition type saying whether any server can serve.
 const ConditionReady = "Ready"
+
+// ConditionInsecureTransport is the condition type saying whether the gateway
+// skips the verification of the servers' certificates: True when
+// spec.clientConfig.insecure is set (reason InsecureSkipVerify, the message names
+// the servers), False otherwise (reason CertificatesVerified).
+const ConditionInsecureTransport = "InsecureTransport"
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 

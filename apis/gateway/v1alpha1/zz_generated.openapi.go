@@ -1058,7 +1058,7 @@ func schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterStatus(ref common.
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "Conditions: Ready says whether any server can serve requests.",
+							Description: "Conditions: Ready says whether any server can serve requests (False also when the configuration cannot be used, e.g. a missing credential Secret); InsecureTransport is True when the servers' certificates are not verified (spec.clientConfig.insecure).",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{

@@ -93,6 +93,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	// Every replica observes health; the leader writes it to status.
 	statusWriter := status.NewWriter(storage.Status, clock.RealClock{})
+	statusWriter.RecordEvents(c.hub.CoreV1()) // Events on the hub, by the leader only
 	controller, err := clusters.NewController(storage.UpstreamCluster.ListWatch(), secrets, clusters.Hooks{
 		Removed: func(name string) {
 			proxyMetrics.ForgetCluster(name)
@@ -101,8 +102,14 @@ func (c CompletedConfig) New() (*Server, error) {
 		Observed: func(name string, generation int64, servers []cluster.ServerHealth) {
 			statusWriter.Observe(name, generation, statusHealth(servers))
 		},
+		Invalid: func(name string, generation int64, err error) {
+			statusWriter.ObserveInvalid(name, generation, cluster.ConfigErrorReason(err), err.Error())
+		},
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := legacyregistry.Registerer().Register(metrics.NewServerHealthCollector(controller.EachServer)); err != nil {
 		return nil, err
 	}
 

@@ -1,0 +1,163 @@
+package transport
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"io"
+	"log"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+const token = "gateway-token-3c9a1e"
+
+// member starts a TLS server that accepts TLS versions min to max.
+func member(t *testing.T, min, max uint16) (url string, caPEM []byte) {
+	t.Helper()
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok"))
+	}))
+	s.TLS = &tls.Config{MinVersion: min, MaxVersion: max}
+	s.Config.ErrorLog = log.New(io.Discard, "", 0) // refused handshakes are expected
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	return s.URL, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.Certificate().Raw})
+}
+
+func probe(tr *Transports, url string) error {
+	req, err := http.NewRequest(http.MethodGet, url+"/readyz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := tr.Probe.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return errors.New(resp.Status)
+	}
+	return nil
+}
+
+// Every TLS configuration toward members requires TLS 1.2 or newer, whatever
+// the verification settings; the pooled and the upgrade transports alike.
+func TestMinimumTLSVersion(t *testing.T) {
+	_, caPEM := member(t, tls.VersionTLS12, tls.VersionTLS13)
+	for name, cfg := range map[string]Config{
+		"CA":          {CAData: caPEM, BearerToken: token},
+		"host roots":  {BearerToken: token},
+		"insecure":    {Insecure: true, BearerToken: token},
+		"server name": {CAData: caPEM, ServerName: "example.com", BearerToken: token},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tr, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.CloseIdleConnections()
+			for which, c := range map[string]*tls.Config{"pooled": tr.pooled.TLSClientConfig, "upgrade": tr.upgrade.TLSClientConfig} {
+				if c == nil {
+					t.Errorf("%s transport has no TLS configuration", which)
+				} else if c.MinVersion < tls.VersionTLS12 {
+					t.Errorf("%s transport accepts TLS below 1.2 (MinVersion %#x)", which, c.MinVersion)
+				}
+			}
+		})
+	}
+
+	// On the wire: a member offering only TLS 1.1 is refused, even with
+	// verification off; TLS 1.2 and 1.3 members are reached.
+	for _, insecure := range []bool{false, true} {
+		oldURL, oldCA := member(t, tls.VersionTLS10, tls.VersionTLS11)
+		cfg := Config{BearerToken: token, Insecure: insecure}
+		if !insecure {
+			cfg.CAData = oldCA
+		}
+		tr, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = probe(tr, oldURL)
+		if err == nil || !strings.Contains(err.Error(), "protocol version") {
+			t.Errorf("insecure=%v: TLS 1.1 member: %v, want a protocol version error", insecure, err)
+		}
+		tr.CloseIdleConnections()
+	}
+	for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+		url, ca := member(t, v, v)
+		tr, err := New(Config{CAData: ca, BearerToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := probe(tr, url); err != nil {
+			t.Errorf("%s member: %v", tls.VersionName(v), err)
+		}
+		tr.CloseIdleConnections()
+	}
+}
+
+// Verification is on unless Insecure: a member whose CA is not trusted is
+// refused; with Insecure it is reached.
+func TestVerification(t *testing.T) {
+	url, ca := member(t, tls.VersionTLS12, tls.VersionTLS13)
+	otherCA := selfSignedCA(t)
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		wantOK bool
+	}{
+		{"its CA", Config{CAData: ca, BearerToken: token}, true},
+		{"another CA", Config{CAData: otherCA, BearerToken: token}, false},
+		{"host roots", Config{BearerToken: token}, false},
+		{"insecure", Config{Insecure: true, BearerToken: token}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, err := New(tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.CloseIdleConnections()
+			err = probe(tr, url)
+			if tc.wantOK && err != nil {
+				t.Fatalf("request failed: %v", err)
+			}
+			if !tc.wantOK {
+				var verr *tls.CertificateVerificationError
+				var uerr x509.UnknownAuthorityError
+				if !errors.As(err, &verr) && !errors.As(err, &uerr) {
+					t.Fatalf("request error = %v, want a certificate verification error", err)
+				}
+			}
+		})
+	}
+}
+
+// selfSignedCA returns the PEM certificate of a CA nobody uses.
+func selfSignedCA(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "other-ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
