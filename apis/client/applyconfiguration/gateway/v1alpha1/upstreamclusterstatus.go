@@ -29,7 +29,10 @@ import (
 type UpstreamClusterStatusApplyConfiguration struct {
 	// ObservedGeneration is the spec generation the status describes.
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Ready says whether any server can serve requests.
+	// Conditions: Ready says whether any server can serve requests (False also
+	// when the configuration cannot be used, e.g. a missing credential Secret);
+	// InsecureTransport is True when the servers' certificates are not verified
+	// (spec.clientConfig.insecure).
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// Servers is the observed state of each server.
 	Servers []ServerStatusApplyConfiguration `json:"servers,omitempty"`
