@@ -61,9 +61,11 @@ func NewOptions() *Options {
 	}
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(gatewayv1alpha1.SchemeGroupVersion,
 		schema.GroupKind{Group: gatewayv1alpha1.GroupName})
-	// The hub already applies priority and fairness to every request before it
-	// reaches the gateway; a second APF layer here would need the hub's flow
-	// schemas and would queue proxied requests twice.
+	// No priority and fairness here: every proxied request is long-running for
+	// the gateway (and for the hub, which skips its own APF for the proxy
+	// subresource), so APF would never see them; flow-control schemas on the
+	// UpstreamCluster are what limits proxied traffic. APF would also need the
+	// hub's flow schemas for the gateway's own small API.
 	o.Recommended.Features.EnablePriorityAndFairness = false
 	// The UID of the hub user arrives in X-Remote-Uid (1.33+ hubs send it); the
 	// header names themselves are read from the hub's

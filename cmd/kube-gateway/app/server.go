@@ -148,7 +148,8 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil
 	})
 	// Proxied watches and log streams would hold the shutdown until its timeout:
-	// end them once the shutdown delay is over, so clients reconnect elsewhere.
+	// end them as soon as the shutdown starts (k8s.io/apiserver runs pre-shutdown
+	// hooks on SIGTERM), so clients reconnect elsewhere.
 	if err := generic.AddPreShutdownHook("close-proxied-streams", func() error {
 		forwarder.Stop()
 		return nil
