@@ -138,10 +138,16 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !ok || id.UserName == "" {
 		return nil, fmt.Errorf("refusing to forward a request without an identity to impersonate")
 	}
-	req = utilnet.CloneRequest(req)
-	for name := range req.Header {
-		if strings.HasPrefix(textproto.CanonicalMIMEHeaderKey(name), "Impersonate-") {
-			delete(req.Header, name)
+	// client-go's round tripper leaves a request that already has
+	// Impersonate-* headers alone: drop stray ones first (the forwarder has
+	// stripped the client's; this is defence in depth). Only then is a copy
+	// needed here: client-go's round tripper copies the request anyway.
+	if hasImpersonation(req.Header) {
+		req = utilnet.CloneRequest(req)
+		for name := range req.Header {
+			if isImpersonation(name) {
+				delete(req.Header, name)
+			}
 		}
 	}
 	// client-go's own impersonating round tripper, so the headers (and the
@@ -152,3 +158,16 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 // WrappedRoundTripper lets apimachinery find the dialer and TLS configuration
 // underneath (upgrades dial themselves).
 func (rt *roundTripper) WrappedRoundTripper() http.RoundTripper { return rt.delegate }
+
+func isImpersonation(name string) bool {
+	return strings.HasPrefix(textproto.CanonicalMIMEHeaderKey(name), "Impersonate-")
+}
+
+func hasImpersonation(h http.Header) bool {
+	for name := range h {
+		if isImpersonation(name) {
+			return true
+		}
+	}
+	return false
+}

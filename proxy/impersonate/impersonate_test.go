@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"reflect"
 	"sort"
+	"strings"
 	"testing"
 
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -409,5 +410,37 @@ func TestRoundTripperOverridesExistingImpersonation(t *testing.T) {
 	}
 	if got := out.Header.Values("Impersonate-Group"); !reflect.DeepEqual(got, []string{"dev"}) {
 		t.Errorf("Impersonate-Group = %q, want [dev]", got)
+	}
+}
+
+// Stray Impersonate-* headers on the outgoing request (in any letter case) are
+// replaced by the identity's, and the caller's request is left as it was.
+func TestRoundTripperReplacesStrayImpersonation(t *testing.T) {
+	req, err := http.NewRequest(http.MethodGet, "https://member.example.com/api", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Impersonate-User", "mallory")
+	req.Header["impersonate-group"] = []string{"system:masters"}
+	req.Header.Set("Accept", "application/json")
+	before := req.Header.Clone()
+
+	out, err := roundTrip(req, transport.ImpersonationConfig{UserName: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(req.Header, before) {
+		t.Errorf("the caller's headers changed: %v, want %v", req.Header, before)
+	}
+	if got := out.Header.Values("Impersonate-User"); !reflect.DeepEqual(got, []string{"alice"}) {
+		t.Errorf("Impersonate-User = %v, want [alice]", got)
+	}
+	for k := range out.Header {
+		if k != "Impersonate-User" && strings.HasPrefix(http.CanonicalHeaderKey(k), "Impersonate-") {
+			t.Errorf("stray %s: %v reached the member", k, out.Header[k])
+		}
+	}
+	if out.Header.Get("Accept") != "application/json" {
+		t.Error("Accept was dropped")
 	}
 }

@@ -159,17 +159,15 @@ func (h *ProxyHandler) admitConnect(ctx context.Context, name, path string) erro
 		return nil
 	}
 	u, _ := genericrequest.UserFrom(ctx)
-	attrs := func() admission.Attributes {
-		return admission.NewAttributesRecord(&gatewayv1alpha1.UpstreamClusterProxyOptions{Path: path}, nil, proxyOptionsKind,
-			"", name, clustersResource, "proxy", admission.Connect, nil, false, u)
-	}
+	attrs := admission.NewAttributesRecord(&gatewayv1alpha1.UpstreamClusterProxyOptions{Path: path}, nil, proxyOptionsKind,
+		"", name, clustersResource, "proxy", admission.Connect, nil, false, u)
 	if m, ok := h.admit.(admission.MutationInterface); ok {
-		if err := m.Admit(ctx, attrs(), h.objects); err != nil {
+		if err := m.Admit(ctx, attrs, h.objects); err != nil {
 			return err
 		}
 	}
 	if v, ok := h.admit.(admission.ValidationInterface); ok {
-		return v.Validate(ctx, attrs(), h.objects)
+		return v.Validate(ctx, attrs, h.objects)
 	}
 	return nil
 }
