@@ -779,6 +779,10 @@ func gatewayChartCases(ctx context.Context) []gatewayChartCase {
 				if g.args["--secret-namespace"] != g.ns {
 					t.Fatalf("--secret-namespace=%s, want the release namespace", g.args["--secret-namespace"])
 				}
+				// The gateway's own default: what the docs name.
+				if g.args["--status-lease-name"] != "kube-gateway-status" {
+					t.Fatalf("--status-lease-name=%s, want kube-gateway-status", g.args["--status-lease-name"])
+				}
 				checkGeneratedServingCert(t, g)
 				checkBundledEtcd(t, g, 1, true)
 				if len(g.m.all("NetworkPolicy")) != 1 {
@@ -947,6 +951,7 @@ etcd:
 				for flag, want := range map[string]string{
 					"--secret-namespace": g.ns + "-credentials", "--secure-port": "9443", "--v": "4",
 					"--request-timeout": "2m", "--authorize-proxy-subpath": "",
+					"--status-lease-name": "gw-status", // from fullnameOverride: installs sharing a namespace differ
 				} {
 					if got, ok := g.args[flag]; !ok || got != want {
 						t.Fatalf("%s=%q (set: %v), want %q", flag, got, ok, want)

@@ -39,6 +39,9 @@ type Options struct {
 	SecretNamespace string
 	// AuthorizeProxySubpath makes the hub authorize every inner request too.
 	AuthorizeProxySubpath bool
+	// StatusLeaseName is the hub Lease, in SecretNamespace, whose holder
+	// writes UpstreamCluster status and records Events.
+	StatusLeaseName string
 
 	scheme *runtime.Scheme
 	codecs serializer.CodecFactory
@@ -56,6 +59,7 @@ func NewOptions() *Options {
 		Recommended:     genericoptions.NewRecommendedOptions(defaultEtcdPathPrefix, codecs.LegacyCodec(gatewayv1alpha1.SchemeGroupVersion)),
 		Logs:            logs.NewOptions(),
 		SecretNamespace: "kube-gateway",
+		StatusLeaseName: "kube-gateway-status",
 		scheme:          scheme,
 		codecs:          codecs,
 	}
@@ -91,6 +95,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"Before forwarding, ask the hub (SubjectAccessReview, cached) whether the user may perform the proxied request itself: its real verb (list and watch stay list and watch), resource, namespace and name, or non-resource path. For operators who keep one RBAC on the hub; the member's RBAC still applies.")
 	gw.StringVar(&o.SecretNamespace, "secret-namespace", o.SecretNamespace,
 		"Hub namespace of the Secrets holding the gateway's credentials toward member clusters. The gateway reads Secrets only there, and UpstreamClusters may only reference Secrets there.")
+	gw.StringVar(&o.StatusLeaseName, "status-lease-name", o.StatusLeaseName,
+		"Name of the hub Lease, in --secret-namespace, whose holder among the gateway replicas writes UpstreamCluster status and records Events. Installations that share a secret namespace need different names.")
 	o.Recommended.Etcd.AddFlags(fss.FlagSet("etcd"))
 	o.Recommended.SecureServing.AddFlags(fss.FlagSet("secure serving"))
 	o.Recommended.Authentication.AddFlags(fss.FlagSet("authentication"))
@@ -134,6 +140,9 @@ func (o *Options) Validate() error {
 	for _, msg := range validation.IsDNS1123Label(o.SecretNamespace) {
 		errs = append(errs, fmt.Errorf("--secret-namespace %q: %s", o.SecretNamespace, msg))
 	}
+	for _, msg := range validation.IsDNS1123Subdomain(o.StatusLeaseName) {
+		errs = append(errs, fmt.Errorf("--status-lease-name %q: %s", o.StatusLeaseName, msg))
+	}
 	return utilerrors.NewAggregate(errs)
 }
 
@@ -167,6 +176,7 @@ func (o *Options) Config() (*Config, error) {
 		Scheme:                o.scheme,
 		Codecs:                o.codecs,
 		SecretNamespace:       o.SecretNamespace,
+		StatusLeaseName:       o.StatusLeaseName,
 		AuthorizeProxySubpath: o.AuthorizeProxySubpath,
 		Tracing:               o.Recommended.Traces.ConfigFile != "",
 	}, nil

@@ -33,6 +33,8 @@ type Config struct {
 	Scheme          *runtime.Scheme
 	Codecs          serializer.CodecFactory
 	SecretNamespace string
+	// StatusLeaseName: see Options.
+	StatusLeaseName string
 	// AuthorizeProxySubpath: see Options.
 	AuthorizeProxySubpath bool
 	// Tracing is on: spans for proxied requests too.
@@ -45,6 +47,7 @@ type CompletedConfig struct {
 	scheme                *runtime.Scheme
 	codecs                serializer.CodecFactory
 	secretNamespace       string
+	statusLeaseName       string
 	authorizeProxySubpath bool
 	tracing               bool
 	hub                   kubernetes.Interface
@@ -64,6 +67,7 @@ func (c *Config) Complete() (CompletedConfig, error) {
 		scheme:                c.Scheme,
 		codecs:                c.Codecs,
 		secretNamespace:       c.SecretNamespace,
+		statusLeaseName:       c.StatusLeaseName,
 		authorizeProxySubpath: c.AuthorizeProxySubpath,
 		tracing:               c.Tracing,
 		hub:                   kube,
@@ -144,7 +148,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	generic.AddPostStartHookOrDie("start-upstreamcluster-controller", func(hookCtx genericapiserver.PostStartHookContext) error {
 		secretInformers.Start(hookCtx.Done())
 		go controller.Run(hookCtx)
-		go status.Lead(hookCtx, c.hub, c.secretNamespace, statusLeaseName, status.Identity(), statusWriter.Run)
+		go status.Lead(hookCtx, c.hub, c.secretNamespace, c.statusLeaseName, status.Identity(), statusWriter.Run)
 		return nil
 	})
 	// Proxied watches and log streams would hold the shutdown until its timeout:
@@ -166,10 +170,6 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	return &Server{generic: generic}, nil
 }
-
-// statusLeaseName is the hub Lease (in the secret namespace) whose holder writes
-// UpstreamCluster status.
-const statusLeaseName = "kube-gateway-status"
 
 func statusHealth(servers []cluster.ServerHealth) []status.Health {
 	out := make([]status.Health, 0, len(servers))
