@@ -61,6 +61,7 @@ type options struct {
 	OutDir         string
 	Out            string
 	Keep           bool
+	GatewayEnv     []string
 }
 
 const (
@@ -89,6 +90,13 @@ func main() {
 	flag.StringVar(&o.OutDir, "out-dir", "_output/bench", "directory for the report, the profile and the work dir's logs on failure")
 	flag.StringVar(&o.Out, "out", "", "also write the markdown report to this file (default <out-dir>/report.md)")
 	flag.BoolVar(&o.Keep, "keep", false, "keep the environment's work dir (logs) after a successful run")
+	flag.Func("gateway-env", "KEY=VALUE added to the gateway's environment only, e.g. GOGC=400 (repeatable)", func(v string) error {
+		if !strings.Contains(v, "=") {
+			return fmt.Errorf("%q is not KEY=VALUE", v)
+		}
+		o.GatewayEnv = append(o.GatewayEnv, v)
+		return nil
+	})
 	flag.Parse()
 	os.Exit(runMain(o))
 }
@@ -114,7 +122,7 @@ func runMain(o options) int {
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	began := time.Now()
-	env, err := harness.Start(startCtx, harness.Config{WorkDir: workDir, Log: os.Stderr})
+	env, err := harness.Start(startCtx, harness.Config{WorkDir: workDir, Log: os.Stderr, GatewayEnv: o.GatewayEnv})
 	cancel()
 	if err != nil {
 		logf("starting the environment: %v (work dir %s kept)", err, workDir)

@@ -224,6 +224,9 @@ func (r *report) markdown() string {
 		p("Code: %s (the kube-gateway binary `make build` made from it). ", m.Commit)
 	}
 	p("Every process (etcd, hub, member-a ×2, member-b, kube-gateway, this client) on 127.0.0.1 of the same machine. ")
+	if len(o.GatewayEnv) > 0 {
+		p("The gateway's environment adds %s. ", strings.Join(o.GatewayEnv, " "))
+	}
 	p("%d rounds; each round runs every target once per measurement in a rotating order; values are medians over rounds, ratios are medians of the per-round ratios to direct. ", o.Rounds)
 	p("GET `%s` (%d requests per target per round at c=1; %s per target per round at c=%d); LIST `%s` (%d ConfigMaps, %d per target per round). ", getPath, o.Requests, o.Duration, c, listPath, o.ListObjects, o.ListPerRound)
 	p("Protocols seen: ")

@@ -87,6 +87,9 @@ type Config struct {
 	NoGateway bool
 	// GatewayArgs are appended to the kube-gateway command line.
 	GatewayArgs []string
+	// GatewayEnv is added to the environment of the kube-gateway process only
+	// (e.g. GOGC=400 for the benchmark).
+	GatewayEnv []string
 	// Log receives progress lines; may be nil.
 	Log io.Writer
 }

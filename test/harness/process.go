@@ -29,6 +29,8 @@ type Process struct {
 	Args []string
 	// LogFile receives stdout and stderr; it is appended to on restart.
 	LogFile string
+	// Env is added to the harness's own environment (e.g. GOGC=400).
+	Env []string
 
 	detach  bool
 	probe   func(ctx context.Context) error // readiness
@@ -102,6 +104,9 @@ func (p *Process) start() error {
 	cmd := exec.Command(p.Args[0], p.Args[1:]...)
 	cmd.Stdout = f
 	cmd.Stderr = f
+	if len(p.Env) > 0 {
+		cmd.Env = append(os.Environ(), p.Env...)
+	}
 	if p.detach {
 		// Own session: survives the program that started it.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

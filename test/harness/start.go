@@ -453,6 +453,7 @@ func (e *Env) StartExtraGateway(ctx context.Context, name string, args ...string
 
 func (e *Env) startGatewayProcess(ctx context.Context, name string, extraArgs []string) (*Process, string, error) {
 	p := e.newProcess(name)
+	p.Env = e.cfg.GatewayEnv
 	var url string
 	assign := func() {
 		port := mustFreePort()
