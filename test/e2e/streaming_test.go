@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os/exec"
@@ -48,36 +49,52 @@ func TestExec(t *testing.T) {
 				return stdout.String(), err
 			}
 
-			out, err := exec("", "echo", "hello", "through", "the", "gateway")
-			if err != nil || out != "hello through the gateway\n" {
-				t.Fatalf("echo: %q, %v", out, err)
-			}
-
-			payload := strings.Repeat("0123456789abcdef", 4096) + "\n"
-			out, err = exec(payload, "cat")
-			if err != nil || out != payload {
-				t.Fatalf("cat returned %d bytes (want %d), %v", len(out), len(payload), err)
-			}
-
-			// Over SPDY, kubectl reads an error stream that ends without its
-			// Status as success (kubernetes/kubernetes#137404); under load its
-			// streams can close in that order on any path, direct ones too.
-			// Up to three tries: a gateway that lost exit codes fails them all.
+			// Over SPDY, kubectl can lose the end of a short session on any path,
+			// direct ones too: an error stream closed before its Status counts as
+			// success (kubernetes/kubernetes#137404), and a stream torn down as
+			// the command exits can leave stdout empty. Seen about once in five
+			// full suite runs, never in 120 direct or gatewayed loops on an idle
+			// machine. So each SPDY step gets up to three tries: a gateway that
+			// loses output or exit codes fails all of them.
 			tries := 1
 			if p.name == "spdy" {
 				tries = 3
 			}
-			for i := 1; ; i++ {
-				_, err = exec("", "sh", "-c", "exit 3")
-				var exitErr *exitError
-				if errors.As(err, &exitErr) && exitErr.ExitCode() == 3 {
-					break
+			step := func(what string, check func() error) {
+				t.Helper()
+				for i := 1; ; i++ {
+					err := check()
+					if err == nil {
+						return
+					}
+					if i == tries {
+						t.Fatalf("%s: %v (%d tries)", what, err, tries)
+					}
+					t.Logf("%s, try %d: %v", what, i, err)
 				}
-				if i == tries {
-					t.Fatalf("exit code: %v, want kubectl to exit 3 (%d tries)", err, tries)
-				}
-				t.Logf("try %d: exit code: %v, want kubectl to exit 3", i, err)
 			}
+
+			step("echo", func() error {
+				if out, err := exec("", "echo", "hello", "through", "the", "gateway"); err != nil || out != "hello through the gateway\n" {
+					return fmt.Errorf("%q, %v", out, err)
+				}
+				return nil
+			})
+			payload := strings.Repeat("0123456789abcdef", 4096) + "\n"
+			step("cat", func() error {
+				if out, err := exec(payload, "cat"); err != nil || out != payload {
+					return fmt.Errorf("%d bytes (want %d), %v", len(out), len(payload), err)
+				}
+				return nil
+			})
+			step("exit code", func() error {
+				_, err := exec("", "sh", "-c", "exit 3")
+				var exitErr *exitError
+				if !errors.As(err, &exitErr) || exitErr.ExitCode() != 3 {
+					return fmt.Errorf("%v, want kubectl to exit 3", err)
+				}
+				return nil
+			})
 		})
 	}
 }
