@@ -50,10 +50,6 @@ const (
 	ReasonInvalidConfiguration = "InvalidConfiguration"
 )
 
-// ReasonDisabled is the reason of a server disabled in spec.servers (see
-// Servers).
-const ReasonDisabled = "Disabled"
-
 // ConfigError is a configuration problem that keeps a cluster from being used.
 // Its message names the cluster's objects and fields, never credential data.
 type ConfigError struct {
@@ -303,7 +299,7 @@ func (c *Cluster) Servers() []ServerHealth {
 		h := ServerHealth{Endpoint: srv.endpoint}
 		switch t, seen := c.lastTransition(srv.endpoint); {
 		case srv.enabled == nil:
-			h.Reason, h.Message = ReasonDisabled, "disabled in spec.servers"
+			h.Reason, h.Message = gatewayv1alpha1.ServerReasonDisabled, "disabled in spec.servers"
 		case seen && t.Healthy == srv.enabled.Healthy():
 			h.Healthy, h.Reason, h.Message, h.Since = t.Healthy, t.Reason, t.Message, t.Time
 		default:

@@ -158,7 +158,7 @@ func (c *Controller) EachServer(fn func(cluster, endpoint string, healthy bool))
 			continue
 		}
 		for _, s := range e.cluster.Servers() {
-			if s.Reason != cluster.ReasonDisabled {
+			if s.Reason != gatewayv1alpha1.ServerReasonDisabled {
 				fn(name, s.Endpoint, s.Healthy)
 			}
 		}

@@ -113,7 +113,7 @@ func transitions(old, st *gatewayv1alpha1.UpstreamClusterStatus) []event {
 		prev[s.Endpoint] = s
 	}
 	for _, s := range st.Servers {
-		if s.Reason == reasonDisabled {
+		if s.Reason == gatewayv1alpha1.ServerReasonDisabled {
 			continue // a spec change, not a health transition
 		}
 		p, seen := prev[s.Endpoint]
@@ -121,7 +121,7 @@ func transitions(old, st *gatewayv1alpha1.UpstreamClusterStatus) []event {
 		case !s.Healthy && (!seen || p.Healthy):
 			out = append(out, event{corev1.EventTypeWarning, EventEndpointUnhealthy,
 				fmt.Sprintf("server %s is unhealthy (%s)%s", s.Endpoint, s.Reason, detail(s.Message))})
-		case s.Healthy && seen && !p.Healthy && p.Reason != reasonDisabled:
+		case s.Healthy && seen && !p.Healthy && p.Reason != gatewayv1alpha1.ServerReasonDisabled:
 			out = append(out, event{corev1.EventTypeNormal, EventEndpointHealthy,
 				fmt.Sprintf("server %s is healthy again (%s)%s", s.Endpoint, s.Reason, detail(s.Message))})
 		}
@@ -138,10 +138,6 @@ func transitions(old, st *gatewayv1alpha1.UpstreamClusterStatus) []event {
 	}
 	return out
 }
-
-// reasonDisabled is the reason of a server disabled in spec.servers
-// (proxy/cluster.ReasonDisabled).
-const reasonDisabled = "Disabled"
 
 // isProblem reports whether a Ready condition says the configuration cannot be
 // used (rather than how healthy the servers are).

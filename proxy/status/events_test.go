@@ -50,7 +50,7 @@ func TestTransitions(t *testing.T) {
 		{Endpoint: epA, Healthy: false, Reason: "ProbeFailed"},
 		{Endpoint: epB, Healthy: false, Reason: "ProbeTimedOut"},
 	}}
-	bDisabled := observation{generation: 2, servers: []Health{{Endpoint: epA, Healthy: true}, {Endpoint: epB, Reason: reasonDisabled}}}
+	bDisabled := observation{generation: 2, servers: []Health{{Endpoint: epA, Healthy: true}, {Endpoint: epB, Reason: gatewayv1alpha1.ServerReasonDisabled}}}
 	missing := observation{generation: 1, problem: &problem{"SecretNotFound", "its credential Secret kube-gateway/x was not found on the hub"}}
 	badCA := observation{generation: 1, problem: &problem{"InvalidCAData", "ca.crt is not PEM"}}
 	secure, insecure := specWith(false, epA, epB), specWith(true, epA, epB)

@@ -339,6 +339,10 @@ type ServerStatus struct {
 // ConditionReady is the condition type saying whether any server can serve.
 const ConditionReady = "Ready"
 
+// ServerReasonDisabled is the reason in status.servers of a server disabled in
+// spec.servers.
+const ServerReasonDisabled = "Disabled"
+
 // ConditionInsecureTransport is the condition type saying whether the gateway
 // skips the verification of the servers' certificates: True when
 // spec.clientConfig.insecure is set (reason InsecureSkipVerify, the message names
