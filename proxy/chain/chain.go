@@ -89,7 +89,7 @@ func New(generic http.Handler, serve ProxyFunc, c *genericapiserver.Config, o Op
 	})
 }
 
-const prefix = "/apis/" + gatewayv1alpha1.GroupName + "/v1alpha1/upstreamclusters/"
+const prefix = gatewayv1alpha1.UpstreamClustersPath + "/"
 
 // Split returns the cluster name and the member path of a proxy subresource
 // path, exactly as the generic Connect handler finds them, so that both agree

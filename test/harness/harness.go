@@ -63,7 +63,9 @@ const (
 // UpstreamClusterGVR is the resource the gateway serves.
 var UpstreamClusterGVR = schema.GroupVersionResource{Group: "gateway.kubewharf.io", Version: "v1alpha1", Resource: "upstreamclusters"}
 
-// ProxyPath returns the hub path prefix that proxies to member (no trailing slash).
+// ProxyPath returns the hub path prefix that proxies to member (no trailing
+// slash). Spelled out rather than taken from the code under test, so that tests
+// comparing with it can fail.
 func ProxyPath(member string) string {
 	return "/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/" + member + "/proxy"
 }

@@ -27,6 +27,8 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 )
 
 // Local is the cluster name that means "the hub itself" for WithCluster: a
@@ -40,7 +42,7 @@ const Local = "local"
 // (no trailing slash): /apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/NAME/proxy.
 // cluster should be valid (ValidateClusterName); it is path-escaped regardless.
 func ProxyPath(cluster string) string {
-	return "/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/" + url.PathEscape(cluster) + "/proxy"
+	return gatewayv1alpha1.UpstreamClustersPath + "/" + url.PathEscape(cluster) + "/proxy"
 }
 
 // ValidateClusterName returns an error unless name can be the name of an

@@ -12,8 +12,16 @@ import (
 // GroupName is the API group of kube-gateway.
 const GroupName = "gateway.kubewharf.io"
 
+// Version is the version of this package's API.
+const Version = "v1alpha1"
+
 // SchemeGroupVersion is the group version of this package.
-var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha1"}
+var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: Version}
+
+// UpstreamClustersPath is the path of the upstreamclusters collection on the
+// hub (and on the gateway): UpstreamClustersPath + "/NAME/proxy" is the proxy
+// prefix of member NAME.
+const UpstreamClustersPath = "/apis/" + GroupName + "/" + Version + "/upstreamclusters"
 
 // Resource returns the group-qualified resource of this group.
 func Resource(resource string) schema.GroupResource {
