@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"sync"
 	"time"
@@ -80,8 +81,9 @@ type Cluster struct {
 	Name string
 	// Endpoints are the enabled servers, in spec order.
 	Endpoints []*balance.Endpoint
-	// Transports toward the servers, with the gateway's credential.
-	Transports *transport.Transports
+	// transports holds the pooled transports toward each endpoint, with the
+	// gateway's credential: one set per endpoint and credential generation.
+	transports map[*balance.Endpoint]*transport.Transports
 	// Impersonation maps the hub user to the member identity.
 	Impersonation *impersonate.Policy
 
@@ -92,8 +94,9 @@ type Cluster struct {
 	// robin, no flow control.
 	fallback    Route
 	flowControl *flowcontrol.Set
-	// transportKey identifies what the transports were built from, so that a
-	// change of policies alone keeps the connections (and endpoint health).
+	// transportKey identifies the credential and connection settings the
+	// transports were built from: while it stays the same, a server that stays
+	// in spec.servers keeps its transports, connections and health.
 	transportKey string
 
 	// Health checks the endpoints; Run it for the life of the cluster.
@@ -156,9 +159,10 @@ func (c *Cluster) Route(a *request.Attributes) *Route {
 }
 
 // Compile builds the runtime form of uc with the credential in secret. prev, the
-// cluster it replaces (or nil), lends what did not change: the transports when
-// neither the Secret nor the connection settings changed (connections stay
-// open), and the limiters of unchanged flow-control schemas (their state stays).
+// cluster it replaces (or nil), lends what did not change: a server's endpoint
+// and transports when neither the Secret nor the connection settings changed
+// (its connections stay open, its health holds), and the limiters of unchanged
+// flow-control schemas (their state stays).
 //
 // onTransition is told every change of an endpoint's health (from the health
 // checker's goroutine), after the cluster recorded it.
@@ -182,7 +186,8 @@ func compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *C
 		ref := uc.Spec.ClientConfig.SecretRef
 		return nil, configError(ReasonSecretNotFound, "its credential Secret %s/%s was not found on the hub", ref.Namespace, ref.Name)
 	}
-	c := &Cluster{Name: uc.Name, Impersonation: impersonate.Compile(uc.Spec.Impersonation), lastTransitions: map[string]health.Transition{}}
+	c := &Cluster{Name: uc.Name, Impersonation: impersonate.Compile(uc.Spec.Impersonation),
+		transports: map[*balance.Endpoint]*transport.Transports{}, lastTransitions: map[string]health.Transition{}}
 	cfg, err := transportConfig(uc, secret)
 	if err != nil {
 		return nil, err
@@ -200,15 +205,25 @@ func compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *C
 		if err != nil {
 			return nil, fmt.Errorf("server %q: %v", s.Endpoint, err)
 		}
-		e := balance.NewEndpoint(u)
-		// With the same connections and credential, what was learnt about a
-		// server's health still holds.
+		if byEndpoint[s.Endpoint] != nil { // validation refuses duplicates; one endpoint, one transport
+			return nil, fmt.Errorf("server %q is listed twice", s.Endpoint)
+		}
+		var e *balance.Endpoint
+		// With the same connections and credential, the server keeps its pooled
+		// connections, and what was learnt about its health still holds.
 		if sameConnections {
 			if old := prev.endpoint(s.Endpoint); old != nil {
 				e = old
+				c.transports[e] = prev.transports[old]
 				if t, ok := prev.lastTransition(s.Endpoint); ok {
 					c.lastTransitions[s.Endpoint] = t
 				}
+			}
+		}
+		if e == nil {
+			e = balance.NewEndpoint(u)
+			if c.transports[e], err = transport.New(cfg); err != nil {
+				return nil, configError(ReasonInvalidSecret, "credential Secret %s/%s: %v", secret.Namespace, secret.Name, err)
 			}
 		}
 		c.Endpoints = append(c.Endpoints, e)
@@ -250,12 +265,8 @@ func compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *C
 		c.routes = append(c.routes, r)
 	}
 
-	if sameConnections {
-		c.Transports = prev.Transports
-	} else if c.Transports, err = transport.New(cfg); err != nil {
-		return nil, configError(ReasonInvalidSecret, "credential Secret %s/%s: %v", secret.Namespace, secret.Name, err)
-	}
-	c.Health = health.NewChecker(c.Name, c.Endpoints, c.Transports.Probe, health.ConfigFrom(uc.Spec.HealthCheck), clock.RealClock{},
+	c.Health = health.NewChecker(c.Name, c.Endpoints, func(e *balance.Endpoint) http.RoundTripper { return c.transports[e].Probe },
+		health.ConfigFrom(uc.Spec.HealthCheck), clock.RealClock{},
 		func(t health.Transition) {
 			c.transitionsMu.Lock()
 			c.lastTransitions[t.Endpoint] = t
@@ -369,14 +380,23 @@ func transportConfig(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret)
 	return cfg, nil
 }
 
-// Release closes the idle connections of a cluster that was replaced by next
-// (nil when deleted), unless next still uses them; requests in flight finish.
+// Transports returns the transports toward e, one of c.Endpoints.
+func (c *Cluster) Transports(e *balance.Endpoint) *transport.Transports { return c.transports[e] }
+
+// Release closes the idle connections of the transports of a cluster replaced
+// by next (nil when deleted) that next does not reuse: those of removed servers,
+// or all after a change of credential or connection settings. Requests in flight
+// finish on their connections.
 func (c *Cluster) Release(next *Cluster) {
-	if next != nil && next.Transports == c.Transports {
-		return
+	for e, t := range c.transports {
+		if next == nil || next.transports[e] != t {
+			t.CloseIdleConnections()
+		}
 	}
-	c.Transports.CloseIdleConnections()
 }
+
+// CloseIdleConnections closes the idle connections toward every server.
+func (c *Cluster) CloseIdleConnections() { c.Release(nil) }
 
 // ReportFailure tells health checking that e failed a real request.
 func (c *Cluster) ReportFailure(e *balance.Endpoint, err error) {

@@ -30,6 +30,7 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/impersonate"
 	"github.com/kubewharf/kube-gateway/proxy/request"
+	gwtransport "github.com/kubewharf/kube-gateway/proxy/transport"
 )
 
 const token = "gateway-token-5f2b9c"
@@ -114,6 +115,15 @@ type member struct {
 	*httptest.Server
 	mu   sync.Mutex
 	reqs []seen
+	// accepted counts the connections accepted, open those not closed yet.
+	accepted, open int
+}
+
+// conns returns how many connections m accepted and how many are open.
+func (m *member) conns() (accepted, open int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.accepted, m.open
 }
 
 func newMember(t *testing.T, serverCA, clientCA *ca) *member {
@@ -141,7 +151,19 @@ func newMember(t *testing.T, serverCA, clientCA *ca) *member {
 		ClientAuth:   tls.VerifyClientCertIfGiven,
 		ClientCAs:    pool,
 	}
+	m.EnableHTTP2 = true                           // as member apiservers do
 	m.Config.ErrorLog = log.New(io.Discard, "", 0) // failed handshakes are expected
+	m.Config.ConnState = func(_ net.Conn, state http.ConnState) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		switch state {
+		case http.StateNew:
+			m.accepted++
+			m.open++
+		case http.StateClosed, http.StateHijacked:
+			m.open--
+		}
+	}
 	m.StartTLS()
 	t.Cleanup(m.Close)
 	return m
@@ -185,17 +207,31 @@ func withIdentity() context.Context {
 	return impersonate.WithIdentity(context.Background(), transport.ImpersonationConfig{UserName: "alice"})
 }
 
+// transportsTo returns the transports of c toward its server endpoint.
+func transportsTo(t *testing.T, c *cluster.Cluster, endpoint string) *gwtransport.Transports {
+	t.Helper()
+	for _, e := range c.Endpoints {
+		if e.URL.String() == endpoint {
+			return c.Transports(e)
+		}
+	}
+	t.Fatalf("%s is not an enabled server of the cluster", endpoint)
+	return nil
+}
+
 func get(t *testing.T, c *cluster.Cluster, endpoint string) error {
 	t.Helper()
 	req, err := http.NewRequestWithContext(withIdentity(), http.MethodGet, endpoint+"/version", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := c.Transports.RoundTripper.RoundTrip(req)
+	resp, err := transportsTo(t, c, endpoint).RoundTripper.RoundTrip(req)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	// Read to the end, so that the connection goes back to the pool.
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return errors.New(resp.Status)
 	}
@@ -297,7 +333,7 @@ func TestCompileCredentials(t *testing.T) {
 
 			// The upgrade transport carries the same credential.
 			req, _ := http.NewRequestWithContext(withIdentity(), http.MethodGet, m.URL+"/x", nil)
-			wrapped, err := c.Transports.Upgrade.WrapRequest(req)
+			wrapped, err := transportsTo(t, c, m.URL).Upgrade.WrapRequest(req)
 			if err != nil {
 				t.Fatalf("WrapRequest: %v", err)
 			}
@@ -583,5 +619,88 @@ func TestCompileConfigErrors(t *testing.T) {
 	}
 	if got := cluster.ConfigErrorReason(errors.New("other")); got != cluster.ReasonInvalidConfiguration {
 		t.Fatalf("reason of a plain error: %s", got)
+	}
+}
+
+// TestTransportsPerServer checks that each server has its own pooled transports:
+// a server that stays keeps its connection across a change of spec.servers, a
+// removed one has its idle connections closed at once, and a new credential
+// generation builds new transports for every server.
+func TestTransportsPerServer(t *testing.T) {
+	serverCA := newCA(t, "server-ca")
+	m1, m2 := newMember(t, serverCA, serverCA), newMember(t, serverCA, serverCA)
+	sec := secret(map[string][]byte{"token": []byte(token), "ca.crt": serverCA.pem})
+	sec.UID, sec.ResourceVersion = "uid-1", "1"
+
+	both, err := cluster.Compile(upstreamCluster(m1.URL, m2.URL), sec, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if both.Transports(both.Endpoints[0]) == both.Transports(both.Endpoints[1]) {
+		t.Fatal("two servers share one set of transports")
+	}
+	for _, m := range []*member{m1, m2} {
+		if err := get(t, both, m.URL); err != nil {
+			t.Fatal(err)
+		}
+		if accepted, open := m.conns(); accepted != 1 || open != 1 {
+			t.Fatalf("%s: %d connections accepted, %d open; want 1 and 1", m.URL, accepted, open)
+		}
+	}
+
+	// m2 leaves spec.servers: its connection closes, m1's stays in use.
+	one, err := cluster.Compile(upstreamCluster(m1.URL), sec, both, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one.Endpoints[0] != both.Endpoints[0] || one.Transports(one.Endpoints[0]) != both.Transports(both.Endpoints[0]) {
+		t.Error("the server that stayed got a new endpoint or new transports")
+	}
+	both.Release(one)
+	waitConns(t, m2, 0)
+	if err := get(t, one, m1.URL); err != nil {
+		t.Fatal(err)
+	}
+	if accepted, open := m1.conns(); accepted != 1 || open != 1 {
+		t.Errorf("%s after m2 left: %d connections accepted, %d open; want its first one, still open", m1.URL, accepted, open)
+	}
+
+	// A new credential generation: new transports, the old connection closes.
+	sec = sec.DeepCopy()
+	sec.ResourceVersion = "2"
+	rotated, err := cluster.Compile(upstreamCluster(m1.URL), sec, one, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rotated.Transports(rotated.Endpoints[0]) == one.Transports(one.Endpoints[0]) {
+		t.Fatal("a new Secret version kept the old transports")
+	}
+	one.Release(rotated)
+	waitConns(t, m1, 0)
+	if err := get(t, rotated, m1.URL); err != nil {
+		t.Fatal(err)
+	}
+	if accepted, open := m1.conns(); accepted != 2 || open != 1 {
+		t.Errorf("%s after rotation: %d connections accepted, %d open; want 2 and 1", m1.URL, accepted, open)
+	}
+
+	// Deleted: nothing stays open.
+	rotated.Release(nil)
+	waitConns(t, m1, 0)
+}
+
+// waitConns waits until m has want open connections.
+func waitConns(t *testing.T, m *member, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, open := m.conns()
+		if open == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s has %d open connections, want %d", m.URL, open, want)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -132,8 +132,13 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 	inFlight.Inc()
 	defer inFlight.Dec()
 
-	out := req.Clone(impersonate.WithIdentity(req.Context(), r.Cluster.Impersonation.Identity(r.User)))
-	out.URL.RawQuery = r.RawQuery
+	// A shallow copy is enough: UpgradeAwareHandler copies the request and its
+	// headers before anything is sent. Client credentials leave the inbound
+	// headers in place, as the apiserver's authentication filters do with theirs.
+	out := req.WithContext(impersonate.WithIdentity(req.Context(), r.Cluster.Impersonation.Identity(r.User)))
+	u := *req.URL
+	u.RawQuery = r.RawQuery
+	out.URL = &u
 	impersonate.StripInbound(out.Header)
 	// Trailers could carry credentials too; members have no use for a client's.
 	out.Trailer = nil
@@ -193,7 +198,8 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 // proxy sends out to endpoint through UpgradeAwareHandler.
 func (f *Forwarder) proxy(w http.ResponseWriter, out *http.Request, r Request, endpoint *balance.Endpoint, resp *responder, longRunning bool) {
 	defer endpoint.Start()()
-	rt := r.Cluster.Transports.RoundTripper
+	transports := r.Cluster.Transports(endpoint)
+	rt := transports.RoundTripper
 	if longRunning && f.stopping != nil {
 		rt = &stoppableTransport{delegate: rt, stopping: f.stopping}
 	}
@@ -203,7 +209,7 @@ func (f *Forwarder) proxy(w http.ResponseWriter, out *http.Request, r Request, e
 	h := &proxyutil.UpgradeAwareHandler{
 		Location:         &location,
 		Transport:        rt,
-		UpgradeTransport: r.Cluster.Transports.Upgrade,
+		UpgradeTransport: transports.Upgrade,
 		UseLocationHost:  true,
 		// A member that redirects could send the gateway's credential elsewhere.
 		RejectForwardingRedirects: true,

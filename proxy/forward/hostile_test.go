@@ -654,7 +654,7 @@ func TestServeVanishingClients(t *testing.T) {
 		waitCancelled(t, m, "/exec")
 	})
 
-	c.Transports.CloseIdleConnections()
+	c.CloseIdleConnections()
 	waitGoroutines(t, baseline)
 
 	// A client that goes away is no failure of the member: it stays healthy.

@@ -137,7 +137,6 @@ type Transition struct {
 // still queued when Run's context ends are dropped.
 type Checker struct {
 	cluster      string
-	probe        http.RoundTripper
 	cfg          Config
 	clk          clock.WithTicker
 	onTransition func(Transition)
@@ -162,20 +161,21 @@ type endpointState struct {
 	e        *balance.Endpoint
 	name     string // e.URL.String()
 	probeURL string
+	probe    http.RoundTripper
 
 	mu        sync.Mutex
 	failures  atomic.Int64 // written under mu; read without it by ReportSuccess
 	successes int          // consecutive successful probes, under mu
 }
 
-// NewChecker returns a checker of the endpoints of cluster. probe carries the
-// probes (the gateway's credential, no impersonation: transport.Transports.Probe);
+// NewChecker returns a checker of the endpoints of cluster. probe returns what
+// carries the probes of an endpoint (its transports' Probe: the gateway's
+// credential, no impersonation, the endpoint's pooled connections);
 // clk paces them; onTransition (may be nil) is told of every change of health,
 // see Checker. Nothing runs before Run.
-func NewChecker(cluster string, endpoints []*balance.Endpoint, probe http.RoundTripper, cfg Config, clk clock.WithTicker, onTransition func(Transition)) *Checker {
+func NewChecker(cluster string, endpoints []*balance.Endpoint, probe func(*balance.Endpoint) http.RoundTripper, cfg Config, clk clock.WithTicker, onTransition func(Transition)) *Checker {
 	c := &Checker{
 		cluster:      cluster,
-		probe:        probe,
 		cfg:          cfg.normalized(),
 		clk:          clk,
 		onTransition: onTransition,
@@ -189,7 +189,7 @@ func NewChecker(cluster string, endpoints []*balance.Endpoint, probe http.RoundT
 		u := *e.URL
 		u.Path = strings.TrimSuffix(u.Path, "/") + c.cfg.Path
 		u.RawPath, u.RawQuery, u.Fragment, u.User = "", "", "", nil
-		s := &endpointState{e: e, name: e.URL.String(), probeURL: u.String()}
+		s := &endpointState{e: e, name: e.URL.String(), probeURL: u.String(), probe: probe(e)}
 		c.endpoints = append(c.endpoints, s)
 		c.byPtr[e] = s
 	}
@@ -337,7 +337,7 @@ func (c *Checker) probeOnce(ctx context.Context, s *endpointState) {
 		case <-probeDone:
 		}
 	}()
-	status, err := c.get(pctx, s.probeURL)
+	status, err := c.get(pctx, s.probe, s.probeURL)
 	close(probeDone)
 	timer.Stop()
 	<-timerDone
@@ -370,13 +370,13 @@ const maxDrain = 64 << 10
 
 // get sends GET u and returns "" on 200, else the status line; or the error.
 // Redirects are not followed: a redirect is a failure.
-func (c *Checker) get(ctx context.Context, u string) (status string, err error) {
+func (c *Checker) get(ctx context.Context, rt http.RoundTripper, u string) (status string, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return "", err
 	}
 	req.Header.Set("Accept", "text/plain, */*")
-	resp, err := c.probe.RoundTrip(req)
+	resp, err := rt.RoundTrip(req)
 	if err != nil {
 		return "", err
 	}

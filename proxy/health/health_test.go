@@ -158,7 +158,7 @@ func newHarness(t *testing.T, cfg Config, members ...*member) *harness {
 	for _, m := range members {
 		eps = append(eps, m.ep)
 	}
-	h.c = NewChecker("member-a", eps, bearer{h.tr}, cfg, h.clk, func(tr Transition) { h.trans <- tr })
+	h.c = NewChecker("member-a", eps, func(*balance.Endpoint) http.RoundTripper { return bearer{h.tr} }, cfg, h.clk, func(tr Transition) { h.trans <- tr })
 	h.c.probed = func(e *balance.Endpoint, ok bool) { h.probes <- probeEvent{e.URL.String(), ok} }
 	return h
 }
@@ -591,7 +591,7 @@ func TestUnknownEndpointIgnored(t *testing.T) {
 func TestProbeURL(t *testing.T) {
 	u, _ := url.Parse("https://192.0.2.10:6443")
 	u2, _ := url.Parse("https://user:pw@192.0.2.11:6443/prefix/")
-	c := NewChecker("x", []*balance.Endpoint{balance.NewEndpoint(u), balance.NewEndpoint(u2)}, http.DefaultTransport, Config{Path: "livez"}, testclock.NewFakeClock(time.Now()), nil)
+	c := NewChecker("x", []*balance.Endpoint{balance.NewEndpoint(u), balance.NewEndpoint(u2)}, func(*balance.Endpoint) http.RoundTripper { return http.DefaultTransport }, Config{Path: "livez"}, testclock.NewFakeClock(time.Now()), nil)
 	if got, want := c.endpoints[0].probeURL, "https://192.0.2.10:6443/livez"; got != want {
 		t.Errorf("probe URL %q, want %q", got, want)
 	}

@@ -1,8 +1,9 @@
-// Package transport builds the pooled transports the gateway uses toward a member
-// cluster: one for ordinary requests (HTTP/2, many streams over few connections)
-// and one for protocol upgrades (exec, attach, port-forward), which need HTTP/1.1.
-// Both carry the gateway's credential; they are built once per configuration and
-// shared by every request.
+// Package transport builds the pooled transports the gateway uses toward one
+// server of a member cluster: one for ordinary requests (HTTP/2, many streams
+// over few connections) and one for protocol upgrades (exec, attach,
+// port-forward), which need HTTP/1.1. Both carry the gateway's credential; they
+// are built once per server and credential generation and shared by every
+// request to that server.
 package transport
 
 import (
@@ -19,7 +20,7 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/impersonate"
 )
 
-// Config is the connection and credential configuration toward one member.
+// Config is the connection and credential configuration toward a member.
 type Config struct {
 	// CAData is the PEM bundle trusted for the member's serving certificates;
 	// empty means the host's roots.
@@ -33,7 +34,7 @@ type Config struct {
 	CertData, KeyData []byte
 }
 
-// Transports are the round trippers toward one member.
+// Transports are the round trippers toward one server of a member.
 type Transports struct {
 	// RoundTripper carries ordinary requests; it adds the gateway's credential and
 	// impersonates the identity of the request's context (impersonate.WithIdentity).

@@ -425,7 +425,7 @@ func TestHostileVanishingWatcher(t *testing.T) {
 		t.Fatal("the member's watch was not cancelled after the client went away")
 	}
 
-	g.cluster.Transports.CloseIdleConnections()
+	g.cluster.CloseIdleConnections()
 	deadline := time.Now().Add(20 * time.Second)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()

@@ -62,6 +62,7 @@ type options struct {
 	Out            string
 	Keep           bool
 	GatewayEnv     []string
+	GatewayArgs    []string
 }
 
 const (
@@ -97,6 +98,10 @@ func main() {
 		o.GatewayEnv = append(o.GatewayEnv, v)
 		return nil
 	})
+	flag.Func("gateway-arg", "an argument appended to the gateway's command line, e.g. --disable-http2-serving (repeatable)", func(v string) error {
+		o.GatewayArgs = append(o.GatewayArgs, v)
+		return nil
+	})
 	flag.Parse()
 	os.Exit(runMain(o))
 }
@@ -122,7 +127,7 @@ func runMain(o options) int {
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	began := time.Now()
-	env, err := harness.Start(startCtx, harness.Config{WorkDir: workDir, Log: os.Stderr, GatewayEnv: o.GatewayEnv})
+	env, err := harness.Start(startCtx, harness.Config{WorkDir: workDir, Log: os.Stderr, GatewayEnv: o.GatewayEnv, GatewayArgs: o.GatewayArgs})
 	cancel()
 	if err != nil {
 		logf("starting the environment: %v (work dir %s kept)", err, workDir)

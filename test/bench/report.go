@@ -224,6 +224,9 @@ func (r *report) markdown() string {
 		p("Code: %s (the kube-gateway binary `make build` made from it). ", m.Commit)
 	}
 	p("Every process (etcd, hub, member-a ×2, member-b, kube-gateway, this client) on 127.0.0.1 of the same machine. ")
+	if len(o.GatewayArgs) > 0 {
+		p("The gateway's command line adds %s. ", strings.Join(o.GatewayArgs, " "))
+	}
 	if len(o.GatewayEnv) > 0 {
 		p("The gateway's environment adds %s. ", strings.Join(o.GatewayEnv, " "))
 	}
