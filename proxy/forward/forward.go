@@ -168,6 +168,9 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 			r.Errors.Error(unavailable(r.Cluster.Name, noServerReason(route)))
 			return
 		}
+		if failed != nil {
+			f.Metrics.Retried(r.Cluster.Name, failed.URL.String())
+		}
 		resp := &responder{cluster: r.Cluster, endpoint: endpoint, errors: r.Errors, retryable: retryable && attempt == 0}
 		last = resp
 		f.proxy(wrapped, out, r, endpoint, resp, attrs.LongRunning)

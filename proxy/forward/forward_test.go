@@ -1068,6 +1068,14 @@ func TestServeRetriesIdempotentRequestsElsewhere(t *testing.T) {
 	if errs := g.errs.all(); len(errs) != 0 {
 		t.Fatalf("a retried request reported errors: %v", errs)
 	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := testMetrics.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	retries := map[string]string{"cluster": "member-a", "endpoint": dead}
+	if got := counterValue(t, reg, "kube_gateway_proxy_retries_total", retries); got != 1 {
+		t.Errorf("retries counted for %v: %v, want 1", retries, got)
+	}
 
 	// A POST that round robin sends to the dead server fails: it is not retried.
 	var postStatus []int
@@ -1078,6 +1086,9 @@ func TestServeRetriesIdempotentRequestsElsewhere(t *testing.T) {
 	}
 	if !slices.Contains(postStatus, http.StatusServiceUnavailable) {
 		t.Fatalf("POSTs over a dead and a live server: %v, want one 503 (no retry)", postStatus)
+	}
+	if got := counterValue(t, reg, "kube_gateway_proxy_retries_total", retries); got != 1 {
+		t.Errorf("retries counted for %v after the POSTs: %v, want still 1", retries, got)
 	}
 }
 

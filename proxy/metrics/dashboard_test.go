@@ -48,6 +48,7 @@ func registeredFamilies(t *testing.T) map[string]family {
 	m.Observe("member-a", "p", "s", "get", "pods", 200, time.Millisecond)
 	m.InFlight("member-a", "p", "s").Inc()
 	m.Rejected("member-a", "p", "s", ReasonTokenBucket)
+	m.Retried("member-a", "https://192.0.2.10:6443")
 
 	out := map[string]family{}
 	for _, g := range []prometheus.Gatherer{reg, legacyregistry.DefaultGatherer} {
@@ -64,6 +65,16 @@ func registeredFamilies(t *testing.T) map[string]family {
 			}
 			out[mf.GetName()] = f
 		}
+	}
+	// A vector without series is not gathered: every metric of m needs one above.
+	proxyFamilies := 0
+	for name := range out {
+		if strings.HasPrefix(name, namespace+"_"+subsystem+"_") {
+			proxyFamilies++
+		}
+	}
+	if want := len(m.collectors()); proxyFamilies != want {
+		t.Fatalf("%d %s_%s_* families gathered, Metrics has %d: give every metric a series in registeredFamilies", proxyFamilies, namespace, subsystem, want)
 	}
 	return out
 }

@@ -33,6 +33,12 @@
 // (counter): requests the gateway refused without forwarding them, by reason:
 // TokenBucket and MaxInflight (429 from flow control), NoReadyServer (503).
 //
+// kube_gateway_proxy_retries_total{cluster,endpoint} (counter): idempotent
+// requests tried again on another server because endpoint failed them before
+// answering anything (a connection that could not be made or broke before the
+// response). The request itself is counted once, in requests_total, with the
+// status of its last attempt.
+//
 // kube_gateway_upstream_server_healthy{cluster,endpoint} (gauge, see
 // NewServerHealthCollector): 1 when an enabled server of a usable cluster
 // receives requests, 0 when health checking took it out; read at scrape time.
@@ -98,6 +104,7 @@ type Metrics struct {
 	duration *prometheus.HistogramVec
 	inflight *prometheus.GaugeVec
 	rejected *prometheus.CounterVec
+	retries  *prometheus.CounterVec
 
 	resources resourceLabels
 }
@@ -122,12 +129,16 @@ func New() *Metrics {
 			Namespace: namespace, Subsystem: subsystem, Name: "rejected_requests_total",
 			Help: "Requests the gateway refused without forwarding them, by reason (TokenBucket, MaxInflight, NoReadyServer).",
 		}, []string{"cluster", "policy", "schema", "reason"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem, Name: "retries_total",
+			Help: "Idempotent requests tried again on another server because this endpoint failed them before answering.",
+		}, []string{"cluster", "endpoint"}),
 		resources: resourceLabels{byCluster: map[string]map[string]struct{}{}},
 	}
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.duration, m.inflight, m.rejected}
+	return []prometheus.Collector{m.requests, m.duration, m.inflight, m.rejected, m.retries}
 }
 
 // Register registers the metrics on reg, all or none: on error, those already
@@ -175,6 +186,12 @@ func (m *Metrics) Rejected(cluster, policy, schema, reason string) {
 	m.rejected.WithLabelValues(safe(cluster), safe(policy), safe(schema), safe(reason)).Inc()
 }
 
+// Retried records that a request which endpoint (a server of spec.servers)
+// failed before answering is tried again on another server.
+func (m *Metrics) Retried(cluster, endpoint string) {
+	m.retries.WithLabelValues(safe(cluster), safe(endpoint)).Inc()
+}
+
 // ForgetCluster deletes every series of cluster, to be called when the
 // UpstreamCluster is deleted (after it stopped taking requests: a request of the
 // cluster recorded later creates its series again).
@@ -185,6 +202,7 @@ func (m *Metrics) ForgetCluster(cluster string) {
 	m.duration.DeletePartialMatch(match)
 	m.inflight.DeletePartialMatch(match)
 	m.rejected.DeletePartialMatch(match)
+	m.retries.DeletePartialMatch(match)
 	m.resources.forget(cluster)
 }
 

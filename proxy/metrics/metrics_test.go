@@ -127,6 +127,22 @@ kube_gateway_proxy_rejected_requests_total{cluster="member-b",policy="",reason="
 	}
 }
 
+func TestRetried(t *testing.T) {
+	m, reg := registered(t)
+	m.Retried("member-a", "https://10.0.0.1:6443")
+	m.Retried("member-a", "https://10.0.0.1:6443")
+	m.Retried("member-a", "https://10.0.0.2:6443")
+	want := `
+# HELP kube_gateway_proxy_retries_total Idempotent requests tried again on another server because this endpoint failed them before answering.
+# TYPE kube_gateway_proxy_retries_total counter
+kube_gateway_proxy_retries_total{cluster="member-a",endpoint="https://10.0.0.1:6443"} 2
+kube_gateway_proxy_retries_total{cluster="member-a",endpoint="https://10.0.0.2:6443"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "kube_gateway_proxy_retries_total"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestForgetCluster(t *testing.T) {
 	m, reg := registered(t)
 	for _, c := range []string{"member-a", "member-b"} {
@@ -134,6 +150,7 @@ func TestForgetCluster(t *testing.T) {
 		m.ObserveLongRunning(c, "p", "s", "watch", "pods", 200)
 		m.InFlight(c, "p", "s").Inc()
 		m.Rejected(c, "p", "s", ReasonTokenBucket)
+		m.Retried(c, "https://192.0.2.1:6443")
 	}
 	m.ForgetCluster("member-a")
 	families, err := reg.Gather()
@@ -151,8 +168,8 @@ func TestForgetCluster(t *testing.T) {
 			}
 		}
 	}
-	if n != 5 {
-		t.Fatalf("%d series left, want member-b's 5", n)
+	if n != 6 {
+		t.Fatalf("%d series left, want member-b's 6", n)
 	}
 }
 

@@ -192,6 +192,12 @@ func TestFailover(t *testing.T) {
 		t.Fatalf("%d of %d GETs failed during the failover; first: %v", n, requests.Load(), firstFailure.Load())
 	}
 	t.Logf("%d GETs, none failed", requests.Load())
+	// GETs the dead replica failed were retried on the other one, and counted.
+	retries := map[string]string{"cluster": uc.Name, "endpoint": victim.URL}
+	if n := gatewayCounter(t, "kube_gateway_proxy_retries_total", retries); n < 1 {
+		t.Errorf("kube_gateway_proxy_retries_total{cluster=%q,endpoint=%q} = %v, want at least 1: the GETs the dead replica failed before health checking took it out were retried",
+			uc.Name, victim.URL, n)
+	}
 }
 
 // tryGet GETs url and reads the whole body; it does not end the test, so

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // gatewayClient calls the gateway directly; with the front-proxy certificate it
@@ -48,6 +51,35 @@ func gatewayGet(t *testing.T, c *http.Client, path string, header http.Header) (
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body)
+}
+
+// gatewayCounter scrapes the gateway's /metrics as the hub's admin and returns
+// the value of counter name's series with exactly labels (0 when there is none).
+func gatewayCounter(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	admin := http.Header{"X-Remote-User": {"admin"}, "X-Remote-Group": {"system:masters"}}
+	code, body := gatewayGet(t, gatewayClient(t, true), "/metrics", admin)
+	if code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %s", code, body)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("parsing /metrics: %v", err)
+	}
+series:
+	for _, m := range families[name].GetMetric() {
+		if len(m.GetLabel()) != len(labels) {
+			continue
+		}
+		for _, l := range m.GetLabel() {
+			if v, ok := labels[l.GetName()]; !ok || v != l.GetValue() {
+				continue series
+			}
+		}
+		return m.GetCounter().GetValue()
+	}
+	return 0
 }
 
 // The gateway's health endpoints answer anyone (probes carry no credentials);
