@@ -1,10 +1,13 @@
-// Command bench compares three ways to reach the same member apiserver object,
-// on one machine, in one run, interleaved and repeated:
+// Command bench compares three ways to reach the same member apiserver object
+// (and a fourth, the floor: a minimal Go reverse proxy), on one machine, in
+// one run, interleaved and repeated:
 //
 //	direct    client -> member-b kube-apiserver (member admin token)
 //	gateway   client -> kube-gateway -> member-b (the hub's front-proxy client
 //	          certificate and X-Remote-User/Group, as the hub's aggregator sends)
 //	hub       client -> hub kube-apiserver -> kube-gateway -> member-b (hub admin token)
+//	floor     client -> test/bench/floorproxy -> member-b (a minimal Go reverse
+//	          proxy that adds the member admin token; -floor=false drops it)
 //
 // It starts the test environment of test/harness (etcd, hub, members, gateway)
 // in a temporary directory, creates ConfigMap bench/target and 10,000
@@ -63,6 +66,7 @@ type options struct {
 	Keep           bool
 	GatewayEnv     []string
 	GatewayArgs    []string
+	Floor          bool // the floor target (test/bench/floorproxy)
 }
 
 const (
@@ -91,6 +95,7 @@ func main() {
 	flag.StringVar(&o.OutDir, "out-dir", "_output/bench", "directory for the report, the profile and the work dir's logs on failure")
 	flag.StringVar(&o.Out, "out", "", "also write the markdown report to this file (default <out-dir>/report.md)")
 	flag.BoolVar(&o.Keep, "keep", false, "keep the environment's work dir (logs) after a successful run")
+	flag.BoolVar(&o.Floor, "floor", true, "also measure GETs through test/bench/floorproxy, a minimal Go reverse proxy (the floor of proxying cost)")
 	flag.Func("gateway-env", "KEY=VALUE added to the gateway's environment only, e.g. GOGC=400 (repeatable)", func(v string) error {
 		if !strings.Contains(v, "=") {
 			return fmt.Errorf("%q is not KEY=VALUE", v)
@@ -125,8 +130,17 @@ func runMain(o options) int {
 		logf("%v", err)
 		return 1
 	}
-	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	began := time.Now()
+	var floorBin string
+	if o.Floor {
+		// Built before the environment starts: a build error ends the run at once.
+		if floorBin, err = buildFloor(ctx, filepath.Join(workDir, "floor")); err != nil {
+			logf("%v", err)
+			_ = os.RemoveAll(workDir)
+			return 1
+		}
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	env, err := harness.Start(startCtx, harness.Config{WorkDir: workDir, Log: os.Stderr, GatewayEnv: o.GatewayEnv, GatewayArgs: o.GatewayArgs})
 	cancel()
 	if err != nil {
@@ -137,7 +151,7 @@ func runMain(o options) int {
 	envUp := time.Since(began)
 	logf("environment ready in %s (work dir %s)", envUp.Round(time.Second), workDir)
 
-	rep, err := bench(ctx, env, o)
+	rep, err := bench(ctx, env, o, floorBin)
 	if serr := env.Stop(); serr != nil {
 		logf("stopping the environment: %v", serr)
 	}
@@ -162,8 +176,9 @@ func runMain(o options) int {
 	return 0
 }
 
-// bench sets up the objects, builds the three targets and measures.
-func bench(ctx context.Context, env *harness.Env, o options) (*report, error) {
+// bench sets up the objects, builds the three targets (four with the floor
+// proxy, floorBin) and measures.
+func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*report, error) {
 	rep := &report{Opts: o, Started: time.Now()}
 	rep.Hz, rep.HzHow = clockTicks()
 	rep.Machine = machine()
@@ -182,6 +197,20 @@ func bench(ctx context.Context, env *harness.Env, o options) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
+	var floor *floorProxy
+	if o.Floor {
+		fp, ft, err := startFloor(ctx, floorBin, filepath.Join(env.WorkDir, "floor"), env.Members[member])
+		if err != nil {
+			return nil, fmt.Errorf("floor proxy: %w", err)
+		}
+		defer func() {
+			if err := fp.Stop(); err != nil {
+				logf("stopping the floor proxy: %v", err)
+			}
+		}()
+		floor = fp
+		targets = append(targets, ft)
+	}
 	rep.Targets = targets
 	if err := sameObject(ctx, targets); err != nil {
 		return nil, err
@@ -193,6 +222,9 @@ func bench(ctx context.Context, env *harness.Env, o options) (*report, error) {
 		{"hub-1", strconv.Itoa(env.Hub.Servers[0].Process.PID())},
 		{"etcd", strconv.Itoa(env.Etcd.PID())},
 		{"bench client", "self"},
+	}
+	if floor != nil {
+		procs = append(procs, proc{floorProc, strconv.Itoa(floor.PID())})
 	}
 	rep.Procs = procs
 	gwPID := procs[0].PID
@@ -216,6 +248,9 @@ func bench(ctx context.Context, env *harness.Env, o options) (*report, error) {
 		}
 		if r := t.load(ctx, getPath, o.Concurrency, 0, 2*time.Second); r.Errors > 0 {
 			return nil, fmt.Errorf("warm-up %s: %d errors, first: %v", t.Key, r.Errors, r.FirstErr)
+		}
+		if t.Key == floorKey {
+			continue // GETs only: the LIST measurements leave the floor out
 		}
 		for _, enc := range encodings {
 			// The first LISTs a process ever serves show what a cold heap
@@ -248,6 +283,9 @@ func bench(ctx context.Context, env *harness.Env, o options) (*report, error) {
 		for i := 0; i < o.ListPerRound; i++ {
 			for _, enc := range encodings {
 				for _, t := range order {
+					if t.Key == floorKey {
+						continue
+					}
 					lr, err := measureList(ctx, t, procs, rep.Hz, gwPID, enc, gw)
 					if err != nil {
 						return nil, fmt.Errorf("LIST %s (%s): %w", t.Key, enc, err)
@@ -261,6 +299,12 @@ func bench(ctx context.Context, env *harness.Env, o options) (*report, error) {
 		}
 		for _, t := range order {
 			c1, cn := rd.C1[t.Key], rd.CN[t.Key]
+			if t.Key == floorKey {
+				logf("  %-8s c=1 p50 %-9s p99 %-9s | c=%d %6.0f req/s | floor proxy CPU %s/req",
+					t.Key, fmtDur(c1.P50), fmtDur(c1.P99), o.Concurrency, cn.RPS,
+					fmtDur(time.Duration(cn.cpuPerReq(floorProc)*1e9)))
+				continue
+			}
 			logf("  %-8s c=1 p50 %-9s p99 %-9s | c=%d %6.0f req/s | gateway CPU %s/req | LIST %s",
 				t.Key, fmtDur(c1.P50), fmtDur(c1.P99), o.Concurrency, cn.RPS,
 				fmtDur(time.Duration(cn.cpuPerReq("kube-gateway")*1e9)), fmtSec(listSec(rd, t.Key, "gzip")))
@@ -408,7 +452,7 @@ func makeTargets(env *harness.Env) ([]*target, *target, error) {
 	return ts, gw, nil
 }
 
-// sameObject checks that the three targets return the very same bytes for the
+// sameObject checks that the targets return the very same bytes for the
 // object (the same member-b ConfigMap).
 func sameObject(ctx context.Context, ts []*target) error {
 	var first []byte

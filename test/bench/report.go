@@ -199,6 +199,10 @@ func cnP99(rd roundData, k string) float64  { return rd.CN[k].P99.Seconds() }
 func c1RPS(rd roundData, k string) float64  { return rd.C1[k].RPS }
 func gwCPU1(rd roundData, k string) float64 { return rd.C1[k].cpuPerReq("kube-gateway") }
 func gwCPUN(rd roundData, k string) float64 { return rd.CN[k].cpuPerReq("kube-gateway") }
+
+// The floor proxy's own CPU per request.
+func floorCPU1(rd roundData, k string) float64 { return rd.C1[k].cpuPerReq(floorProc) }
+func floorCPUN(rd roundData, k string) float64 { return rd.CN[k].cpuPerReq(floorProc) }
 func listSec(rd roundData, k, enc string) float64 {
 	var xs []float64
 	for _, l := range rd.List[k] {
@@ -223,7 +227,11 @@ func (r *report) markdown() string {
 	if m.Commit != "" {
 		p("Code: %s (the kube-gateway binary `make build` made from it). ", m.Commit)
 	}
-	p("Every process (etcd, hub, member-a ×2, member-b, kube-gateway, this client) on 127.0.0.1 of the same machine. ")
+	if r.hasFloor() {
+		p("Every process (etcd, hub, member-a ×2, member-b, kube-gateway, the floor proxy, this client) on 127.0.0.1 of the same machine. ")
+	} else {
+		p("Every process (etcd, hub, member-a ×2, member-b, kube-gateway, this client) on 127.0.0.1 of the same machine. ")
+	}
 	if len(o.GatewayArgs) > 0 {
 		p("The gateway's command line adds %s. ", strings.Join(o.GatewayArgs, " "))
 	}
@@ -258,7 +266,8 @@ func (r *report) markdown() string {
 	p("| gateway CPU per request, c=%d | – | %s | | %s | |\n", c, fmtUS(r.med(gwCPUN, "gateway")), fmtUS(r.med(gwCPUN, "hub")))
 	var errs []string
 	for _, rd := range r.Rounds {
-		for _, k := range keys {
+		for _, t := range r.Targets { // the floor too
+			k := t.Key
 			for _, l := range []loadRun{rd.C1[k], rd.CN[k]} {
 				if l.Errors > 0 {
 					errs = append(errs, fmt.Sprintf("%s: %d errors (first: %s)", k, l.Errors, l.FirstErr))
@@ -293,6 +302,9 @@ func (r *report) markdown() string {
 	p("| process | idle | direct | gateway alone | hub + gateway |\n|---|---:|---:|---:|---:|\n")
 	totals := map[string]float64{}
 	for _, pr := range r.Procs {
+		if pr.Name == floorProc {
+			continue // in the floor section
+		}
 		p("| %s | %.1f ms/s |", pr.Name, 1e3*r.IdleCPU[pr.Name]/r.IdleFor.Seconds())
 		for _, k := range keys {
 			v := r.med(func(rd roundData, k string) float64 { return rd.CN[k].cpuPerReq(pr.Name) }, k)
@@ -306,6 +318,10 @@ func (r *report) markdown() string {
 		p(" **%s** |", fmtUS(totals[k]))
 	}
 	p("\n\n")
+
+	if r.hasFloor() {
+		r.floorSection(p)
+	}
 
 	// LIST.
 	p("## LIST of %d ConfigMaps (no pagination)\n\n", o.ListObjects)
@@ -376,7 +392,7 @@ func (r *report) markdown() string {
 		}
 		p("\n")
 		for _, pr := range r.Procs {
-			if pr.Name == "etcd" {
+			if pr.Name == "etcd" || pr.Name == floorProc {
 				continue
 			}
 			p("| %s: CPU of %s per LIST |", enc, pr.Name)
@@ -422,6 +438,18 @@ func (r *report) markdown() string {
 		p(" %s |\n", strings.Join(gs, " / "))
 	}
 	p("\n")
+	if r.hasFloor() {
+		p("Floor target (GETs only):\n\n")
+		p("| round | c=1 p50 d / f / g | c=%d req/s d / f / g | floor proxy CPU/req c=1 / c=%d | gateway CPU/req c=1 / c=%d |\n|---|---|---|---|---|\n", c, c, c)
+		for i, rd := range r.Rounds {
+			p("| %d | %s / %s / %s | %.0f / %.0f / %.0f | %s / %s | %s / %s |\n", i+1,
+				fmtDur(rd.C1["direct"].P50), fmtDur(rd.C1[floorKey].P50), fmtDur(rd.C1["gateway"].P50),
+				rd.CN["direct"].RPS, rd.CN[floorKey].RPS, rd.CN["gateway"].RPS,
+				fmtUS(floorCPU1(rd, floorKey)), fmtUS(floorCPUN(rd, floorKey)),
+				fmtUS(gwCPU1(rd, "gateway")), fmtUS(gwCPUN(rd, "gateway")))
+		}
+		p("\n")
+	}
 
 	// Profiles.
 	for i, pf := range r.Profiles {
@@ -448,6 +476,85 @@ func (r *report) markdown() string {
 	}
 	p("Environment start-up %s; whole run %s.\n", r.EnvStartup.Round(time.Second), r.Total.Round(time.Second))
 	return b.String()
+}
+
+func (r *report) hasFloor() bool {
+	for _, t := range r.Targets {
+		if t.Key == floorKey {
+			return true
+		}
+	}
+	return false
+}
+
+// vs returns the medians over rounds of a/b and a-b, each computed per round
+// (the two values of a pair were measured seconds apart).
+func (r *report) vs(a, b func(rd roundData) float64) (ratio, diff float64) {
+	ratio = median(r.per(func(rd roundData) float64 {
+		if d := b(rd); d != 0 {
+			return a(rd) / d
+		}
+		return 0
+	}))
+	diff = median(r.per(func(rd roundData) float64 { return a(rd) - b(rd) }))
+	return ratio, diff
+}
+
+// floorSection compares the gateway with the floor proxy: what any Go
+// reverse proxy costs here against what the gateway costs.
+func (r *report) floorSection(p func(string, ...any)) {
+	c := r.Opts.Concurrency
+	p("## Floor: a minimal Go reverse proxy\n\n")
+	p("`floor` is `test/bench/floorproxy`, a separate process in front of member-b: TLS 1.2+ and HTTP/2 in (its own ECDSA P-256 certificate), ")
+	p("HTTP/2 out over one pooled `http.Transport`, `httputil.ReverseProxy` (Rewrite, a sync.Pool of 32 KiB buffers, FlushInterval -1) that puts the member admin token on the request; ")
+	p("no authentication, authorization, admission, metrics or per-request logging. ")
+	p("A Go proxy in the gateway's place does at least this work, so it is the floor: the gateway's own overhead is gateway minus floor. ")
+	p("Measured in the same rounds and rotation as the other targets (GETs only, no LIST). ")
+	p("Values are medians over rounds; ratios and differences are medians of the per-round ratios and differences. ")
+	p("CPU per request is the floor proxy process's for floor and the kube-gateway process's for gateway alone.\n\n")
+	p("| metric | direct | floor | floor / direct | gateway alone | gateway / direct | gateway / floor | gateway − floor |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	row := func(name string, f func(roundData, string) float64, fmtv func(float64) string, diff bool) {
+		ratio, d := r.vs(func(rd roundData) float64 { return f(rd, "gateway") }, func(rd roundData) float64 { return f(rd, floorKey) })
+		ds := "–"
+		if diff {
+			ds = fmtv(d)
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s | %s |\n", name, fmtv(r.med(f, "direct")),
+			fmtv(r.med(f, floorKey)), fmtX(r.ratio(f, floorKey)),
+			fmtv(r.med(f, "gateway")), fmtX(r.ratio(f, "gateway")), fmtX(ratio), ds)
+	}
+	rps := func(x float64) string { return fmt.Sprintf("%.0f /s", x) }
+	row("p50 latency, c=1", c1P50, fmtSec, true)
+	row("p99 latency, c=1", c1P99, fmtSec, true)
+	row(fmt.Sprintf("**throughput, c=%d**", c), cnRPS, rps, false)
+	row(fmt.Sprintf("p50 latency, c=%d", c), cnP50, fmtSec, true)
+	cpuRow := func(name string, floorF, gwF func(roundData, string) float64) {
+		fl := func(rd roundData) float64 { return floorF(rd, floorKey) }
+		gw := func(rd roundData) float64 { return gwF(rd, "gateway") }
+		ratio, d := r.vs(gw, fl)
+		p("| %s | – | %s | | %s | | %s | %s |\n", name, fmtUS(median(r.per(fl))), fmtUS(median(r.per(gw))), fmtX(ratio), fmtUS(d))
+	}
+	cpuRow("**proxy CPU per request, c=1**", floorCPU1, gwCPU1)
+	cpuRow(fmt.Sprintf("**proxy CPU per request, c=%d**", c), floorCPUN, gwCPUN)
+
+	p("\nCPU per request by process, c=%d GET (the floor proxy's idle: %.1f ms/s):\n\n", c, 1e3*r.IdleCPU[floorProc]/r.IdleFor.Seconds())
+	keys := []string{"direct", floorKey, "gateway"}
+	p("| process | direct | floor | gateway alone |\n|---|---:|---:|---:|\n")
+	totals := map[string]float64{}
+	for _, pr := range r.Procs {
+		p("| %s |", pr.Name)
+		for _, k := range keys {
+			v := r.med(func(rd roundData, k string) float64 { return rd.CN[k].cpuPerReq(pr.Name) }, k)
+			totals[k] += v
+			p(" %s |", fmtUS(v))
+		}
+		p("\n")
+	}
+	p("| **sum** |")
+	for _, k := range keys {
+		p(" **%s** |", fmtUS(totals[k]))
+	}
+	p("\n\n")
 }
 
 // trimPprof drops pprof's header lines (file, build id, time) but keeps the

@@ -1,0 +1,199 @@
+// Command floorproxy is the cheapest Go HTTP/2 TLS reverse proxy the
+// benchmark can think of: a measuring instrument, not a product. test/bench
+// puts it in front of member-b as target "floor" to show what proxying one
+// request costs at the least on this machine (TLS and HTTP/2 in, HTTP/2 out,
+// net/http/httputil.ReverseProxy), so that the gateway's own overhead is
+// gateway minus floor.
+//
+// It authenticates nobody, authorizes nothing, keeps no metrics and logs
+// nothing per request. It adds one bearer token for the member and forwards
+// everything else as it came.
+//
+//	floorproxy -upstream https://127.0.0.1:PORT -upstream-ca ca.crt -token-file token -dir DIR
+//
+// At start it generates a self-signed ECDSA P-256 serving certificate for
+// 127.0.0.1 (written to DIR/ca.crt), listens on 127.0.0.1:0 and then writes
+// its address "127.0.0.1:PORT" to DIR/addr (atomically: readers see it whole
+// or not at all). It exits on SIGTERM or SIGINT.
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+func main() {
+	upstream := flag.String("upstream", "", "URL of the member apiserver, e.g. https://127.0.0.1:6443")
+	upstreamCA := flag.String("upstream-ca", "", "PEM file with the CA of the upstream's serving certificate")
+	tokenFile := flag.String("token-file", "", "file with the bearer token sent to the upstream")
+	dir := flag.String("dir", "", "directory that receives ca.crt and addr")
+	flag.Parse()
+	if err := run(*upstream, *upstreamCA, *tokenFile, *dir); err != nil {
+		fmt.Fprintf(os.Stderr, "floorproxy: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(upstream, upstreamCA, tokenFile, dir string) error {
+	if upstream == "" || upstreamCA == "" || tokenFile == "" || dir == "" {
+		return errors.New("-upstream, -upstream-ca, -token-file and -dir are required")
+	}
+	target, err := url.Parse(upstream)
+	if err != nil {
+		return err
+	}
+	caPEM, err := os.ReadFile(upstreamCA)
+	if err != nil {
+		return err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return fmt.Errorf("%s: no certificate", upstreamCA)
+	}
+	tok, err := os.ReadFile(tokenFile)
+	if err != nil {
+		return err
+	}
+	bearer := "Bearer " + strings.TrimSpace(string(tok))
+
+	// Out: one pooled transport, HTTP/2 to the member over TLS.
+	tr := &http.Transport{
+		TLSClientConfig:     &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:   true,
+		MaxIdleConns:        100,
+		MaxIdleConnsPerHost: 100,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	proxy := &httputil.ReverseProxy{
+		// Rewrite (not Director): hop-by-hop and X-Forwarded-* headers of the
+		// inbound request are already removed from pr.Out.
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target) // scheme, host, path prefix; Host header = upstream's
+			pr.Out.Header.Del("Authorization")
+			pr.Out.Header.Set("Authorization", bearer)
+		},
+		Transport:     tr,
+		FlushInterval: -1, // flush after every write, as the gateway does
+		BufferPool:    bufferPool{},
+	}
+
+	// In: TLS 1.2+ with HTTP/2 (ALPN h2) and HTTP/1.1.
+	cert, certPEM, err := selfSigned()
+	if err != nil {
+		return err
+	}
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetHTTP2(true)
+	srv := &http.Server{
+		Handler:           proxy,
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		Protocols:         &protos,
+		ReadHeaderTimeout: 30 * time.Second,
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	// ca.crt before addr: whoever sees addr can read ca.crt.
+	if err := writeAtomic(filepath.Join(dir, "ca.crt"), certPEM); err != nil {
+		return err
+	}
+	if err := writeAtomic(filepath.Join(dir, "addr"), []byte(ln.Addr().String())); err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	return nil
+}
+
+// bufferPool hands ReverseProxy 32 KiB copy buffers from a sync.Pool (without
+// it every response body copy allocates one).
+type bufferPool struct{}
+
+var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { buffers.Put(&b) }
+
+// selfSigned returns a self-signed ECDSA P-256 serving certificate for
+// 127.0.0.1 and its PEM; the certificate is its own CA.
+func selfSigned() (tls.Certificate, []byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: "floorproxy"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(24 * time.Hour),
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, certPEM, nil
+}
+
+// writeAtomic writes data to a temporary file in path's directory and renames
+// it to path.
+func writeAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
