@@ -624,6 +624,12 @@ type profileResult struct {
 	TopFlat     string
 	Groups      []group
 	Total       float64 // seconds of samples
+
+	// The heap allocation profile of the same period (allocs?seconds=N).
+	AllocFile     string
+	AllocTop      string  // top 15 by bytes allocated
+	AllocBytes    float64 // allocated during the profile, from its total
+	AllocRequests int64   // requests completed during the profile, estimated from the run's rate
 }
 
 // profile runs the gateway-alone load at concurrency c for ProfileSeconds+3 s
@@ -634,13 +640,13 @@ func profile(ctx context.Context, env *harness.Env, gw *target, procs []proc, o 
 		data []byte
 		err  error
 	}
-	done := make(chan prof, 1)
-	go func() {
+	// The CPU and the allocation profile cover the same seconds of the load.
+	fetch := func(path string, done chan<- prof) {
 		if err := sleep(ctx, time.Second); err != nil {
 			done <- prof{err: err}
 			return
 		}
-		url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", env.GatewayURL, o.ProfileSeconds)
+		url := fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", env.GatewayURL, path, o.ProfileSeconds)
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		for k, v := range gw.Header {
 			req.Header[k] = v
@@ -653,22 +659,34 @@ func profile(ctx context.Context, env *harness.Env, gw *target, procs []proc, o 
 		defer resp.Body.Close()
 		body, err := io.ReadAll(resp.Body)
 		if err == nil && resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("GET /debug/pprof/profile: %s: %s", resp.Status, body)
+			err = fmt.Errorf("GET /debug/pprof/%s: %s: %s", path, resp.Status, body)
 		}
 		done <- prof{data: body, err: err}
-	}()
+	}
+	cpuDone, allocDone := make(chan prof, 1), make(chan prof, 1)
+	go fetch("profile", cpuDone)
+	go fetch("allocs", allocDone)
 	run := measureLoad(ctx, gw, procs, rep.Hz, c, 0, time.Duration(o.ProfileSeconds+3)*time.Second)
-	p := <-done
+	p, a := <-cpuDone, <-allocDone
 	if p.err != nil {
 		return p.err
 	}
-	pr := profileResult{Concurrency: c, Run: run, File: filepath.Join(o.OutDir, fmt.Sprintf("kube-gateway-cpu-c%d.pprof", c))}
+	if a.err != nil {
+		return a.err
+	}
+	pr := profileResult{Concurrency: c, Run: run, File: filepath.Join(o.OutDir, fmt.Sprintf("kube-gateway-cpu-c%d.pprof", c)),
+		AllocFile: filepath.Join(o.OutDir, fmt.Sprintf("kube-gateway-allocs-c%d.pprof", c))}
 	if err := os.WriteFile(pr.File, p.data, 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(pr.AllocFile, a.data, 0o644); err != nil {
 		return err
 	}
 	bin, _ := harness.GatewayBinary(env.BinDir)
 	rep.ProfileBinary = bin
 	pr.TopCum, pr.TopFlat, pr.Groups, pr.Total = analyzeProfile(ctx, bin, pr.File)
+	pr.AllocTop, pr.AllocBytes = analyzeAllocs(ctx, bin, pr.AllocFile)
+	pr.AllocRequests = int64(run.RPS * float64(o.ProfileSeconds))
 	rep.Profiles = append(rep.Profiles, pr)
 	return nil
 }

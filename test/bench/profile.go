@@ -73,6 +73,44 @@ func analyzeProfile(ctx context.Context, bin, file string) (topCum, topFlat stri
 	return topCum, topFlat, groups, total
 }
 
+// analyzeAllocs returns the top 15 allocation sites by bytes of an allocs
+// profile and the bytes allocated in all (the "of N total" of pprof's header).
+func analyzeAllocs(ctx context.Context, bin, file string) (top string, total float64) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	args := []string{"tool", "pprof", "-sample_index=alloc_space", "-top", "-nodecount=15", bin, file}
+	out, err := exec.CommandContext(cctx, "go", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("go %s: %v\n%s", strings.Join(args, " "), err, out), 0
+	}
+	return string(out), pprofTotal(string(out))
+}
+
+// pprofTotal reads N of "Showing nodes accounting for X, P% of N total" as
+// bytes (pprof writes 1.5GB, 603.30MB, 12kB, 17B).
+func pprofTotal(top string) float64 {
+	i := strings.Index(top, " total")
+	j := strings.LastIndex(top[:max(i, 0)], " of ")
+	if i < 0 || j < 0 {
+		return 0
+	}
+	v := top[j+len(" of ") : i]
+	units := []struct {
+		suffix string
+		scale  float64
+	}{{"TB", 1 << 40}, {"GB", 1 << 30}, {"MB", 1 << 20}, {"kB", 1 << 10}, {"B", 1}}
+	for _, u := range units {
+		if strings.HasSuffix(v, u.suffix) {
+			var f float64
+			if _, err := fmt.Sscanf(strings.TrimSuffix(v, u.suffix), "%g", &f); err != nil {
+				return 0
+			}
+			return f * u.scale
+		}
+	}
+	return 0
+}
+
 // groupTraces parses `go tool pprof -traces` output: blocks separated by
 // "-----------+----" lines, the first line of a block holds the sample value
 // and the leaf frame, the following lines the callers.

@@ -473,6 +473,13 @@ func (r *report) markdown() string {
 			p("\nTop 15 by cumulative time (`go tool pprof -top -cum`):\n\n```\n%s```\n\n", trimPprof(pf.TopCum))
 		}
 		p("\nTop 15 by own time (`go tool pprof -top`):\n\n```\n%s```\n\n", trimPprof(pf.TopFlat))
+		if pf.AllocFile != "" {
+			p("Heap allocations during the same %d s (`GET /debug/pprof/allocs?seconds=%d`, `%s`): %.1f MiB", o.ProfileSeconds, o.ProfileSeconds, pf.AllocFile, pf.AllocBytes/(1<<20))
+			if pf.AllocRequests > 0 {
+				p(", about %.1f KiB per request (%d requests at the run's rate)", pf.AllocBytes/float64(pf.AllocRequests)/1024, pf.AllocRequests)
+			}
+			p(". Top 15 by bytes (`go tool pprof -sample_index=alloc_space -top`):\n\n```\n%s```\n\n", trimPprof(pf.AllocTop))
+		}
 	}
 	p("Environment start-up %s; whole run %s.\n", r.EnvStartup.Round(time.Second), r.Total.Round(time.Second))
 	return b.String()
