@@ -335,6 +335,16 @@ func (g *gateway) mountPath(t *testing.T, volume string) string {
 	return ""
 }
 
+// env returns the gateway container's environment variable name, or nil.
+func (g *gateway) env(name string) *corev1.EnvVar {
+	for i, e := range g.container.Env {
+		if e.Name == name {
+			return &g.container.Env[i]
+		}
+	}
+	return nil
+}
+
 func checkGateway(t *testing.T, m *manifest, ns string) *gateway {
 	t.Helper()
 	g := &gateway{m: m, ns: ns, args: map[string]string{}}
@@ -367,6 +377,11 @@ func checkGateway(t *testing.T, m *manifest, ns string) *gateway {
 	}
 	if pod.Affinity == nil || pod.Affinity.PodAntiAffinity == nil {
 		t.Fatalf("no pod anti-affinity: %+v", pod.Affinity)
+	}
+	// The Go runtime's soft memory limit is the container's.
+	if e := g.env("GOMEMLIMIT"); e == nil || e.ValueFrom == nil || e.ValueFrom.ResourceFieldRef == nil ||
+		e.ValueFrom.ResourceFieldRef.Resource != "limits.memory" || e.ValueFrom.ResourceFieldRef.ContainerName != g.container.Name {
+		t.Fatalf("GOMEMLIMIT: %+v, want the container's limits.memory", e)
 	}
 
 	// Probes on the real endpoints, over HTTPS, on the secure port.
@@ -783,6 +798,9 @@ func gatewayChartCases(ctx context.Context) []gatewayChartCase {
 				if g.args["--status-lease-name"] != "kube-gateway-status" {
 					t.Fatalf("--status-lease-name=%s, want kube-gateway-status", g.args["--status-lease-name"])
 				}
+				if e := g.env("GOGC"); e == nil || e.Value != "400" {
+					t.Fatalf("GOGC: %+v, want 400", e)
+				}
 				checkGeneratedServingCert(t, g)
 				checkBundledEtcd(t, g, 1, true)
 				if len(g.m.all("NetworkPolicy")) != 1 {
@@ -913,7 +931,7 @@ resources: {requests: {cpu: 500m, memory: 512Mi}, limits: {cpu: "2", memory: 2Gi
 podAntiAffinity: hard
 secretNamespace: %s-credentials
 service: {port: 8443}
-gateway: {securePort: 9443, authorizeProxySubpath: true, logVerbosity: 4, extraArgs: ["--request-timeout=2m"]}
+gateway: {securePort: 9443, authorizeProxySubpath: true, logVerbosity: 4, extraArgs: ["--request-timeout=2m"], goGC: 0}
 nodeSelector: {kubernetes.io/os: linux}
 tolerations: [{key: dedicated, operator: Equal, value: gateway, effect: NoSchedule}]
 podAnnotations: {example.invalid/team: platform}
@@ -956,6 +974,9 @@ etcd:
 					if got, ok := g.args[flag]; !ok || got != want {
 						t.Fatalf("%s=%q (set: %v), want %q", flag, got, ok, want)
 					}
+				}
+				if e := g.env("GOGC"); e != nil {
+					t.Fatalf("GOGC %+v with goGC: 0, want Go's default (unset)", e)
 				}
 				if g.service.Spec.Ports[0].Port != 8443 {
 					t.Fatalf("Service port %d", g.service.Spec.Ports[0].Port)
@@ -1034,6 +1055,7 @@ func TestChartRejectsInvalidValues(t *testing.T) {
 		{"kube-gateway", []string{"--set", "etcd.mode=external", "--set", "etcd.external.endpoints={etcd:2379}"}, []string{schemaErr, "/etcd/external/endpoints/0"}},
 		{"kube-gateway", []string{"--set", "apiService.insecureSkipTLSVerify=true"}, []string{schemaErr, "insecureSkipTLSVerify"}},
 		{"kube-gateway", []string{"--set", "resources.requests.cpu=lots"}, []string{schemaErr, "/resources/requests/cpu"}},
+		{"kube-gateway", []string{"--set", "gateway.goGC=-1"}, []string{schemaErr, "/gateway/goGC"}},
 		// Past the schema, the templates:
 		{"kube-gateway", []string{"--set", "etcd.mode=external", "--set", "etcd.external.endpoints={https://etcd:2379}"}, []string{"etcd.external.tls.secretName", "required for https"}},
 		{"kube-gateway", []string{"--set", "certificates.mode=secret", "--set", "certificates.secret.name=x", "--set", "certificates.secret.caBundle=not-pem"}, []string{"caBundle must be PEM"}},
