@@ -151,8 +151,9 @@ func newMember(t *testing.T, serverCA, clientCA *ca) *member {
 		ClientAuth:   tls.VerifyClientCertIfGiven,
 		ClientCAs:    pool,
 	}
-	m.EnableHTTP2 = true                           // as member apiservers do
-	m.Config.ErrorLog = log.New(io.Discard, "", 0) // failed handshakes are expected
+	m.EnableHTTP2 = true // as member apiservers do
+	// Failed handshakes are expected.
+	m.Config.ErrorLog = log.New(io.Discard, "", 0)
 	m.Config.ConnState = func(_ net.Conn, state http.ConnState) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
