@@ -299,25 +299,8 @@ func (r *report) markdown() string {
 	p("## CPU per request by process, c=%d GET (median over rounds)\n\n", c)
 	p("On %d cores every process competes for the same CPUs, so the sum is what bounds throughput. ", m.NProc)
 	p("Idle: background CPU while nothing was sent (%s before the rounds), already included in the per-request figures.\n\n", r.IdleFor.Round(time.Second))
-	p("| process | idle | direct | gateway alone | hub + gateway |\n|---|---:|---:|---:|---:|\n")
-	totals := map[string]float64{}
-	for _, pr := range r.Procs {
-		if pr.Name == floorProc {
-			continue // in the floor section
-		}
-		p("| %s | %.1f ms/s |", pr.Name, 1e3*r.IdleCPU[pr.Name]/r.IdleFor.Seconds())
-		for _, k := range keys {
-			v := r.med(func(rd roundData, k string) float64 { return rd.CN[k].cpuPerReq(pr.Name) }, k)
-			totals[k] += v
-			p(" %s |", fmtUS(v))
-		}
-		p("\n")
-	}
-	p("| **sum** | |")
-	for _, k := range keys {
-		p(" **%s** |", fmtUS(totals[k]))
-	}
-	p("\n\n")
+	// The floor proxy has its own table, in the floor section.
+	r.cpuByProcess(p, keys, []string{"direct", "gateway alone", "hub + gateway"}, true, floorProc)
 
 	if r.hasFloor() {
 		r.floorSection(p)
@@ -545,11 +528,30 @@ func (r *report) floorSection(p func(string, ...any)) {
 	cpuRow(fmt.Sprintf("**proxy CPU per request, c=%d**", c), floorCPUN, gwCPUN)
 
 	p("\nCPU per request by process, c=%d GET (the floor proxy's idle: %.1f ms/s):\n\n", c, 1e3*r.IdleCPU[floorProc]/r.IdleFor.Seconds())
-	keys := []string{"direct", floorKey, "gateway"}
-	p("| process | direct | floor | gateway alone |\n|---|---:|---:|---:|\n")
+	r.cpuByProcess(p, []string{"direct", floorKey, "gateway"}, []string{"direct", "floor", "gateway alone"}, false, "")
+}
+
+// cpuByProcess writes the table of CPU per request of every process (but skip)
+// in the throughput runs of the targets keys, headed by labels, with a sum row;
+// idle adds each process's background CPU.
+func (r *report) cpuByProcess(p func(string, ...any), keys, labels []string, idle bool, skip string) {
+	head, rule := "| process |", "|---|"
+	if idle {
+		head, rule = head+" idle |", rule+"---:|"
+	}
+	for _, l := range labels {
+		head, rule = head+" "+l+" |", rule+"---:|"
+	}
+	p("%s\n%s\n", head, rule)
 	totals := map[string]float64{}
 	for _, pr := range r.Procs {
+		if pr.Name == skip {
+			continue
+		}
 		p("| %s |", pr.Name)
+		if idle {
+			p(" %.1f ms/s |", 1e3*r.IdleCPU[pr.Name]/r.IdleFor.Seconds())
+		}
 		for _, k := range keys {
 			v := r.med(func(rd roundData, k string) float64 { return rd.CN[k].cpuPerReq(pr.Name) }, k)
 			totals[k] += v
@@ -558,6 +560,9 @@ func (r *report) floorSection(p func(string, ...any)) {
 		p("\n")
 	}
 	p("| **sum** |")
+	if idle {
+		p(" |")
+	}
 	for _, k := range keys {
 		p(" **%s** |", fmtUS(totals[k]))
 	}
