@@ -495,7 +495,7 @@ func (r *report) vs(a, b func(rd roundData) float64) (ratio, diff float64) {
 func (r *report) floorSection(p func(string, ...any)) {
 	c := r.Opts.Concurrency
 	p("## Floor: a minimal Go reverse proxy\n\n")
-	p("`floor` is `test/bench/floorproxy`, a separate process in front of member-b: TLS 1.2+ and HTTP/2 in (its own ECDSA P-256 certificate), ")
+	p("`floor` is `test/bench/floorproxy`, a separate process in front of member-b: TLS 1.2+ and HTTP/2 in (a certificate from its own CA), ")
 	p("HTTP/2 out over one pooled `http.Transport`, `httputil.ReverseProxy` (Rewrite, a sync.Pool of 32 KiB buffers, FlushInterval -1) that puts the member admin token on the request; ")
 	p("no authentication, authorization, admission, metrics or per-request logging. ")
 	p("A Go proxy in the gateway's place does at least this work, so it is the floor: the gateway's own overhead is gateway minus floor. ")

@@ -11,25 +11,19 @@
 //
 //	floorproxy -upstream https://127.0.0.1:PORT -upstream-ca ca.crt -token-file token -dir DIR
 //
-// At start it generates a self-signed ECDSA P-256 serving certificate for
-// 127.0.0.1 (written to DIR/ca.crt), listens on 127.0.0.1:0 and then writes
+// At start it generates a serving certificate for 127.0.0.1 signed by its own
+// CA (both written to DIR/ca.crt), listens on 127.0.0.1:0 and then writes
 // its address "127.0.0.1:PORT" to DIR/addr (atomically: readers see it whole
 // or not at all). It exits on SIGTERM or SIGINT.
 package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -41,6 +35,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	certutil "k8s.io/client-go/util/cert"
 )
 
 func main() {
@@ -99,7 +95,11 @@ func run(upstream, upstreamCA, tokenFile, dir string) error {
 	}
 
 	// In: TLS 1.2+ with HTTP/2 (ALPN h2) and HTTP/1.1.
-	cert, certPEM, err := selfSigned()
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.IPv4(127, 0, 0, 1)}, nil)
+	if err != nil {
+		return err
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return err
 	}
@@ -147,37 +147,6 @@ var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }
 
 func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
 func (bufferPool) Put(b []byte) { buffers.Put(&b) }
-
-// selfSigned returns a self-signed ECDSA P-256 serving certificate for
-// 127.0.0.1 and its PEM; the certificate is its own CA.
-func selfSigned() (tls.Certificate, []byte, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, nil, err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		return tls.Certificate{}, nil, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "floorproxy"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return tls.Certificate{}, nil, err
-	}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, certPEM, nil
-}
 
 // writeAtomic writes data to a temporary file in path's directory and renames
 // it to path.
