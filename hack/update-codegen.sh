@@ -29,6 +29,14 @@ kube::codegen::gen_openapi \
     --boilerplate "${ROOT}/hack/boilerplate.go.txt" \
     "${ROOT}/apis"
 
+# OpenAPI v2 definitions of the API types, built from the definitions just
+# generated (no server): with them applyconfiguration-gen also writes the
+# Extract<Kind> functions and the schema of apis/client/applyconfiguration/internal.
+# Only an input of the generator, so it stays in the ignored output folder.
+OPENAPI_SCHEMA="${ROOT}/_output/codegen/openapi-schema.json"
+mkdir -p "$(dirname "${OPENAPI_SCHEMA}")"
+go run ./hack/openapi-schema -o "${OPENAPI_SCHEMA}"
+
 # Typed clientset, listers, informers and apply configurations (typed
 # server-side apply) under apis/client. The proxy subresource is a connecter and
 # has no generated method: use multicluster.ConfigFor or the routing round
@@ -36,6 +44,7 @@ kube::codegen::gen_openapi \
 kube::codegen::gen_client \
     --with-watch \
     --with-applyconfig \
+    --applyconfig-openapi-schema "${OPENAPI_SCHEMA}" \
     --output-dir "${ROOT}/apis/client" \
     --output-pkg "${MODULE}/apis/client" \
     --boilerplate "${ROOT}/hack/boilerplate.go.txt" \

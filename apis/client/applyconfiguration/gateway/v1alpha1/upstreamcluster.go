@@ -19,8 +19,11 @@ limitations under the License.
 package v1alpha1
 
 import (
+	internal "github.com/kubewharf/kube-gateway/apis/client/applyconfiguration/internal"
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	types "k8s.io/apimachinery/pkg/types"
+	managedfields "k8s.io/apimachinery/pkg/util/managedfields"
 	v1 "k8s.io/client-go/applyconfigurations/meta/v1"
 )
 
@@ -48,6 +51,46 @@ func UpstreamCluster(name string) *UpstreamClusterApplyConfiguration {
 	b.WithKind("UpstreamCluster")
 	b.WithAPIVersion("gateway.kubewharf.io/v1alpha1")
 	return b
+}
+
+// ExtractUpstreamClusterFrom extracts the applied configuration owned by fieldManager from
+// upstreamCluster for the specified subresource. Pass an empty string for subresource to extract
+// the main resource. Common subresources include "status", "scale", etc.
+// upstreamCluster must be a unmodified UpstreamCluster API object that was retrieved from the Kubernetes API.
+// ExtractUpstreamClusterFrom provides a way to perform a extract/modify-in-place/apply workflow.
+// Note that an extracted apply configuration will contain fewer fields than what the fieldManager previously
+// applied if another fieldManager has updated or force applied any of the previously applied fields.
+func ExtractUpstreamClusterFrom(upstreamCluster *gatewayv1alpha1.UpstreamCluster, fieldManager string, subresource string) (*UpstreamClusterApplyConfiguration, error) {
+	b := &UpstreamClusterApplyConfiguration{}
+	err := managedfields.ExtractInto(upstreamCluster, internal.Parser().Type("com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamCluster"), fieldManager, b, subresource)
+	if err != nil {
+		return nil, err
+	}
+	b.WithName(upstreamCluster.Name)
+
+	b.WithKind("UpstreamCluster")
+	b.WithAPIVersion("gateway.kubewharf.io/v1alpha1")
+	return b, nil
+}
+
+// ExtractUpstreamCluster extracts the applied configuration owned by fieldManager from
+// upstreamCluster. If no managedFields are found in upstreamCluster for fieldManager, a
+// UpstreamClusterApplyConfiguration is returned with only the Name, Namespace (if applicable),
+// APIVersion and Kind populated. It is possible that no managed fields were found for because other
+// field managers have taken ownership of all the fields previously owned by fieldManager, or because
+// the fieldManager never owned fields any fields.
+// upstreamCluster must be a unmodified UpstreamCluster API object that was retrieved from the Kubernetes API.
+// ExtractUpstreamCluster provides a way to perform a extract/modify-in-place/apply workflow.
+// Note that an extracted apply configuration will contain fewer fields than what the fieldManager previously
+// applied if another fieldManager has updated or force applied any of the previously applied fields.
+func ExtractUpstreamCluster(upstreamCluster *gatewayv1alpha1.UpstreamCluster, fieldManager string) (*UpstreamClusterApplyConfiguration, error) {
+	return ExtractUpstreamClusterFrom(upstreamCluster, fieldManager, "")
+}
+
+// ExtractUpstreamClusterStatus extracts the applied configuration owned by fieldManager from
+// upstreamCluster for the status subresource.
+func ExtractUpstreamClusterStatus(upstreamCluster *gatewayv1alpha1.UpstreamCluster, fieldManager string) (*UpstreamClusterApplyConfiguration, error) {
+	return ExtractUpstreamClusterFrom(upstreamCluster, fieldManager, "status")
 }
 
 func (b UpstreamClusterApplyConfiguration) IsApplyConfiguration() {}
