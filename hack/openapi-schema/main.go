@@ -13,7 +13,7 @@
 // Definitions are named as the gateway serves them: by OpenAPI model name
 // (io.kubewharf.gateway.v1alpha1.UpstreamCluster, from
 // +k8s:openapi-model-package), with the x-kubernetes-group-version-kind
-// extension of the served definitions (external versions only) and the
+// extension of the served definitions and the
 // list-type/map-type extensions of the generated definitions.
 // applyconfiguration-gen however looks its root types up by the REST-friendly
 // name of their Go package path
@@ -66,21 +66,17 @@ func main() {
 
 func schemaJSON() ([]byte, error) {
 	scheme := runtime.NewScheme()
-	if err := gatewayv1alpha1.AddToScheme(scheme); err != nil {
+	if err := gatewayv1alpha1.AddServedTypesToScheme(scheme); err != nil {
 		return nil, err
 	}
 
-	// The GVKs of each definition name, as apiserver's DefinitionNamer computes
-	// them, but without the internal version (the package registers its types
-	// as their own internal version too).
+	// The GVKs of each definition name, as the gateway's DefinitionNamer
+	// computes them (served versions only).
 	gvks := map[string][]map[string]interface{}{}
 	// Go-path (REST-friendly) name -> model name, for the kinds of our package.
 	aliases := map[string]string{}
 	prefix := strings.TrimSuffix(gatewayv1alpha1.UpstreamCluster{}.OpenAPIModelName(), "UpstreamCluster")
 	for gvk, t := range scheme.AllKnownTypes() {
-		if gvk.Version == runtime.APIVersionInternal {
-			continue
-		}
 		name, err := scheme.ToOpenAPIDefinitionName(gvk)
 		if err != nil {
 			return nil, err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -333,4 +334,45 @@ func TestProxyErrors(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// The OpenAPI the hub aggregates from the gateway names UpstreamCluster with the
+// served group-version-kind only: clients map schemas to kinds by it.
+func TestOpenAPINamesServedVersionOnly(t *testing.T) {
+	name := gatewayv1alpha1.UpstreamCluster{}.OpenAPIModelName()
+	want := []map[string]string{{"group": gatewayv1alpha1.GroupName, "version": gatewayv1alpha1.Version, "kind": "UpstreamCluster"}}
+	for _, path := range []string{"/openapi/v3/apis/gateway.kubewharf.io/v1alpha1", "/openapi/v2"} {
+		// The hub's aggregator fetches the gateway's documents in the background.
+		eventually(t, time.Minute, func(ctx context.Context) error {
+			out, _, err := env.Kubectl(ctx, "hub-admin", "get", "--raw", path)
+			if err != nil {
+				return err
+			}
+			var doc struct {
+				Definitions map[string]map[string]json.RawMessage `json:"definitions"` // v2
+				Components  struct {
+					Schemas map[string]map[string]json.RawMessage `json:"schemas"`
+				} `json:"components"` // v3
+			}
+			if err := json.Unmarshal([]byte(out), &doc); err != nil {
+				return err
+			}
+			schemas := doc.Definitions
+			if schemas == nil {
+				schemas = doc.Components.Schemas
+			}
+			s, ok := schemas[name]
+			if !ok {
+				return errorf("%s has no schema %s yet", path, name)
+			}
+			var gvks []map[string]string
+			if err := json.Unmarshal(s["x-kubernetes-group-version-kind"], &gvks); err != nil {
+				return errorf("%s: %s: x-kubernetes-group-version-kind: %v", path, name, err)
+			}
+			if !reflect.DeepEqual(gvks, want) {
+				return errorf("%s: %s x-kubernetes-group-version-kind = %v, want %v", path, name, gvks, want)
+			}
+			return nil
+		})
+	}
 }

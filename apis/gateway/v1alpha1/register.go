@@ -35,17 +35,30 @@ var (
 	AddToScheme = SchemeBuilder.AddToScheme
 )
 
-func addKnownTypes(scheme *runtime.Scheme) error {
-	types := []runtime.Object{
+func knownTypes() []runtime.Object {
+	return []runtime.Object{
 		&UpstreamCluster{},
 		&UpstreamClusterList{},
 		&UpstreamClusterProxyOptions{},
 	}
-	scheme.AddKnownTypes(SchemeGroupVersion, types...)
+}
+
+// AddServedTypesToScheme adds the types of the served version only, without the
+// internal version AddToScheme registers too: what OpenAPI documents may name
+// (clients ask for served versions).
+func AddServedTypesToScheme(scheme *runtime.Scheme) error {
+	scheme.AddKnownTypes(SchemeGroupVersion, knownTypes()...)
+	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
+	return nil
+}
+
+func addKnownTypes(scheme *runtime.Scheme) error {
+	if err := AddServedTypesToScheme(scheme); err != nil {
+		return err
+	}
 	// The API has one version, so the internal version is the same Go types: no
 	// conversion code, and the generic registry still finds an internal kind.
-	scheme.AddKnownTypes(schema.GroupVersion{Group: GroupName, Version: runtime.APIVersionInternal}, types...)
-	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
+	scheme.AddKnownTypes(schema.GroupVersion{Group: GroupName, Version: runtime.APIVersionInternal}, knownTypes()...)
 	// The proxy subresource decodes its options from the query string.
 	return scheme.AddConversionFunc((*url.Values)(nil), (*UpstreamClusterProxyOptions)(nil),
 		func(a, b interface{}, _ conversion.Scope) error {

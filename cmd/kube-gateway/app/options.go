@@ -77,9 +77,12 @@ func NewOptions() *Options {
 	return o
 }
 
-func newScheme() *runtime.Scheme {
+func newScheme() *runtime.Scheme { return buildScheme(gatewayv1alpha1.AddToScheme) }
+
+// buildScheme is the gateway's scheme with the API types that add registers.
+func buildScheme(add func(*runtime.Scheme) error) *runtime.Scheme {
 	scheme := runtime.NewScheme()
-	utilruntime.Must(gatewayv1alpha1.AddToScheme(scheme))
+	utilruntime.Must(add(scheme))
 	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
 	scheme.AddUnversionedTypes(schema.GroupVersion{Group: "", Version: "v1"},
 		&metav1.Status{}, &metav1.APIVersions{}, &metav1.APIGroupList{}, &metav1.APIGroup{}, &metav1.APIResourceList{})
@@ -153,7 +156,9 @@ func (o *Options) Config() (*Config, error) {
 		return nil, err
 	}
 
-	namer := openapi.NewDefinitionNamer(o.scheme)
+	// OpenAPI definitions name the served version only: o.scheme also has the
+	// internal one (the same Go types), which clients cannot ask for.
+	namer := openapi.NewDefinitionNamer(buildScheme(gatewayv1alpha1.AddServedTypesToScheme))
 	serverConfig.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(gatewayv1alpha1.GetOpenAPIDefinitions, namer)
 	serverConfig.OpenAPIConfig.Info.Title = "kube-gateway"
 	serverConfig.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(gatewayv1alpha1.GetOpenAPIDefinitions, namer)
