@@ -3,9 +3,11 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -438,6 +440,21 @@ func TestClientsGeneratedClientset(t *testing.T) {
 	}
 	if len(second.Spec.Servers) != 1 || second.Spec.Servers[0].Endpoint != "https://127.0.0.1:3" || second.Generation != 2 {
 		t.Fatalf("second apply: servers %+v generation %d", second.Spec.Servers, second.Generation)
+	}
+	// Read-modify-apply: Extract gives back exactly what the manager applied, as
+	// the server tracked it (the schema of the apply configurations matches the
+	// server's: the servers list is keyed by endpoint on both sides).
+	extracted, err := gatewayac.ExtractUpstreamCluster(second, opts.FieldManager)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := config("https://127.0.0.1:3"); !reflect.DeepEqual(extracted, want) {
+		got, _ := json.Marshal(extracted)
+		wantJSON, _ := json.Marshal(want)
+		t.Fatalf("extracted for %s:\n%s\nwant what it applied:\n%s", opts.FieldManager, got, wantJSON)
+	}
+	if other, err := gatewayac.ExtractUpstreamCluster(second, "someone-else"); err != nil || other.Spec != nil {
+		t.Fatalf("extracted for a manager that applied nothing: %+v, %v", other, err)
 	}
 	eventually(t, 30*time.Second, func(context.Context) error {
 		uc, err := lister.Get(applied)
