@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"context"
 	"encoding/json"
 	"reflect"
 	"testing"
@@ -8,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gatewayac "github.com/kubewharf/kube-gateway/apis/client/applyconfiguration/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/apis/client/clientset/versioned/fake"
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 )
 
@@ -146,5 +148,38 @@ func TestExtractModifyUpstreamCluster(t *testing.T) {
 		a, _ := json.Marshal(ac)
 		w, _ := json.Marshal(want)
 		t.Errorf("got\n%s\nwant\n%s", a, w)
+	}
+}
+
+// The fake clientset applies with the same schema: a unit test can use Apply,
+// and a server the manager no longer applies leaves the list.
+func TestFakeClientsetApply(t *testing.T) {
+	ctx := context.Background()
+	clusters := fake.NewClientset().GatewayV1alpha1().UpstreamClusters()
+	config := func(endpoints ...string) *gatewayac.UpstreamClusterApplyConfiguration {
+		spec := gatewayac.UpstreamClusterSpec()
+		for _, e := range endpoints {
+			spec.WithServers(gatewayac.UpstreamServer().WithEndpoint(e))
+		}
+		return gatewayac.UpstreamCluster("member-a").WithSpec(spec)
+	}
+	opts := metav1.ApplyOptions{FieldManager: "a", Force: true}
+	if _, err := clusters.Apply(ctx, config("https://192.0.2.10:6443", "https://192.0.2.11:6443"), opts); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	second, err := clusters.Apply(ctx, config("https://192.0.2.11:6443"), opts)
+	if err != nil {
+		t.Fatalf("second apply: %v", err)
+	}
+	if got := second.Spec.Servers; len(got) != 1 || got[0].Endpoint != "https://192.0.2.11:6443" {
+		t.Fatalf("servers after the second apply: %+v, want only https://192.0.2.11:6443", got)
+	}
+	extracted, err := gatewayac.ExtractUpstreamCluster(second, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := config("https://192.0.2.11:6443"); !reflect.DeepEqual(extracted, want) {
+		got, _ := json.Marshal(extracted)
+		t.Errorf("extracted %s", got)
 	}
 }

@@ -5,5 +5,10 @@
 // +k8s:deepcopy-gen=package
 // +k8s:openapi-gen=true
 // +groupName=gateway.kubewharf.io
-// +k8s:openapi-model-package=io.kubewharf.gateway.v1alpha1
+// +k8s:openapi-model-package=com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1
+//
+// The OpenAPI model names are the REST-friendly form of the Go package path:
+// server-side apply keys models by them, and applyconfiguration-gen looks types
+// up by the Go path, so the generated apply configurations (Extract, the fake
+// clientset's Apply) and the served schema agree.
 package v1alpha1

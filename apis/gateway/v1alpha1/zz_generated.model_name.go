@@ -23,100 +23,100 @@ package v1alpha1
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ClientConfig) OpenAPIModelName() string {
-	return "io.kubewharf.gateway.v1alpha1.ClientConfig"
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.ClientConfig"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in DispatchPolicy) OpenAPIModelName() string {
-	return "io.kubewharf.gateway.v1alpha1.DispatchPolicy"
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.DispatchPolicy"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in DispatchPolicyRule) OpenAPIModelName() string {
-	return "io.kubewharf.gateway.v1alpha1.DispatchPolicyRule"
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.DispatchPolicyRule"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ExemptFlowControl) OpenAPIModelName() string {
-	return "io.kubewharf.gateway.v1alpha1.ExemptFlowControl"
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.ExemptFlowControl"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in FlowControl) OpenAPIModelName() string {
-	return "io.kubewharf.gateway.v1alpha1.FlowControl"
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.FlowControl"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in FlowControlSchema) OpenAPIModelName() string {
-	return "io.kubewharf.gateway.v1alpha1.FlowControlSchema"
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.FlowControlSchema"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in HealthCheck) OpenAPIModelName() string {
-	return "io.kubewharf.gateway.v1alpha1.HealthCheck"
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.HealthCheck"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ImpersonationPolicy) OpenAPIModelName() string {
-	return "io.kubewharf.gateway.v1alpha1.ImpersonationPolicy"
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.ImpersonationPolicy"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in MaxRequestsInflightFlowControl) OpenAPIModelName() string {
-	return "io.kubewharf.gateway.v1alpha1.MaxRequestsInflightFlowControl"
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.MaxRequestsInflightFlowControl"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in NameFilter) OpenAPIModelName() string {
-	return "io.kubewharf.gateway.v1alpha1.NameFilter"
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.NameFilter"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SecretReference) OpenAPIModelName() string {
-	return "io.kubewharf.gateway.v1alpha1.SecretReference"
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.SecretReference"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ServerStatus) OpenAPIModelName() string {
-	return "io.kubewharf.gateway.v1alpha1.ServerStatus"
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.ServerStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ServiceAccountReference) OpenAPIModelName() string {
-	return "io.kubewharf.gateway.v1alpha1.ServiceAccountReference"
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.ServiceAccountReference"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TokenBucketFlowControl) OpenAPIModelName() string {
-	return "io.kubewharf.gateway.v1alpha1.TokenBucketFlowControl"
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.TokenBucketFlowControl"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in UpstreamCluster) OpenAPIModelName() string {
-	return "io.kubewharf.gateway.v1alpha1.UpstreamCluster"
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamCluster"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in UpstreamClusterList) OpenAPIModelName() string {
-	return "io.kubewharf.gateway.v1alpha1.UpstreamClusterList"
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamClusterList"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in UpstreamClusterProxyOptions) OpenAPIModelName() string {
-	return "io.kubewharf.gateway.v1alpha1.UpstreamClusterProxyOptions"
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamClusterProxyOptions"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in UpstreamClusterSpec) OpenAPIModelName() string {
-	return "io.kubewharf.gateway.v1alpha1.UpstreamClusterSpec"
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamClusterSpec"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in UpstreamClusterStatus) OpenAPIModelName() string {
-	return "io.kubewharf.gateway.v1alpha1.UpstreamClusterStatus"
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamClusterStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in UpstreamServer) OpenAPIModelName() string {
-	return "io.kubewharf.gateway.v1alpha1.UpstreamServer"
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamServer"
 }

@@ -39,6 +39,256 @@ func Parser() *typed.Parser {
 var parserOnce sync.Once
 var parser *typed.Parser
 var schemaYAML = typed.YAMLObject(`types:
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.ClientConfig
+  map:
+    fields:
+    - name: caData
+      type:
+        scalar: string
+    - name: insecure
+      type:
+        scalar: boolean
+    - name: secretRef
+      type:
+        namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.SecretReference
+      default: {}
+    - name: serverName
+      type:
+        scalar: string
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.DispatchPolicy
+  map:
+    fields:
+    - name: flowControlSchemaName
+      type:
+        scalar: string
+    - name: name
+      type:
+        scalar: string
+    - name: rules
+      type:
+        list:
+          elementType:
+            namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.DispatchPolicyRule
+          elementRelationship: atomic
+    - name: strategy
+      type:
+        scalar: string
+    - name: upstreamSubset
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.DispatchPolicyRule
+  map:
+    fields:
+    - name: apiGroups
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: namespaces
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: nonResourceURLs
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: resourceNames
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: resources
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: serviceAccounts
+      type:
+        list:
+          elementType:
+            namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.ServiceAccountReference
+          elementRelationship: atomic
+    - name: userGroups
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: users
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: verbs
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.ExemptFlowControl
+  map:
+    elementType:
+      scalar: untyped
+      list:
+        elementType:
+          namedType: __untyped_atomic_
+        elementRelationship: atomic
+      map:
+        elementType:
+          namedType: __untyped_deduced_
+        elementRelationship: separable
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.FlowControl
+  map:
+    fields:
+    - name: flowControlSchemas
+      type:
+        list:
+          elementType:
+            namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.FlowControlSchema
+          elementRelationship: associative
+          keys:
+          - name
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.FlowControlSchema
+  map:
+    fields:
+    - name: distinguisher
+      type:
+        scalar: string
+    - name: exempt
+      type:
+        namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.ExemptFlowControl
+    - name: maxRequestsInflight
+      type:
+        namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.MaxRequestsInflightFlowControl
+    - name: name
+      type:
+        scalar: string
+      default: ""
+    - name: tokenBucket
+      type:
+        namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.TokenBucketFlowControl
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.HealthCheck
+  map:
+    fields:
+    - name: healthyThreshold
+      type:
+        scalar: numeric
+    - name: intervalSeconds
+      type:
+        scalar: numeric
+    - name: path
+      type:
+        scalar: string
+    - name: timeoutSeconds
+      type:
+        scalar: numeric
+    - name: unhealthyThreshold
+      type:
+        scalar: numeric
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.ImpersonationPolicy
+  map:
+    fields:
+    - name: extras
+      type:
+        namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.NameFilter
+    - name: groupPrefix
+      type:
+        scalar: string
+    - name: groups
+      type:
+        namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.NameFilter
+    - name: userPrefix
+      type:
+        scalar: string
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.MaxRequestsInflightFlowControl
+  map:
+    fields:
+    - name: countLongRunning
+      type:
+        scalar: boolean
+    - name: max
+      type:
+        scalar: numeric
+      default: 0
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.NameFilter
+  map:
+    fields:
+    - name: allow
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+    - name: deny
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.SecretReference
+  map:
+    fields:
+    - name: name
+      type:
+        scalar: string
+      default: ""
+    - name: namespace
+      type:
+        scalar: string
+      default: ""
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.ServerStatus
+  map:
+    fields:
+    - name: endpoint
+      type:
+        scalar: string
+      default: ""
+    - name: healthy
+      type:
+        scalar: boolean
+      default: false
+    - name: lastTransitionTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: message
+      type:
+        scalar: string
+    - name: reason
+      type:
+        scalar: string
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.ServiceAccountReference
+  map:
+    fields:
+    - name: name
+      type:
+        scalar: string
+      default: ""
+    - name: namespace
+      type:
+        scalar: string
+      default: ""
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.TokenBucketFlowControl
+  map:
+    fields:
+    - name: burst
+      type:
+        scalar: numeric
+      default: 0
+    - name: qps
+      type:
+        scalar: numeric
+      default: 0
 - name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamCluster
   map:
     fields:
@@ -54,12 +304,74 @@ var schemaYAML = typed.YAMLObject(`types:
       default: {}
     - name: spec
       type:
-        namedType: io.kubewharf.gateway.v1alpha1.UpstreamClusterSpec
+        namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamClusterSpec
       default: {}
     - name: status
       type:
-        namedType: io.kubewharf.gateway.v1alpha1.UpstreamClusterStatus
+        namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamClusterStatus
       default: {}
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamClusterSpec
+  map:
+    fields:
+    - name: clientConfig
+      type:
+        namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.ClientConfig
+      default: {}
+    - name: dispatchPolicies
+      type:
+        list:
+          elementType:
+            namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.DispatchPolicy
+          elementRelationship: atomic
+    - name: flowControl
+      type:
+        namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.FlowControl
+    - name: healthCheck
+      type:
+        namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.HealthCheck
+    - name: impersonation
+      type:
+        namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.ImpersonationPolicy
+    - name: servers
+      type:
+        list:
+          elementType:
+            namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamServer
+          elementRelationship: associative
+          keys:
+          - endpoint
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamClusterStatus
+  map:
+    fields:
+    - name: conditions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+          elementRelationship: associative
+          keys:
+          - type
+    - name: observedGeneration
+      type:
+        scalar: numeric
+    - name: servers
+      type:
+        list:
+          elementType:
+            namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.ServerStatus
+          elementRelationship: associative
+          keys:
+          - endpoint
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamServer
+  map:
+    fields:
+    - name: disabled
+      type:
+        scalar: boolean
+    - name: endpoint
+      type:
+        scalar: string
+      default: ""
 - name: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
   map:
     fields:
@@ -212,318 +524,6 @@ var schemaYAML = typed.YAMLObject(`types:
     elementRelationship: atomic
 - name: io.k8s.apimachinery.pkg.apis.meta.v1.Time
   scalar: untyped
-- name: io.kubewharf.gateway.v1alpha1.ClientConfig
-  map:
-    fields:
-    - name: caData
-      type:
-        scalar: string
-    - name: insecure
-      type:
-        scalar: boolean
-    - name: secretRef
-      type:
-        namedType: io.kubewharf.gateway.v1alpha1.SecretReference
-      default: {}
-    - name: serverName
-      type:
-        scalar: string
-- name: io.kubewharf.gateway.v1alpha1.DispatchPolicy
-  map:
-    fields:
-    - name: flowControlSchemaName
-      type:
-        scalar: string
-    - name: name
-      type:
-        scalar: string
-    - name: rules
-      type:
-        list:
-          elementType:
-            namedType: io.kubewharf.gateway.v1alpha1.DispatchPolicyRule
-          elementRelationship: atomic
-    - name: strategy
-      type:
-        scalar: string
-    - name: upstreamSubset
-      type:
-        list:
-          elementType:
-            scalar: string
-          elementRelationship: associative
-- name: io.kubewharf.gateway.v1alpha1.DispatchPolicyRule
-  map:
-    fields:
-    - name: apiGroups
-      type:
-        list:
-          elementType:
-            scalar: string
-          elementRelationship: atomic
-    - name: namespaces
-      type:
-        list:
-          elementType:
-            scalar: string
-          elementRelationship: atomic
-    - name: nonResourceURLs
-      type:
-        list:
-          elementType:
-            scalar: string
-          elementRelationship: atomic
-    - name: resourceNames
-      type:
-        list:
-          elementType:
-            scalar: string
-          elementRelationship: atomic
-    - name: resources
-      type:
-        list:
-          elementType:
-            scalar: string
-          elementRelationship: atomic
-    - name: serviceAccounts
-      type:
-        list:
-          elementType:
-            namedType: io.kubewharf.gateway.v1alpha1.ServiceAccountReference
-          elementRelationship: atomic
-    - name: userGroups
-      type:
-        list:
-          elementType:
-            scalar: string
-          elementRelationship: atomic
-    - name: users
-      type:
-        list:
-          elementType:
-            scalar: string
-          elementRelationship: atomic
-    - name: verbs
-      type:
-        list:
-          elementType:
-            scalar: string
-          elementRelationship: atomic
-- name: io.kubewharf.gateway.v1alpha1.ExemptFlowControl
-  map:
-    elementType:
-      scalar: untyped
-      list:
-        elementType:
-          namedType: __untyped_atomic_
-        elementRelationship: atomic
-      map:
-        elementType:
-          namedType: __untyped_deduced_
-        elementRelationship: separable
-- name: io.kubewharf.gateway.v1alpha1.FlowControl
-  map:
-    fields:
-    - name: flowControlSchemas
-      type:
-        list:
-          elementType:
-            namedType: io.kubewharf.gateway.v1alpha1.FlowControlSchema
-          elementRelationship: associative
-          keys:
-          - name
-- name: io.kubewharf.gateway.v1alpha1.FlowControlSchema
-  map:
-    fields:
-    - name: distinguisher
-      type:
-        scalar: string
-    - name: exempt
-      type:
-        namedType: io.kubewharf.gateway.v1alpha1.ExemptFlowControl
-    - name: maxRequestsInflight
-      type:
-        namedType: io.kubewharf.gateway.v1alpha1.MaxRequestsInflightFlowControl
-    - name: name
-      type:
-        scalar: string
-      default: ""
-    - name: tokenBucket
-      type:
-        namedType: io.kubewharf.gateway.v1alpha1.TokenBucketFlowControl
-- name: io.kubewharf.gateway.v1alpha1.HealthCheck
-  map:
-    fields:
-    - name: healthyThreshold
-      type:
-        scalar: numeric
-    - name: intervalSeconds
-      type:
-        scalar: numeric
-    - name: path
-      type:
-        scalar: string
-    - name: timeoutSeconds
-      type:
-        scalar: numeric
-    - name: unhealthyThreshold
-      type:
-        scalar: numeric
-- name: io.kubewharf.gateway.v1alpha1.ImpersonationPolicy
-  map:
-    fields:
-    - name: extras
-      type:
-        namedType: io.kubewharf.gateway.v1alpha1.NameFilter
-    - name: groupPrefix
-      type:
-        scalar: string
-    - name: groups
-      type:
-        namedType: io.kubewharf.gateway.v1alpha1.NameFilter
-    - name: userPrefix
-      type:
-        scalar: string
-- name: io.kubewharf.gateway.v1alpha1.MaxRequestsInflightFlowControl
-  map:
-    fields:
-    - name: countLongRunning
-      type:
-        scalar: boolean
-    - name: max
-      type:
-        scalar: numeric
-      default: 0
-- name: io.kubewharf.gateway.v1alpha1.NameFilter
-  map:
-    fields:
-    - name: allow
-      type:
-        list:
-          elementType:
-            scalar: string
-          elementRelationship: associative
-    - name: deny
-      type:
-        list:
-          elementType:
-            scalar: string
-          elementRelationship: associative
-- name: io.kubewharf.gateway.v1alpha1.SecretReference
-  map:
-    fields:
-    - name: name
-      type:
-        scalar: string
-      default: ""
-    - name: namespace
-      type:
-        scalar: string
-      default: ""
-- name: io.kubewharf.gateway.v1alpha1.ServerStatus
-  map:
-    fields:
-    - name: endpoint
-      type:
-        scalar: string
-      default: ""
-    - name: healthy
-      type:
-        scalar: boolean
-      default: false
-    - name: lastTransitionTime
-      type:
-        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
-    - name: message
-      type:
-        scalar: string
-    - name: reason
-      type:
-        scalar: string
-- name: io.kubewharf.gateway.v1alpha1.ServiceAccountReference
-  map:
-    fields:
-    - name: name
-      type:
-        scalar: string
-      default: ""
-    - name: namespace
-      type:
-        scalar: string
-      default: ""
-- name: io.kubewharf.gateway.v1alpha1.TokenBucketFlowControl
-  map:
-    fields:
-    - name: burst
-      type:
-        scalar: numeric
-      default: 0
-    - name: qps
-      type:
-        scalar: numeric
-      default: 0
-- name: io.kubewharf.gateway.v1alpha1.UpstreamClusterSpec
-  map:
-    fields:
-    - name: clientConfig
-      type:
-        namedType: io.kubewharf.gateway.v1alpha1.ClientConfig
-      default: {}
-    - name: dispatchPolicies
-      type:
-        list:
-          elementType:
-            namedType: io.kubewharf.gateway.v1alpha1.DispatchPolicy
-          elementRelationship: atomic
-    - name: flowControl
-      type:
-        namedType: io.kubewharf.gateway.v1alpha1.FlowControl
-    - name: healthCheck
-      type:
-        namedType: io.kubewharf.gateway.v1alpha1.HealthCheck
-    - name: impersonation
-      type:
-        namedType: io.kubewharf.gateway.v1alpha1.ImpersonationPolicy
-    - name: servers
-      type:
-        list:
-          elementType:
-            namedType: io.kubewharf.gateway.v1alpha1.UpstreamServer
-          elementRelationship: associative
-          keys:
-          - endpoint
-- name: io.kubewharf.gateway.v1alpha1.UpstreamClusterStatus
-  map:
-    fields:
-    - name: conditions
-      type:
-        list:
-          elementType:
-            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
-          elementRelationship: associative
-          keys:
-          - type
-    - name: observedGeneration
-      type:
-        scalar: numeric
-    - name: servers
-      type:
-        list:
-          elementType:
-            namedType: io.kubewharf.gateway.v1alpha1.ServerStatus
-          elementRelationship: associative
-          keys:
-          - endpoint
-- name: io.kubewharf.gateway.v1alpha1.UpstreamServer
-  map:
-    fields:
-    - name: disabled
-      type:
-        scalar: boolean
-    - name: endpoint
-      type:
-        scalar: string
-      default: ""
 - name: __untyped_atomic_
   scalar: untyped
   list:
