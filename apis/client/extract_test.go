@@ -69,44 +69,42 @@ func managedCluster() *gatewayv1alpha1.UpstreamCluster {
 func TestExtractUpstreamCluster(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		extract func(*gatewayv1alpha1.UpstreamCluster) (*gatewayac.UpstreamClusterApplyConfiguration, error)
+		manager string
+		status  bool // ExtractUpstreamClusterStatus
 		want    string
 	}{{
-		name: "a",
-		extract: func(uc *gatewayv1alpha1.UpstreamCluster) (*gatewayac.UpstreamClusterApplyConfiguration, error) {
-			return gatewayac.ExtractUpstreamCluster(uc, "a")
-		},
+		name:    "a",
+		manager: "a",
 		want: `{"apiVersion":"gateway.kubewharf.io/v1alpha1","kind":"UpstreamCluster",
 			"metadata":{"name":"member-a","labels":{"team":"x"}},
 			"spec":{"servers":[{"endpoint":"https://192.0.2.10:6443","disabled":true}]}}`,
 	}, {
-		name: "b",
-		extract: func(uc *gatewayv1alpha1.UpstreamCluster) (*gatewayac.UpstreamClusterApplyConfiguration, error) {
-			return gatewayac.ExtractUpstreamCluster(uc, "b")
-		},
+		name:    "b",
+		manager: "b",
 		want: `{"apiVersion":"gateway.kubewharf.io/v1alpha1","kind":"UpstreamCluster",
 			"metadata":{"name":"member-a","labels":{"env":"prod"}},
 			"spec":{"servers":[{"endpoint":"https://192.0.2.11:6443"}],
 				"clientConfig":{"secretRef":{"namespace":"kube-gateway","name":"member-a"}}}}`,
 	}, {
-		name: "a status",
-		extract: func(uc *gatewayv1alpha1.UpstreamCluster) (*gatewayac.UpstreamClusterApplyConfiguration, error) {
-			return gatewayac.ExtractUpstreamClusterStatus(uc, "a")
-		},
+		name:    "a status",
+		manager: "a",
+		status:  true,
 		want: `{"apiVersion":"gateway.kubewharf.io/v1alpha1","kind":"UpstreamCluster",
 			"metadata":{"name":"member-a"},
 			"status":{"conditions":[{"type":"Ready","status":"True","reason":"ServersReady"}]}}`,
 	}, {
-		name: "unknown manager",
-		extract: func(uc *gatewayv1alpha1.UpstreamCluster) (*gatewayac.UpstreamClusterApplyConfiguration, error) {
-			return gatewayac.ExtractUpstreamCluster(uc, "c")
-		},
-		want: `{"apiVersion":"gateway.kubewharf.io/v1alpha1","kind":"UpstreamCluster","metadata":{"name":"member-a"}}`,
+		name:    "unknown manager",
+		manager: "c",
+		want:    `{"apiVersion":"gateway.kubewharf.io/v1alpha1","kind":"UpstreamCluster","metadata":{"name":"member-a"}}`,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			uc := managedCluster()
 			before := uc.DeepCopy()
-			ac, err := tc.extract(uc)
+			extract := gatewayac.ExtractUpstreamCluster
+			if tc.status {
+				extract = gatewayac.ExtractUpstreamClusterStatus
+			}
+			ac, err := extract(uc, tc.manager)
 			if err != nil {
 				t.Fatal(err)
 			}
