@@ -33,6 +33,8 @@ test: verify test-unit test-e2e
 
 test-unit:
 	go test -race -count=1 $(UNIT_PKGS)
+	# allocation guards (alloc_test.go files): meaningless under the race detector
+	go test -count=1 -run Allocates ./proxy/forward/
 
 test-e2e: build tools
 	go test -count=1 -timeout 45m -v ./test/harness/... ./test/e2e/...

@@ -1253,3 +1253,26 @@ func TestServePropagatesTraceContext(t *testing.T) {
 		})
 	}
 }
+
+// The member's audit sees the client's address chain and the hub's, as behind
+// any proxy of the apiserver; the gateway's own host and scheme are not added.
+func TestServeForwardedFor(t *testing.T) {
+	m := newMember(t)
+	c := compile(t, m.caPEM, nil, m.URL)
+	g := newGateway(t, c, hubUser(), byPrefix)
+	req, _ := http.NewRequest(http.MethodGet, g.URL+proxyPrefix+"/api", nil)
+	req.Header.Set("X-Forwarded-For", "192.0.2.7")
+	req.Header.Set("X-Forwarded-Host", "bystander.example.com")
+	if resp, body := do(t, req); resp.StatusCode != http.StatusOK {
+		t.Fatalf("response = %d %q", resp.StatusCode, body)
+	}
+	h := m.only(t).header
+	if got := h.Get("X-Forwarded-For"); got != "192.0.2.7, 127.0.0.1" {
+		t.Errorf("X-Forwarded-For = %q, want the client's chain and the hub's address", got)
+	}
+	for _, k := range []string{"X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded"} {
+		if v, ok := h[k]; ok {
+			t.Errorf("member saw %s: %q", k, v)
+		}
+	}
+}

@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +25,7 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/balance"
+	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
 
 // Reasons of transitions, CamelCase as in status.servers[].reason.
@@ -228,7 +228,7 @@ func (c *Checker) ReportFailure(e *balance.Endpoint, err error) {
 	}
 	msg := "connection failed"
 	if err != nil {
-		msg = redact(err).Error()
+		msg = transport.StripURL(err).Error()
 	}
 	c.failure(s, ReasonConnectionFailed, msg)
 }
@@ -355,7 +355,7 @@ func (c *Checker) probeOnce(ctx context.Context, s *endpointState) {
 		if errors.As(context.Cause(pctx), &to) {
 			c.failure(s, ReasonProbeTimedOut, prefix+to.Error())
 		} else {
-			c.failure(s, ReasonProbeFailed, prefix+redact(err).Error())
+			c.failure(s, ReasonProbeFailed, prefix+transport.StripURL(err).Error())
 		}
 	default:
 		c.failure(s, ReasonProbeFailed, prefix+status)
@@ -390,14 +390,4 @@ func (c *Checker) get(ctx context.Context, rt http.RoundTripper, u string) (stat
 		status = fmt.Sprintf("%d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
 	}
 	return status, nil
-}
-
-// redact drops the URL of a *url.Error (keeping messages short and free of
-// anything a URL may carry); other errors are returned as they are.
-func redact(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) && ue.Err != nil {
-		return ue.Err
-	}
-	return err
 }

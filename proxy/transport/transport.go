@@ -8,9 +8,11 @@ package transport
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"time"
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
@@ -124,4 +126,15 @@ func New(cfg Config) (*Transports, error) {
 func (t *Transports) CloseIdleConnections() {
 	t.pooled.CloseIdleConnections()
 	t.upgrade.CloseIdleConnections()
+}
+
+// StripURL drops the request URL from a transport error (*url.Error): it repeats
+// what the client sent, and error messages about a server stay short and about
+// the server. Other errors are returned as they are.
+func StripURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.Err != nil {
+		return ue.Err
+	}
+	return err
 }

@@ -1,0 +1,118 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	proxyutil "k8s.io/apimachinery/pkg/util/proxy"
+	"k8s.io/apiserver/pkg/endpoints/responsewriter"
+	"k8s.io/klog/v2"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/balance"
+	"github.com/kubewharf/kube-gateway/proxy/cluster"
+	"github.com/kubewharf/kube-gateway/proxy/impersonate"
+	"github.com/kubewharf/kube-gateway/proxy/transport"
+)
+
+// attempt is one try of a request on one server. It turns transport errors
+// into Status responses, reports failures to the cluster's health checking, and
+// holds back a retryable error so that another server can be tried.
+type attempt struct {
+	cluster    *cluster.Cluster
+	endpoint   *balance.Endpoint
+	transports *transport.Transports
+	path       string // the member path
+	errors     ErrorWriter
+	retryable  bool
+
+	failed      bool
+	deferred    error // a retryable error, not written yet
+	writtenCode int   // the status code of the error written, if any
+}
+
+// upgrade carries an upgrade request (exec, attach, port-forward) through
+// UpgradeAwareHandler: it dials the server itself, over HTTP/1.1, and splices
+// the connections.
+func (a *attempt) upgrade(w *statusRecorder, out *http.Request) {
+	// UpgradeAwareHandler copies the request and its headers before anything is
+	// sent; the client's credentials go from that copy's headers.
+	impersonate.StripInbound(out.Header)
+	out.Trailer = nil
+	withTraceContext(out.Context(), out.Header)
+	location := *a.endpoint.URL
+	location.Path = a.path
+	location.RawQuery = out.URL.RawQuery
+	h := &proxyutil.UpgradeAwareHandler{
+		Location:         &location,
+		Transport:        a.transports.RoundTripper,
+		UpgradeTransport: a.transports.Upgrade,
+		UseLocationHost:  true,
+		// A member that redirects could send the gateway's credential elsewhere.
+		RejectForwardingRedirects: true,
+		FlushInterval:             -1,
+		Responder:                 a,
+	}
+	h.ServeHTTP(responsewriter.WrapForHTTP1Or2(w), out)
+}
+
+// Error implements proxyutil.ErrorResponder, and is the ReverseProxy's
+// ErrorHandler: err came before the member's answer.
+func (a *attempt) Error(_ http.ResponseWriter, req *http.Request, err error) {
+	a.failed = true
+	if errors.Is(err, context.Canceled) && req.Context().Err() != nil {
+		return // the client went away; nobody to answer
+	}
+	host := a.endpoint.URL.Host
+	klog.FromContext(req.Context()).V(2).Info("Proxying to member failed", "upstreamcluster", a.cluster.Name, "endpoint", host, "err", err.Error())
+	// Any transport error here came before the member's answer: the endpoint
+	// could not serve.
+	a.cluster.ReportFailure(a.endpoint, err)
+	var status error
+	if isConnectError(err) {
+		status = unavailable(a.cluster.Name, fmt.Sprintf("server %s could not be reached: %v", host, transport.StripURL(err)))
+	} else {
+		status = &apierrors.StatusError{ErrStatus: metav1.Status{
+			Status:  metav1.StatusFailure,
+			Code:    http.StatusBadGateway,
+			Reason:  metav1.StatusReason("BadGateway"),
+			Message: fmt.Sprintf("upstream cluster %q: proxying to server %s failed: %v", a.cluster.Name, host, transport.StripURL(err)),
+			Details: &metav1.StatusDetails{Name: a.cluster.Name, Group: gatewayv1alpha1.GroupName, Kind: "upstreamclusters"},
+		}}
+	}
+	if a.retryable {
+		a.deferred = status
+		return
+	}
+	a.write(status)
+}
+
+func (a *attempt) writeDeferred() {
+	if a.deferred != nil {
+		a.write(a.deferred)
+	}
+}
+
+func (a *attempt) write(err error) {
+	if s, ok := err.(apierrors.APIStatus); ok {
+		a.writtenCode = int(s.Status().Code)
+	}
+	a.errors.Error(err)
+}
+
+type attemptKey struct{}
+
+// withAttempt returns a copy of out for one attempt, which the reverse proxy's
+// shared transport and error handler find in its context.
+func withAttempt(out *http.Request, a *attempt) *http.Request {
+	return out.WithContext(context.WithValue(out.Context(), attemptKey{}, a))
+}
+
+func attemptFrom(ctx context.Context) *attempt {
+	a, _ := ctx.Value(attemptKey{}).(*attempt)
+	return a
+}

@@ -1,0 +1,66 @@
+package forward
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"strings"
+	"syscall"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/cluster"
+)
+
+// retryAfterSeconds is what clients are told to wait when no server answered.
+const retryAfterSeconds = 1
+
+func noServerReason(route *cluster.Route) string {
+	if route.Policy == "" {
+		return "none of its enabled servers is healthy"
+	}
+	return fmt.Sprintf("none of the enabled servers of dispatch policy %q is healthy", route.Policy)
+}
+
+// tooManyRequests is the 429 of a request its flow-control schema refused.
+func tooManyRequests(clusterName, policy, schema string, retryAfter time.Duration) error {
+	seconds := max(int(math.Ceil(retryAfter.Seconds())), 1)
+	err := apierrors.NewTooManyRequests(fmt.Sprintf("upstream cluster %q: too many requests for flow-control schema %q (dispatch policy %q), retry after %ds",
+		clusterName, schema, policy, seconds), seconds)
+	err.ErrStatus.Details.Name, err.ErrStatus.Details.Group, err.ErrStatus.Details.Kind = clusterName, gatewayv1alpha1.GroupName, "upstreamclusters"
+	return err
+}
+
+// unavailable is the 503 of a cluster that cannot serve now.
+func unavailable(clusterName, why string) error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    http.StatusServiceUnavailable,
+		Reason:  metav1.StatusReasonServiceUnavailable,
+		Message: fmt.Sprintf("upstream cluster %q is unavailable: %s", clusterName, why),
+		Details: &metav1.StatusDetails{Name: clusterName, Group: gatewayv1alpha1.GroupName, Kind: "upstreamclusters", RetryAfterSeconds: retryAfterSeconds},
+	}}
+}
+
+// Unavailable is the 503 of a cluster the gateway cannot use, with the reason.
+func Unavailable(clusterName string, why error) error { return unavailable(clusterName, why.Error()) }
+
+// isConnectError reports whether err means that the server could not be reached
+// (503) rather than that it failed while answering (502).
+func isConnectError(err error) bool {
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return true
+	}
+	if utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) || errors.Is(err, syscall.EHOSTUNREACH) {
+		return true
+	}
+	// The upgrade path of UpgradeAwareHandler flattens dial errors into text.
+	return strings.HasPrefix(err.Error(), "error dialing backend: dial ")
+}

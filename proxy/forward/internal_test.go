@@ -1,0 +1,34 @@
+package forward
+
+import (
+	"context"
+	"io"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// A long-running response waits for Stop without a goroutine of its own: a
+// gateway holding thousands of watches pays for none.
+func TestStoppableBodyNeedsNoGoroutine(t *testing.T) {
+	stopping, stop := context.WithCancel(context.Background())
+	before := runtime.NumGoroutine()
+	bodies := make([]*stoppableBody, 100)
+	for i := range bodies {
+		bodies[i] = newStoppableBody(stopping, io.NopCloser(strings.NewReader("event\n")))
+	}
+	if after := runtime.NumGoroutine(); after > before {
+		t.Fatalf("%d goroutines for %d waiting bodies, want none", after-before, len(bodies))
+	}
+	_ = bodies[0].Close() // a body closed before Stop is no longer stopped
+	stop()
+	for i, b := range bodies {
+		got, err := io.ReadAll(b)
+		if err != nil {
+			t.Fatalf("body %d: %v, want a clean end", i, err)
+		}
+		if i == 0 && string(got) != "event\n" {
+			t.Errorf("body closed before Stop: read %q", got)
+		}
+	}
+}

@@ -1,0 +1,49 @@
+package forward
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+)
+
+// statusRecorder remembers the status code written to the client.
+type statusRecorder struct {
+	http.ResponseWriter
+	status   int
+	hijacked bool
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 && code >= http.StatusOK { // not an informational 1xx
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Hijack records an upgrade: the member's answer then goes to the raw
+// connection, so the code is counted as 101.
+func (s *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	s.hijacked = true
+	return s.ResponseWriter.(http.Hijacker).Hijack()
+}
+
+// Unwrap implements responsewriter.UserProvidedDecorator, and lets
+// http.ResponseController find the flusher underneath.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (s *statusRecorder) code() int {
+	switch {
+	case s.hijacked:
+		return http.StatusSwitchingProtocols
+	case s.status == 0:
+		return http.StatusOK
+	}
+	return s.status
+}

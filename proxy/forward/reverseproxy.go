@@ -1,0 +1,149 @@
+package forward
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"k8s.io/klog/v2"
+
+	"github.com/kubewharf/kube-gateway/proxy/impersonate"
+)
+
+// Sizes of the pooled copy buffers. A long-running response (a watch, a log
+// stream) holds its buffer for its whole life while it mostly waits for the
+// next event, so it gets a small one; other responses get what io.Copy uses.
+const (
+	shortBufferSize       = 32 << 10
+	longRunningBufferSize = 4 << 10
+)
+
+// reverseProxy carries plain and streaming requests to the server of the
+// attempt in the request's context. It is configured once per Forwarder: the
+// per-request state (server, transports, error handling) travels with the
+// request, so nothing is built per request but the outbound copy.
+type reverseProxy struct {
+	proxy httputil.ReverseProxy
+	// stopping, when set, ends responses cleanly once it is done.
+	stopping context.Context
+}
+
+func newReverseProxy(bufferSize int, stopping context.Context) *reverseProxy {
+	rp := &reverseProxy{stopping: stopping}
+	rp.proxy = httputil.ReverseProxy{
+		Rewrite:   rewrite,
+		Transport: rp,
+		// Flush as the member writes: watch events and log lines must not wait
+		// in a buffer. Large responses are still streamed, never buffered whole.
+		FlushInterval:  -1,
+		BufferPool:     newBufferPool(bufferSize),
+		ModifyResponse: refuseRedirect,
+		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
+			attemptFrom(req.Context()).Error(w, req, err)
+		},
+		ErrorLog: klog.NewStandardLogger("INFO"),
+	}
+	return rp
+}
+
+func (rp *reverseProxy) serve(w http.ResponseWriter, out *http.Request, a *attempt) {
+	rp.proxy.ServeHTTP(w, withAttempt(out, a))
+}
+
+// rewrite turns the reverse proxy's copy of the outbound request (hop-by-hop
+// and X-Forwarded-* headers already removed) into the request to the server.
+func rewrite(pr *httputil.ProxyRequest) {
+	a := attemptFrom(pr.Out.Context())
+	pr.Out.URL.Scheme, pr.Out.URL.Host = a.endpoint.URL.Scheme, a.endpoint.URL.Host
+	pr.Out.Host = "" // the server's address, not the gateway's
+	impersonate.StripInbound(pr.Out.Header)
+	// Trailers could carry credentials too; members have no use for a client's.
+	pr.Out.Trailer = nil
+	// The member's audit sees the client's address chain and the hub's, as it
+	// would behind any proxy of the apiserver.
+	pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+	pr.SetXForwarded()
+	pr.Out.Header.Del("X-Forwarded-Host")
+	pr.Out.Header.Del("X-Forwarded-Proto")
+	if _, ok := pr.Out.Header["User-Agent"]; !ok {
+		pr.Out.Header["User-Agent"] = []string{""} // not Go's default
+	}
+	withTraceContext(pr.Out.Context(), pr.Out.Header)
+}
+
+// RoundTrip sends the request over the pooled transport of the attempt's
+// server, which adds the gateway's credential and the impersonation headers.
+func (rp *reverseProxy) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := attemptFrom(req.Context()).transports.RoundTripper.RoundTrip(req)
+	if err != nil || rp.stopping == nil {
+		return resp, err
+	}
+	resp.Body = newStoppableBody(rp.stopping, resp.Body)
+	return resp, nil
+}
+
+// refuseRedirect replaces a redirect of the member by a 502: following it, or
+// letting the client follow it, could send the request elsewhere.
+func refuseRedirect(resp *http.Response) error {
+	if resp.StatusCode < 300 || resp.StatusCode > 399 || resp.Header.Get("Location") == "" {
+		return nil
+	}
+	_ = resp.Body.Close()
+	const msg = "the backend attempted to redirect this request, which is not permitted"
+	*resp = http.Response{
+		StatusCode:    http.StatusBadGateway,
+		Status:        fmt.Sprintf("%d %s", http.StatusBadGateway, http.StatusText(http.StatusBadGateway)),
+		Header:        http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
+		Body:          io.NopCloser(strings.NewReader(msg)),
+		ContentLength: int64(len(msg)),
+		Request:       resp.Request,
+	}
+	return nil
+}
+
+// bufferPool hands the reverse proxy copy buffers of one size.
+type bufferPool struct{ pool sync.Pool }
+
+func newBufferPool(size int) *bufferPool {
+	return &bufferPool{pool: sync.Pool{New: func() any { b := make([]byte, size); return &b }}}
+}
+
+func (p *bufferPool) Get() []byte  { return *p.pool.Get().(*[]byte) }
+func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
+
+// stoppableBody is the body of a long-running response: once stopping is done
+// it ends as if the member had finished it, so that the client gets a complete
+// response (for a watch: the end of the stream) rather than a cut connection,
+// and reconnects. It needs no goroutine of its own while it waits.
+type stoppableBody struct {
+	io.ReadCloser
+	stopped  atomic.Bool
+	unsubscr func() bool
+}
+
+func newStoppableBody(stopping context.Context, body io.ReadCloser) *stoppableBody {
+	b := &stoppableBody{ReadCloser: body}
+	b.unsubscr = context.AfterFunc(stopping, func() {
+		b.stopped.Store(true)
+		_ = body.Close() // unblocks a pending Read
+	})
+	return b
+}
+
+func (b *stoppableBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && b.stopped.Load() {
+		return n, io.EOF
+	}
+	return n, err
+}
+
+func (b *stoppableBody) Close() error {
+	b.unsubscr()
+	return b.ReadCloser.Close()
+}
