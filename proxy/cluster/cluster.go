@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/util/cert"
@@ -106,7 +105,7 @@ type Cluster struct {
 	servers []server
 	// lastTransitions remembers why each endpoint last changed health.
 	transitionsMu   sync.Mutex
-	lastTransitions map[string]health.Transition
+	lastTransitions map[string]health.ServerHealth
 }
 
 type server struct {
@@ -169,7 +168,7 @@ func (c *Cluster) Route(a *request.Attributes) *Route {
 //
 // secret is nil when the referenced Secret does not exist. Errors are
 // *ConfigError (see ConfigErrorReason).
-func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *Cluster, onTransition func(*Cluster, health.Transition)) (*Cluster, error) {
+func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *Cluster, onTransition func(*Cluster, health.ServerHealth)) (*Cluster, error) {
 	c, err := compile(uc, secret, prev, onTransition)
 	if err != nil {
 		var ce *ConfigError
@@ -181,13 +180,13 @@ func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *C
 	return c, nil
 }
 
-func compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *Cluster, onTransition func(*Cluster, health.Transition)) (*Cluster, error) {
+func compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *Cluster, onTransition func(*Cluster, health.ServerHealth)) (*Cluster, error) {
 	if secret == nil {
 		ref := uc.Spec.ClientConfig.SecretRef
 		return nil, configError(ReasonSecretNotFound, "its credential Secret %s/%s was not found on the hub", ref.Namespace, ref.Name)
 	}
 	c := &Cluster{Name: uc.Name, Impersonation: impersonate.Compile(uc.Spec.Impersonation),
-		transports: map[*balance.Endpoint]*transport.Transports{}, lastTransitions: map[string]health.Transition{}}
+		transports: map[*balance.Endpoint]*transport.Transports{}, lastTransitions: map[string]health.ServerHealth{}}
 	cfg, err := transportConfig(uc, secret)
 	if err != nil {
 		return nil, err
@@ -265,9 +264,9 @@ func compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *C
 		c.routes = append(c.routes, r)
 	}
 
-	c.Health = health.NewChecker(c.Name, c.Endpoints, func(e *balance.Endpoint) http.RoundTripper { return c.transports[e].Probe },
+	c.Health = health.NewChecker(c.Endpoints, func(e *balance.Endpoint) http.RoundTripper { return c.transports[e].Probe },
 		health.ConfigFrom(uc.Spec.HealthCheck), clock.RealClock{},
-		func(t health.Transition) {
+		func(t health.ServerHealth) {
 			c.transitionsMu.Lock()
 			c.lastTransitions[t.Endpoint] = t
 			c.transitionsMu.Unlock()
@@ -287,32 +286,24 @@ func (c *Cluster) endpoint(s string) *balance.Endpoint {
 	return nil
 }
 
-func (c *Cluster) lastTransition(endpoint string) (health.Transition, bool) {
+func (c *Cluster) lastTransition(endpoint string) (health.ServerHealth, bool) {
 	c.transitionsMu.Lock()
 	defer c.transitionsMu.Unlock()
 	t, ok := c.lastTransitions[endpoint]
 	return t, ok
 }
 
-// ServerHealth is the observed state of one server of spec.servers.
-type ServerHealth struct {
-	Endpoint        string
-	Healthy         bool
-	Reason, Message string
-	Since           time.Time // zero: no transition seen yet
-}
-
 // Servers returns the observed state of every server of spec.servers, in order.
 // Disabled servers are not healthy, with reason Disabled.
-func (c *Cluster) Servers() []ServerHealth {
-	out := make([]ServerHealth, 0, len(c.servers))
+func (c *Cluster) Servers() []health.ServerHealth {
+	out := make([]health.ServerHealth, 0, len(c.servers))
 	for _, srv := range c.servers {
-		h := ServerHealth{Endpoint: srv.endpoint}
+		h := health.ServerHealth{Endpoint: srv.endpoint}
 		switch t, seen := c.lastTransition(srv.endpoint); {
 		case srv.enabled == nil:
 			h.Reason, h.Message = gatewayv1alpha1.ServerReasonDisabled, "disabled in spec.servers"
 		case seen && t.Healthy == srv.enabled.Healthy():
-			h.Healthy, h.Reason, h.Message, h.Since = t.Healthy, t.Reason, t.Message, t.Time
+			h = t
 		default:
 			h.Healthy = srv.enabled.Healthy()
 			h.Reason = "NotChecked"

@@ -37,7 +37,7 @@ type Hooks struct {
 	Removed func(name string)
 	// Observed is told the health of a compiled cluster's servers, after it was
 	// compiled and after every change; generation is the spec it was compiled from.
-	Observed func(name string, generation int64, servers []cluster.ServerHealth)
+	Observed func(name string, generation int64, servers []health.ServerHealth)
 	// Invalid is told when a cluster cannot be compiled (its Secret is missing or
 	// unusable, or anything else cluster.Compile rejects): err is a
 	// *cluster.ConfigError. The cluster serves no request until a later change
@@ -208,7 +208,7 @@ func (c *Controller) sync(ctx context.Context, name string) {
 		prev = old.cluster
 	}
 	generation := uc.Generation
-	observe := func(cl *cluster.Cluster, _ health.Transition) {
+	observe := func(cl *cluster.Cluster, _ health.ServerHealth) {
 		// A replaced cluster's checker may still report for a moment.
 		if cur := (*c.state.Load())[name]; cur != nil && cur.cluster == cl && c.hooks.Observed != nil {
 			c.hooks.Observed(name, generation, cl.Servers())

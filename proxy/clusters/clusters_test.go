@@ -19,6 +19,7 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
+	"github.com/kubewharf/kube-gateway/proxy/health"
 )
 
 // hookLog records what the hooks were told.
@@ -35,7 +36,7 @@ func (h *hookLog) hooks() Hooks {
 			defer h.mu.Unlock()
 			h.invalid = append(h.invalid, name+"/"+cluster.ConfigErrorReason(err)+"/"+err.Error())
 		},
-		Observed: func(name string, _ int64, _ []cluster.ServerHealth) {
+		Observed: func(name string, _ int64, _ []health.ServerHealth) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			h.observed = append(h.observed, name)

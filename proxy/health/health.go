@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
@@ -56,6 +57,10 @@ type Config struct {
 	// UnhealthyThreshold is the number of consecutive failures (probes or passive
 	// reports) that make a healthy endpoint unhealthy.
 	UnhealthyThreshold int
+	// Spread starts the periodic probes of each endpoint at a random point of
+	// the first Interval (after one probe at once), so that the servers of many
+	// clusters registered together are not probed in lock-step.
+	Spread bool
 }
 
 // ConfigFrom compiles hc. A nil hc, and every zero field of hc, take the
@@ -67,6 +72,7 @@ func ConfigFrom(hc *gatewayv1alpha1.HealthCheck) Config {
 		Timeout:            gatewayv1alpha1.DefaultHealthCheckTimeoutSeconds * time.Second,
 		HealthyThreshold:   gatewayv1alpha1.DefaultHealthCheckHealthyThreshold,
 		UnhealthyThreshold: gatewayv1alpha1.DefaultHealthCheckUnhealthyThreshold,
+		Spread:             true,
 	}
 	if hc == nil {
 		return c
@@ -109,13 +115,14 @@ func (c Config) normalized() Config {
 	return c
 }
 
-// Transition is one change of an endpoint's health.
-type Transition struct {
-	// Cluster is the name of the UpstreamCluster.
-	Cluster string
-	// Endpoint is the endpoint URL as in spec.servers (e.URL.String()).
+// ServerHealth is what the gateway knows about the health of one server of
+// spec.servers. The checker hands one over at every change of an endpoint's
+// health; the compiled cluster reports one per server; the status writer writes
+// them to status.servers.
+type ServerHealth struct {
+	// Endpoint is the server's URL as in spec.servers (e.URL.String()).
 	Endpoint string
-	// Healthy is the new health.
+	// Healthy says whether the server takes requests.
 	Healthy bool
 	// Reason is one of the Reason* constants: what the last observation was.
 	Reason string
@@ -123,8 +130,9 @@ type Transition struct {
 	// "GET /readyz: 500 Internal Server Error" or a dial error. It is made of
 	// status lines and errors only, never of headers, so never of a credential.
 	Message string
-	// Time is when the change happened, by the checker's clock.
-	Time time.Time
+	// Since is when Healthy last changed, by the checker's clock; zero when no
+	// change was seen yet.
+	Since time.Time
 }
 
 // Checker probes the endpoints of one compiled cluster and takes passive
@@ -136,10 +144,9 @@ type Transition struct {
 // but Run does not return before the callback in progress returns. Transitions
 // still queued when Run's context ends are dropped.
 type Checker struct {
-	cluster      string
 	cfg          Config
 	clk          clock.WithTicker
-	onTransition func(Transition)
+	onTransition func(ServerHealth)
 
 	endpoints []*endpointState
 	byPtr     map[*balance.Endpoint]*endpointState // read only after NewChecker
@@ -148,7 +155,7 @@ type Checker struct {
 	stopped atomic.Bool // set when Run returns: reports are ignored from then on
 
 	qmu    sync.Mutex
-	queue  []Transition
+	queue  []ServerHealth
 	signal chan struct{} // capacity 1: the queue is not empty
 
 	// probed, when set (by tests, before Run), is called by the probe goroutine
@@ -168,14 +175,13 @@ type endpointState struct {
 	successes int          // consecutive successful probes, under mu
 }
 
-// NewChecker returns a checker of the endpoints of cluster. probe returns what
+// NewChecker returns a checker of endpoints, the servers of one cluster. probe returns what
 // carries the probes of an endpoint (its transports' Probe: the gateway's
 // credential, no impersonation, the endpoint's pooled connections);
 // clk paces them; onTransition (may be nil) is told of every change of health,
 // see Checker. Nothing runs before Run.
-func NewChecker(cluster string, endpoints []*balance.Endpoint, probe func(*balance.Endpoint) http.RoundTripper, cfg Config, clk clock.WithTicker, onTransition func(Transition)) *Checker {
+func NewChecker(endpoints []*balance.Endpoint, probe func(*balance.Endpoint) http.RoundTripper, cfg Config, clk clock.WithTicker, onTransition func(ServerHealth)) *Checker {
 	c := &Checker{
-		cluster:      cluster,
 		cfg:          cfg.normalized(),
 		clk:          clk,
 		onTransition: onTransition,
@@ -251,7 +257,7 @@ func (c *Checker) failure(s *endpointState, reason, msg string) {
 	defer s.mu.Unlock()
 	s.successes = 0
 	if n := s.failures.Add(1); n >= int64(c.cfg.UnhealthyThreshold) && s.e.SetHealthy(false) {
-		c.enqueue(Transition{Cluster: c.cluster, Endpoint: s.name, Healthy: false, Reason: reason, Message: msg, Time: c.clk.Now()})
+		c.enqueue(ServerHealth{Endpoint: s.name, Healthy: false, Reason: reason, Message: msg, Since: c.clk.Now()})
 	}
 }
 
@@ -261,13 +267,13 @@ func (c *Checker) probeSuccess(s *endpointState, msg string) {
 	s.failures.Store(0)
 	s.successes++
 	if s.successes >= c.cfg.HealthyThreshold && s.e.SetHealthy(true) {
-		c.enqueue(Transition{Cluster: c.cluster, Endpoint: s.name, Healthy: true, Reason: ReasonProbeSucceeded, Message: msg, Time: c.clk.Now()})
+		c.enqueue(ServerHealth{Endpoint: s.name, Healthy: true, Reason: ReasonProbeSucceeded, Message: msg, Since: c.clk.Now()})
 	}
 }
 
 // enqueue queues t for delivery. Called with the endpoint's lock held, so that
 // the queue order is the order of the changes.
-func (c *Checker) enqueue(t Transition) {
+func (c *Checker) enqueue(t ServerHealth) {
 	if c.onTransition == nil {
 		return
 	}
@@ -301,6 +307,16 @@ func (c *Checker) deliver(ctx context.Context) {
 }
 
 func (c *Checker) probeLoop(ctx context.Context, s *endpointState) {
+	if c.cfg.Spread {
+		c.probeOnce(ctx, s) // at once: a new server is judged soon
+		phase := c.clk.NewTimer(time.Duration(rand.Int64N(int64(c.cfg.Interval))))
+		select {
+		case <-ctx.Done():
+			phase.Stop()
+			return
+		case <-phase.C():
+		}
+	}
 	ticker := c.clk.NewTicker(c.cfg.Interval)
 	defer ticker.Stop()
 	for {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/clock"
 	testclock "k8s.io/utils/clock/testing"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
@@ -133,7 +134,7 @@ type harness struct {
 	members []*member
 	tr      *http.Transport
 	probes  chan probeEvent
-	trans   chan Transition
+	trans   chan ServerHealth
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
@@ -148,7 +149,7 @@ func newHarness(t *testing.T, cfg Config, members ...*member) *harness {
 		cfg:     cfg,
 		members: members,
 		probes:  make(chan probeEvent, 100),
-		trans:   make(chan Transition, 100),
+		trans:   make(chan ServerHealth, 100),
 		done:    make(chan struct{}),
 	}
 	// One client transport trusting every member's certificate (all httptest
@@ -158,7 +159,7 @@ func newHarness(t *testing.T, cfg Config, members ...*member) *harness {
 	for _, m := range members {
 		eps = append(eps, m.ep)
 	}
-	h.c = NewChecker("member-a", eps, func(*balance.Endpoint) http.RoundTripper { return bearer{h.tr} }, cfg, h.clk, func(tr Transition) { h.trans <- tr })
+	h.c = NewChecker(eps, func(*balance.Endpoint) http.RoundTripper { return bearer{h.tr} }, cfg, h.clk, func(tr ServerHealth) { h.trans <- tr })
 	h.c.probed = func(e *balance.Endpoint, ok bool) { h.probes <- probeEvent{e.URL.String(), ok} }
 	return h
 }
@@ -214,15 +215,15 @@ func (h *harness) round() map[string]bool {
 }
 
 // expect waits for the next transition and checks it.
-func (h *harness) expect(m *member, healthy bool, reason string) Transition {
+func (h *harness) expect(m *member, healthy bool, reason string) ServerHealth {
 	h.t.Helper()
 	select {
 	case tr := <-h.trans:
-		if tr.Cluster != "member-a" || tr.Endpoint != m.srv.URL || tr.Healthy != healthy || tr.Reason != reason {
+		if tr.Endpoint != m.srv.URL || tr.Healthy != healthy || tr.Reason != reason {
 			h.t.Fatalf("transition %+v, want endpoint %s healthy=%v reason %s", tr, m.srv.URL, healthy, reason)
 		}
-		if !tr.Time.Equal(h.clk.Now()) {
-			h.t.Errorf("transition time %v, want %v", tr.Time, h.clk.Now())
+		if !tr.Since.Equal(h.clk.Now()) {
+			h.t.Errorf("transition time %v, want %v", tr.Since, h.clk.Now())
 		}
 		if strings.Contains(tr.Message, testToken) || strings.Contains(tr.Message, "Bearer") {
 			h.t.Errorf("message leaks the credential: %q", tr.Message)
@@ -233,7 +234,7 @@ func (h *harness) expect(m *member, healthy bool, reason string) Transition {
 		return tr
 	case <-time.After(wait):
 		h.t.Fatalf("no transition of %s to healthy=%v", m.srv.URL, healthy)
-		return Transition{}
+		return ServerHealth{}
 	}
 }
 
@@ -241,7 +242,7 @@ func (h *harness) expect(m *member, healthy bool, reason string) Transition {
 // order, so a marker queued now must be the next one delivered.
 func (h *harness) expectNone() {
 	h.t.Helper()
-	marker := Transition{Cluster: "marker", Reason: fmt.Sprint(time.Now().UnixNano())}
+	marker := ServerHealth{Endpoint: "marker", Reason: fmt.Sprint(time.Now().UnixNano())}
 	h.c.enqueue(marker)
 	select {
 	case tr := <-h.trans:
@@ -254,7 +255,7 @@ func (h *harness) expectNone() {
 }
 
 func TestConfigFrom(t *testing.T) {
-	def := Config{Path: "/readyz", Interval: 5 * time.Second, Timeout: 2 * time.Second, HealthyThreshold: 1, UnhealthyThreshold: 2}
+	def := Config{Path: "/readyz", Interval: 5 * time.Second, Timeout: 2 * time.Second, HealthyThreshold: 1, UnhealthyThreshold: 2, Spread: true}
 	for _, tc := range []struct {
 		name string
 		in   *gatewayv1alpha1.HealthCheck
@@ -263,9 +264,9 @@ func TestConfigFrom(t *testing.T) {
 		{"nil", nil, def},
 		{"empty", &gatewayv1alpha1.HealthCheck{}, def},
 		{"set", &gatewayv1alpha1.HealthCheck{Path: "/livez", IntervalSeconds: 10, TimeoutSeconds: 3, UnhealthyThreshold: 4, HealthyThreshold: 2},
-			Config{Path: "/livez", Interval: 10 * time.Second, Timeout: 3 * time.Second, HealthyThreshold: 2, UnhealthyThreshold: 4}},
+			Config{Path: "/livez", Interval: 10 * time.Second, Timeout: 3 * time.Second, HealthyThreshold: 2, UnhealthyThreshold: 4, Spread: true}},
 		{"partial", &gatewayv1alpha1.HealthCheck{IntervalSeconds: 30},
-			Config{Path: "/readyz", Interval: 30 * time.Second, Timeout: 2 * time.Second, HealthyThreshold: 1, UnhealthyThreshold: 2}},
+			Config{Path: "/readyz", Interval: 30 * time.Second, Timeout: 2 * time.Second, HealthyThreshold: 1, UnhealthyThreshold: 2, Spread: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := ConfigFrom(tc.in); got != tc.want {
@@ -591,7 +592,7 @@ func TestUnknownEndpointIgnored(t *testing.T) {
 func TestProbeURL(t *testing.T) {
 	u, _ := url.Parse("https://192.0.2.10:6443")
 	u2, _ := url.Parse("https://user:pw@192.0.2.11:6443/prefix/")
-	c := NewChecker("x", []*balance.Endpoint{balance.NewEndpoint(u), balance.NewEndpoint(u2)}, func(*balance.Endpoint) http.RoundTripper { return http.DefaultTransport }, Config{Path: "livez"}, testclock.NewFakeClock(time.Now()), nil)
+	c := NewChecker([]*balance.Endpoint{balance.NewEndpoint(u), balance.NewEndpoint(u2)}, func(*balance.Endpoint) http.RoundTripper { return http.DefaultTransport }, Config{Path: "livez"}, testclock.NewFakeClock(time.Now()), nil)
 	if got, want := c.endpoints[0].probeURL, "https://192.0.2.10:6443/livez"; got != want {
 		t.Errorf("probe URL %q, want %q", got, want)
 	}
@@ -600,5 +601,54 @@ func TestProbeURL(t *testing.T) {
 	}
 	if c.cfg.Interval != 5*time.Second || c.cfg.Timeout != 2*time.Second || c.cfg.HealthyThreshold != 1 || c.cfg.UnhealthyThreshold != 1 {
 		t.Errorf("normalized config %+v", c.cfg)
+	}
+}
+
+// Servers registered together are probed once at once, then each at a phase of
+// its own: 20 servers' second probes spread over the interval instead of
+// arriving together.
+func TestSpreadProbes(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	var eps []*balance.Endpoint
+	for range 20 {
+		eps = append(eps, balance.NewEndpoint(u))
+	}
+	const interval = 400 * time.Millisecond
+	cfg := Config{Path: "/readyz", Interval: interval, Timeout: interval / 2, HealthyThreshold: 1, UnhealthyThreshold: 1, Spread: true}
+	c := NewChecker(eps, func(*balance.Endpoint) http.RoundTripper { return http.DefaultTransport }, cfg, clock.RealClock{}, nil)
+	var mu sync.Mutex
+	probes := map[*balance.Endpoint][]time.Time{}
+	second := make(chan time.Time, len(eps))
+	c.probed = func(e *balance.Endpoint, _ bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		probes[e] = append(probes[e], time.Now())
+		if len(probes[e]) == 2 {
+			second <- time.Now()
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	var first, last time.Time
+	for i := range eps {
+		select {
+		case at := <-second:
+			if i == 0 {
+				first = at
+			}
+			last = at
+		case <-time.After(10 * interval):
+			t.Fatalf("only %d of %d servers were probed twice", i, len(eps))
+		}
+	}
+	// With lock-step probing all second probes come within a few milliseconds;
+	// random phases put them a good part of the interval apart.
+	if spread := last.Sub(first); spread < interval/4 {
+		t.Errorf("second probes of %d servers within %v of each other, want them spread over the %v interval", len(eps), spread, interval)
 	}
 }

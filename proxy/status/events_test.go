@@ -16,6 +16,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/health"
 )
 
 // status builds a status from an observation, as the writer would over old.
@@ -41,16 +42,16 @@ func reasons(events []event) []string {
 
 func TestTransitions(t *testing.T) {
 	empty := &gatewayv1alpha1.UpstreamClusterStatus{}
-	bothHealthy := observation{generation: 1, servers: []Health{{Endpoint: epA, Healthy: true}, {Endpoint: epB, Healthy: true}}}
-	bHealthy := observation{generation: 1, servers: []Health{
+	bothHealthy := observation{generation: 1, servers: []health.ServerHealth{{Endpoint: epA, Healthy: true}, {Endpoint: epB, Healthy: true}}}
+	bHealthy := observation{generation: 1, servers: []health.ServerHealth{
 		{Endpoint: epA, Healthy: false, Reason: "ProbeFailed", Message: "GET https://192.0.2.10:6443/readyz: connection refused"},
 		{Endpoint: epB, Healthy: true},
 	}}
-	noneHealthy := observation{generation: 1, servers: []Health{
+	noneHealthy := observation{generation: 1, servers: []health.ServerHealth{
 		{Endpoint: epA, Healthy: false, Reason: "ProbeFailed"},
 		{Endpoint: epB, Healthy: false, Reason: "ProbeTimedOut"},
 	}}
-	bDisabled := observation{generation: 2, servers: []Health{{Endpoint: epA, Healthy: true}, {Endpoint: epB, Reason: gatewayv1alpha1.ServerReasonDisabled}}}
+	bDisabled := observation{generation: 2, servers: []health.ServerHealth{{Endpoint: epA, Healthy: true}, {Endpoint: epB, Reason: gatewayv1alpha1.ServerReasonDisabled}}}
 	missing := observation{generation: 1, problem: &problem{"SecretNotFound", "its credential Secret kube-gateway/x was not found on the hub"}}
 	badCA := observation{generation: 1, problem: &problem{"InvalidCAData", "ca.crt is not PEM"}}
 	secure, insecure := specWith(false, epA, epB), specWith(true, epA, epB)
@@ -153,7 +154,7 @@ func TestInsecureTransportCondition(t *testing.T) {
 // A configuration problem makes Ready False with its reason and keeps the last
 // server health.
 func TestProblemStatus(t *testing.T) {
-	old := statusAfter(&gatewayv1alpha1.UpstreamClusterStatus{}, observation{generation: 1, servers: []Health{{Endpoint: epA, Healthy: true}}}, nil)
+	old := statusAfter(&gatewayv1alpha1.UpstreamClusterStatus{}, observation{generation: 1, servers: []health.ServerHealth{{Endpoint: epA, Healthy: true}}}, nil)
 	s := statusAfter(old, observation{generation: 2, problem: &problem{"InvalidSecret", "credential Secret kube-gateway/x has no credential"}}, nil)
 	r := meta.FindStatusCondition(s.Conditions, gatewayv1alpha1.ConditionReady)
 	if r == nil || r.Status != metav1.ConditionFalse || r.Reason != "InvalidSecret" || r.ObservedGeneration != 2 ||
@@ -204,7 +205,7 @@ func TestWriterRecordsTransitions(t *testing.T) {
 	w.onSync = func(cluster string, wrote bool, err error) { events <- syncEvent{cluster, wrote, err} }
 
 	// Not leading: observations record nothing.
-	w.Observe("member-a", 1, []Health{{Endpoint: epA, Healthy: false, Reason: "ProbeFailed"}, {Endpoint: epB, Healthy: true}})
+	w.Observe("member-a", 1, []health.ServerHealth{{Endpoint: epA, Healthy: false, Reason: "ProbeFailed"}, {Endpoint: epB, Healthy: true}})
 	expectNoEvent(t, rec)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -218,7 +219,7 @@ func TestWriterRecordsTransitions(t *testing.T) {
 	expectEvents(t, rec, "Warning EndpointUnhealthy server "+epA)
 
 	// The same view again: no write, no event.
-	w.Observe("member-a", 1, []Health{{Endpoint: epA, Healthy: false, Reason: "ProbeFailed"}, {Endpoint: epB, Healthy: true}})
+	w.Observe("member-a", 1, []health.ServerHealth{{Endpoint: epA, Healthy: false, Reason: "ProbeFailed"}, {Endpoint: epB, Healthy: true}})
 	expectSync(t, events, "member-a", false)
 	expectNoEvent(t, rec)
 
@@ -226,7 +227,7 @@ func TestWriterRecordsTransitions(t *testing.T) {
 	expectSync(t, events, "member-a", true)
 	expectEvents(t, rec, "Warning SecretNotFound the cluster cannot be used: its credential Secret kube-gateway/member-a")
 
-	w.Observe("member-a", 1, []Health{{Endpoint: epA, Healthy: true}, {Endpoint: epB, Healthy: true}})
+	w.Observe("member-a", 1, []health.ServerHealth{{Endpoint: epA, Healthy: true}, {Endpoint: epB, Healthy: true}})
 	expectSync(t, events, "member-a", true)
 	expectEvents(t, rec, "Normal EndpointHealthy server "+epA, "Normal ClusterReady")
 	expectNoEvent(t, rec)

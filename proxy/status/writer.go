@@ -18,6 +18,7 @@ package status
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +38,7 @@ import (
 	"k8s.io/utils/clock"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/health"
 )
 
 // Reasons of the Ready condition.
@@ -75,19 +77,6 @@ const (
 	writeBurst = 100
 )
 
-// Health is what the data plane observed about one endpoint.
-type Health struct {
-	// Endpoint as in spec.servers.
-	Endpoint string
-	// Healthy says whether the endpoint receives requests.
-	Healthy bool
-	// Reason (CamelCase) and Message of the last transition.
-	Reason, Message string
-	// LastTransitionTime is when Healthy last changed as the data plane saw it.
-	// Zero: the writer's clock at the time it notices the change.
-	LastTransitionTime time.Time
-}
-
 // StatusStorage is the status subresource storage;
 // registry/upstreamcluster.StatusREST satisfies it.
 type StatusStorage = interface {
@@ -98,7 +87,7 @@ type StatusStorage = interface {
 // observation is the latest view of one cluster.
 type observation struct {
 	generation int64
-	servers    []Health
+	servers    []health.ServerHealth
 	// problem, if set, says why the generation could not be used; servers is
 	// then empty and status.servers keeps its last content.
 	problem *problem
@@ -149,8 +138,8 @@ func NewWriter(statusStorage StatusStorage, clk clock.PassiveClock) *Writer {
 // cluster is ignored (a health checker of a replaced compilation may still
 // report); a deleted cluster must be forgotten (Forget) before a new cluster of
 // the same name is observed.
-func (w *Writer) Observe(cluster string, generation int64, servers []Health) {
-	w.observe(cluster, observation{generation: generation, servers: append([]Health(nil), servers...)})
+func (w *Writer) Observe(cluster string, generation int64, servers []health.ServerHealth) {
+	w.observe(cluster, observation{generation: generation, servers: slices.Clone(servers)})
 }
 
 // ObserveInvalid records that generation of cluster cannot be used: reason (a
@@ -363,8 +352,8 @@ func desiredStatus(old *gatewayv1alpha1.UpstreamClusterStatus, o observation, sp
 		switch p, ok := prev[h.Endpoint]; {
 		case ok && p.Healthy == h.Healthy && !p.LastTransitionTime.IsZero():
 			s.LastTransitionTime = p.LastTransitionTime
-		case !h.LastTransitionTime.IsZero():
-			s.LastTransitionTime = metav1.NewTime(h.LastTransitionTime).Rfc3339Copy()
+		case !h.Since.IsZero(): // else the writer's clock when it notices the change
+			s.LastTransitionTime = metav1.NewTime(h.Since).Rfc3339Copy()
 		default:
 			s.LastTransitionTime = now
 		}

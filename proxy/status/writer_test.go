@@ -21,6 +21,7 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1/validation"
+	"github.com/kubewharf/kube-gateway/proxy/health"
 )
 
 // fakeStorage is an in-memory status storage with optimistic concurrency, like
@@ -229,7 +230,7 @@ func TestWriter(t *testing.T) {
 	w, events, _, _ := startWriter(t, s, clk)
 
 	// First observation: servers, Ready and observedGeneration are written.
-	both := []Health{
+	both := []health.ServerHealth{
 		{Endpoint: epA, Healthy: true, Reason: "ProbeSucceeded"},
 		{Endpoint: epB, Healthy: true, Reason: "ProbeSucceeded"},
 	}
@@ -262,7 +263,7 @@ func TestWriter(t *testing.T) {
 	// One endpoint turns unhealthy: one write; only its transition time moves.
 	t1 := t0.Add(2 * time.Minute)
 	clk.SetTime(t1)
-	w.Observe("member-a", 1, []Health{
+	w.Observe("member-a", 1, []health.ServerHealth{
 		{Endpoint: epA, Healthy: true, Reason: "ProbeSucceeded"},
 		{Endpoint: epB, Healthy: false, Reason: "ProbeFailed", Message: "connection refused"},
 	})
@@ -287,8 +288,8 @@ func TestWriter(t *testing.T) {
 	// transition time is used.
 	t2 := t0.Add(3 * time.Minute)
 	clk.SetTime(t2.Add(time.Second))
-	w.Observe("member-a", 2, []Health{
-		{Endpoint: epA, Healthy: false, Reason: "ConnectionFailed", LastTransitionTime: t2},
+	w.Observe("member-a", 2, []health.ServerHealth{
+		{Endpoint: epA, Healthy: false, Reason: "ConnectionFailed", Since: t2},
 		{Endpoint: epB, Healthy: false, Reason: "ProbeFailed", Message: "connection refused"},
 	})
 	expectSync(t, events, "member-a", true)
@@ -319,7 +320,7 @@ func TestWriterRetriesConflicts(t *testing.T) {
 	s := newFakeStorage("member-a")
 	s.conflicts = 2
 	w, events, _, _ := startWriter(t, s, clocktesting.NewFakePassiveClock(t0))
-	w.Observe("member-a", 1, []Health{{Endpoint: epA, Healthy: true}})
+	w.Observe("member-a", 1, []health.ServerHealth{{Endpoint: epA, Healthy: true}})
 	expectSync(t, events, "member-a", true)
 	if updates, attempts := s.counts("member-a"); updates != 1 || attempts != 3 {
 		t.Fatalf("%d updates in %d attempts, want 1 in 3", updates, attempts)
@@ -332,7 +333,7 @@ func TestWriterRetriesConflicts(t *testing.T) {
 func TestWriterForget(t *testing.T) {
 	s := newFakeStorage("member-a", "member-b")
 	w, events, _, _ := startWriter(t, s, clocktesting.NewFakePassiveClock(t0))
-	healthy := []Health{{Endpoint: epA, Healthy: true}}
+	healthy := []health.ServerHealth{{Endpoint: epA, Healthy: true}}
 	w.Observe("member-a", 1, healthy)
 	expectSync(t, events, "member-a", true)
 
@@ -343,7 +344,7 @@ func TestWriterForget(t *testing.T) {
 	s.blockName, s.blockGet = "member-b", release
 	s.mu.Unlock()
 	w.Observe("member-b", 1, healthy)
-	w.Observe("member-a", 1, []Health{{Endpoint: epA, Healthy: false}})
+	w.Observe("member-a", 1, []health.ServerHealth{{Endpoint: epA, Healthy: false}})
 	w.Forget("member-a")
 	close(release)
 	expectSync(t, events, "member-b", true)
@@ -360,7 +361,7 @@ func TestWriterForget(t *testing.T) {
 func TestWriterDeletedCluster(t *testing.T) {
 	s := newFakeStorage()
 	w, events, _, _ := startWriter(t, s, clocktesting.NewFakePassiveClock(t0))
-	w.Observe("gone", 1, []Health{{Endpoint: epA, Healthy: true}})
+	w.Observe("gone", 1, []health.ServerHealth{{Endpoint: epA, Healthy: true}})
 	expectSync(t, events, "gone", false)
 }
 
@@ -370,7 +371,7 @@ func TestWriterWritesObservedOnStart(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(t0)
 	w := NewWriter(s, clk)
 	for _, c := range []string{"member-a", "member-b", "member-c"} {
-		w.Observe(c, 1, []Health{{Endpoint: epA, Healthy: true}})
+		w.Observe(c, 1, []health.ServerHealth{{Endpoint: epA, Healthy: true}})
 	}
 	w.Forget("member-c")
 	events := make(chan syncEvent, 10)
@@ -401,7 +402,7 @@ func TestWriterWritesObservedOnStart(t *testing.T) {
 func TestWriterRunExitsOnCancel(t *testing.T) {
 	s := newFakeStorage("member-a")
 	w, events, cancel, done := startWriter(t, s, clocktesting.NewFakePassiveClock(t0))
-	w.Observe("member-a", 1, []Health{{Endpoint: epA, Healthy: true}})
+	w.Observe("member-a", 1, []health.ServerHealth{{Endpoint: epA, Healthy: true}})
 	expectSync(t, events, "member-a", true)
 
 	// Also while a storage call is in flight.
@@ -409,12 +410,12 @@ func TestWriterRunExitsOnCancel(t *testing.T) {
 	s.mu.Lock()
 	s.blockName, s.blockGet, s.blocked = "member-a", make(chan struct{}), blocked // never released
 	s.mu.Unlock()
-	w.Observe("member-a", 1, []Health{{Endpoint: epA, Healthy: false}})
+	w.Observe("member-a", 1, []health.ServerHealth{{Endpoint: epA, Healthy: false}})
 	waitFor(t, blocked, "the Get of member-a")
 	cancel()
 	waitFor(t, done, "Run to return after its context ended")
 	// Not leading any more: observing still works and writes nothing.
-	w.Observe("member-a", 1, []Health{{Endpoint: epB, Healthy: true}})
+	w.Observe("member-a", 1, []health.ServerHealth{{Endpoint: epB, Healthy: true}})
 	if n, _ := s.counts("member-a"); n != 1 {
 		t.Fatalf("%d updates, want 1", n)
 	}
@@ -431,7 +432,7 @@ func TestDesiredStatus(t *testing.T) {
 	})
 	t.Run("duplicates and long messages", func(t *testing.T) {
 		long := string(make([]byte, 2*maxMessageLen))
-		st := desiredStatus(&gatewayv1alpha1.UpstreamClusterStatus{}, observation{generation: 1, servers: []Health{
+		st := desiredStatus(&gatewayv1alpha1.UpstreamClusterStatus{}, observation{generation: 1, servers: []health.ServerHealth{
 			{Endpoint: epA, Healthy: true, Message: long}, {Endpoint: epA, Healthy: false},
 		}}, nil, now)
 		if len(st.Servers) != 1 || !st.Servers[0].Healthy || len(st.Servers[0].Message) != maxMessageLen {
@@ -439,10 +440,10 @@ func TestDesiredStatus(t *testing.T) {
 		}
 	})
 	t.Run("removed endpoint", func(t *testing.T) {
-		old := desiredStatus(&gatewayv1alpha1.UpstreamClusterStatus{}, observation{generation: 1, servers: []Health{
+		old := desiredStatus(&gatewayv1alpha1.UpstreamClusterStatus{}, observation{generation: 1, servers: []health.ServerHealth{
 			{Endpoint: epA, Healthy: true}, {Endpoint: epB, Healthy: true},
 		}}, nil, now)
-		st := desiredStatus(old, observation{generation: 2, servers: []Health{{Endpoint: epA, Healthy: true}}}, nil, metav1.NewTime(t0.Add(time.Hour)))
+		st := desiredStatus(old, observation{generation: 2, servers: []health.ServerHealth{{Endpoint: epA, Healthy: true}}}, nil, metav1.NewTime(t0.Add(time.Hour)))
 		if len(st.Servers) != 1 || st.Servers[0].Endpoint != epA || !st.Servers[0].LastTransitionTime.Equal(&now) {
 			t.Fatalf("servers: %+v", st.Servers)
 		}

@@ -103,9 +103,7 @@ func (c CompletedConfig) New() (*Server, error) {
 			proxyMetrics.ForgetCluster(name)
 			statusWriter.Forget(name)
 		},
-		Observed: func(name string, generation int64, servers []cluster.ServerHealth) {
-			statusWriter.Observe(name, generation, statusHealth(servers))
-		},
+		Observed: statusWriter.Observe,
 		Invalid: func(name string, generation int64, err error) {
 			statusWriter.ObserveInvalid(name, generation, cluster.ConfigErrorReason(err), err.Error())
 		},
@@ -169,14 +167,6 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	return &Server{generic: generic}, nil
-}
-
-func statusHealth(servers []cluster.ServerHealth) []status.Health {
-	out := make([]status.Health, 0, len(servers))
-	for _, s := range servers {
-		out = append(out, status.Health{Endpoint: s.Endpoint, Healthy: s.Healthy, Reason: s.Reason, Message: s.Message, LastTransitionTime: s.Since})
-	}
-	return out
 }
 
 // Run serves until ctx ends, then shuts down gracefully.
