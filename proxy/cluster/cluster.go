@@ -3,8 +3,6 @@
 package cluster
 
 import (
-	"crypto/sha256"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,7 +10,6 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/util/cert"
 	"k8s.io/utils/clock"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
@@ -23,14 +20,6 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/impersonate"
 	"github.com/kubewharf/kube-gateway/proxy/request"
 	"github.com/kubewharf/kube-gateway/proxy/transport"
-)
-
-// Keys of the credential Secret.
-const (
-	SecretKeyToken   = "token"
-	SecretKeyTLSCert = corev1.TLSCertKey       // tls.crt
-	SecretKeyTLSKey  = corev1.TLSPrivateKeyKey // tls.key
-	SecretKeyCA      = "ca.crt"
 )
 
 // Reasons of configuration problems: why Compile refused a cluster. They are the
@@ -93,10 +82,10 @@ type Cluster struct {
 	// robin, no flow control.
 	fallback    Route
 	flowControl *flowcontrol.Set
-	// transportKey identifies the credential and connection settings the
+	// transportConfig is the credential and connection settings the
 	// transports were built from: while it stays the same, a server that stays
 	// in spec.servers keeps its transports, connections and health.
-	transportKey string
+	transportConfig transport.Config
 
 	// Health checks the endpoints; Run it for the life of the cluster.
 	Health *health.Checker
@@ -191,8 +180,8 @@ func compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *C
 	if err != nil {
 		return nil, err
 	}
-	c.transportKey = fmt.Sprintf("%s/%s/%x", secret.UID, secret.ResourceVersion, sha256.Sum256([]byte(fmt.Sprintf("%#v", uc.Spec.ClientConfig))))
-	sameConnections := prev != nil && prev.transportKey == c.transportKey
+	c.transportConfig = cfg
+	sameConnections := prev != nil && prev.transportConfig.Equal(cfg)
 
 	byEndpoint := map[string]*balance.Endpoint{}
 	for _, s := range uc.Spec.Servers {
@@ -322,53 +311,6 @@ func mustPicker(s gatewayv1alpha1.Strategy) balance.Picker {
 		panic(err)
 	}
 	return p
-}
-
-func transportConfig(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret) (transport.Config, error) {
-	cc := uc.Spec.ClientConfig
-	cfg := transport.Config{ServerName: cc.ServerName, Insecure: cc.Insecure}
-	secretCA := secret.Data[SecretKeyCA]
-	// Checked here so that the problem is named; the messages never repeat the
-	// data (x509 errors do not either).
-	if len(cc.CAData) > 0 {
-		if _, err := cert.ParseCertsPEM(cc.CAData); err != nil {
-			return cfg, configError(ReasonInvalidCAData, "spec.clientConfig.caData is not a PEM bundle of certificates: %v", err)
-		}
-	}
-	if len(secretCA) > 0 {
-		if _, err := cert.ParseCertsPEM(secretCA); err != nil {
-			return cfg, configError(ReasonInvalidCAData, "%q of credential Secret %s/%s is not a PEM bundle of certificates: %v",
-				SecretKeyCA, secret.Namespace, secret.Name, err)
-		}
-		if cc.Insecure {
-			return cfg, configError(ReasonInvalidConfiguration, "spec.clientConfig.insecure is true but credential Secret %s/%s has %q: "+
-				"certificate verification is either on or off; remove one of them", secret.Namespace, secret.Name, SecretKeyCA)
-		}
-	}
-	// Both sources of CA certificates are trusted: a CA rotation can publish the
-	// new CA in one before the old one leaves the other.
-	cfg.CAData = append(append(append([]byte{}, cc.CAData...), '\n'), secretCA...)
-	if len(cc.CAData) == 0 && len(secretCA) == 0 {
-		cfg.CAData = nil
-	}
-	token, crt, key := secret.Data[SecretKeyToken], secret.Data[SecretKeyTLSCert], secret.Data[SecretKeyTLSKey]
-	switch {
-	case len(token) > 0 && (len(crt) > 0 || len(key) > 0):
-		return cfg, configError(ReasonInvalidSecret, "credential Secret %s/%s has both %q and %q/%q: keep exactly one credential",
-			secret.Namespace, secret.Name, SecretKeyToken, SecretKeyTLSCert, SecretKeyTLSKey)
-	case len(token) > 0:
-		cfg.BearerToken = string(token)
-	case len(crt) > 0 && len(key) > 0:
-		if _, err := tls.X509KeyPair(crt, key); err != nil {
-			return cfg, configError(ReasonInvalidSecret, "credential Secret %s/%s: %q and %q are not a usable certificate and key: %v",
-				secret.Namespace, secret.Name, SecretKeyTLSCert, SecretKeyTLSKey, err)
-		}
-		cfg.CertData, cfg.KeyData = crt, key
-	default:
-		return cfg, configError(ReasonInvalidSecret, "credential Secret %s/%s has no credential: set %q, or %q and %q",
-			secret.Namespace, secret.Name, SecretKeyToken, SecretKeyTLSCert, SecretKeyTLSKey)
-	}
-	return cfg, nil
 }
 
 // Transports returns the transports toward e, one of c.Endpoints.

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"io"
 	"log"
+	"maps"
 	"math/big"
 	"net"
 	"net/http"
@@ -666,15 +667,32 @@ func TestTransportsPerServer(t *testing.T) {
 		t.Errorf("%s after m2 left: %d connections accepted, %d open; want its first one, still open", m1.URL, accepted, open)
 	}
 
-	// A new credential generation: new transports, the old connection closes.
+	// A new Secret version with the same credential (a label changed): the
+	// same transports, the connection stays.
 	sec = sec.DeepCopy()
 	sec.ResourceVersion = "2"
+	sec.Labels = map[string]string{"touched": "yes"}
+	relabeled, err := cluster.Compile(upstreamCluster(m1.URL), sec, one, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if relabeled.Transports(relabeled.Endpoints[0]) != one.Transports(one.Endpoints[0]) {
+		t.Fatal("a Secret version with the same credential replaced the transports")
+	}
+	one.Release(relabeled)
+	one = relabeled
+
+	// A new credential: new transports, the old connection closes.
+	sec = sec.DeepCopy()
+	sec.ResourceVersion = "3"
+	sec.Data = maps.Clone(sec.Data)
+	sec.Data["token"] = []byte(token + "-rotated")
 	rotated, err := cluster.Compile(upstreamCluster(m1.URL), sec, one, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rotated.Transports(rotated.Endpoints[0]) == one.Transports(one.Endpoints[0]) {
-		t.Fatal("a new Secret version kept the old transports")
+		t.Fatal("a new credential kept the old transports")
 	}
 	one.Release(rotated)
 	waitConns(t, m1, 0)

@@ -7,6 +7,7 @@
 package transport
 
 import (
+	"bytes"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -34,6 +35,13 @@ type Config struct {
 	// BearerToken authenticates the gateway, or CertData and KeyData (PEM) do.
 	BearerToken       string
 	CertData, KeyData []byte
+}
+
+// Equal reports whether c and o describe the same credential and connection
+// settings: transports built from either are interchangeable.
+func (c Config) Equal(o Config) bool {
+	return bytes.Equal(c.CAData, o.CAData) && c.ServerName == o.ServerName && c.Insecure == o.Insecure &&
+		c.BearerToken == o.BearerToken && bytes.Equal(c.CertData, o.CertData) && bytes.Equal(c.KeyData, o.KeyData)
 }
 
 // Transports are the round trippers toward one server of a member.

@@ -1,0 +1,69 @@
+package cluster
+
+import (
+	"crypto/tls"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/cert"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/transport"
+)
+
+// Keys of the credential Secret.
+const (
+	SecretKeyToken   = "token"
+	SecretKeyTLSCert = corev1.TLSCertKey       // tls.crt
+	SecretKeyTLSKey  = corev1.TLSPrivateKeyKey // tls.key
+	SecretKeyCA      = "ca.crt"
+)
+
+// transportConfig reads the gateway's credential toward the member from its
+// Secret and the connection settings from spec.clientConfig. Problems are
+// ConfigErrors whose messages name the Secret and the key, never the data.
+func transportConfig(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret) (transport.Config, error) {
+	cc := uc.Spec.ClientConfig
+	cfg := transport.Config{ServerName: cc.ServerName, Insecure: cc.Insecure}
+	secretCA := secret.Data[SecretKeyCA]
+	// Checked here so that the problem is named; the messages never repeat the
+	// data (x509 errors do not either).
+	if len(cc.CAData) > 0 {
+		if _, err := cert.ParseCertsPEM(cc.CAData); err != nil {
+			return cfg, configError(ReasonInvalidCAData, "spec.clientConfig.caData is not a PEM bundle of certificates: %v", err)
+		}
+	}
+	if len(secretCA) > 0 {
+		if _, err := cert.ParseCertsPEM(secretCA); err != nil {
+			return cfg, configError(ReasonInvalidCAData, "%q of credential Secret %s/%s is not a PEM bundle of certificates: %v",
+				SecretKeyCA, secret.Namespace, secret.Name, err)
+		}
+		if cc.Insecure {
+			return cfg, configError(ReasonInvalidConfiguration, "spec.clientConfig.insecure is true but credential Secret %s/%s has %q: "+
+				"certificate verification is either on or off; remove one of them", secret.Namespace, secret.Name, SecretKeyCA)
+		}
+	}
+	// Both sources of CA certificates are trusted: a CA rotation can publish the
+	// new CA in one before the old one leaves the other.
+	cfg.CAData = append(append(append([]byte{}, cc.CAData...), '\n'), secretCA...)
+	if len(cc.CAData) == 0 && len(secretCA) == 0 {
+		cfg.CAData = nil
+	}
+	token, crt, key := secret.Data[SecretKeyToken], secret.Data[SecretKeyTLSCert], secret.Data[SecretKeyTLSKey]
+	switch {
+	case len(token) > 0 && (len(crt) > 0 || len(key) > 0):
+		return cfg, configError(ReasonInvalidSecret, "credential Secret %s/%s has both %q and %q/%q: keep exactly one credential",
+			secret.Namespace, secret.Name, SecretKeyToken, SecretKeyTLSCert, SecretKeyTLSKey)
+	case len(token) > 0:
+		cfg.BearerToken = string(token)
+	case len(crt) > 0 && len(key) > 0:
+		if _, err := tls.X509KeyPair(crt, key); err != nil {
+			return cfg, configError(ReasonInvalidSecret, "credential Secret %s/%s: %q and %q are not a usable certificate and key: %v",
+				secret.Namespace, secret.Name, SecretKeyTLSCert, SecretKeyTLSKey, err)
+		}
+		cfg.CertData, cfg.KeyData = crt, key
+	default:
+		return cfg, configError(ReasonInvalidSecret, "credential Secret %s/%s has no credential: set %q, or %q and %q",
+			secret.Namespace, secret.Name, SecretKeyToken, SecretKeyTLSCert, SecretKeyTLSKey)
+	}
+	return cfg, nil
+}
