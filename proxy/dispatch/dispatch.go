@@ -1,7 +1,7 @@
 // Package dispatch compiles an UpstreamCluster's spec.dispatchPolicies into a
 // Matcher that finds, for each proxied request, the first policy matching it.
 //
-// The semantics are DESIGN.md's "Rule semantics":
+// The semantics are those of docs/dispatch.md ("Rules"):
 //
 //   - Policies are tried in order and the first match wins; the rules of a policy
 //     are ORed; the fields of a rule are ANDed.

@@ -7,7 +7,7 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/request"
 )
 
-// refMatch is DESIGN.md's rule semantics written as plainly as possible, on
+// refMatch is the rule semantics of docs/dispatch.md written as plainly as possible, on
 // strings, to check the compiled Matcher against (in the table tests and the fuzz
 // test). It assumes validated policies.
 func refMatch(ps []gatewayv1alpha1.DispatchPolicy, a *request.Attributes) int {
