@@ -214,8 +214,10 @@ func (c *Checker) Run(ctx context.Context) {
 	for _, s := range c.endpoints {
 		wg.Go(func() { c.probeLoop(ctx, s) })
 	}
+	// Deliveries run on Run's own goroutine: a thousand idle clusters should
+	// not hold a thousand goroutines more than they need.
 	if c.onTransition != nil {
-		wg.Go(func() { c.deliver(ctx) })
+		c.deliver(ctx)
 	}
 	wg.Wait()
 }
