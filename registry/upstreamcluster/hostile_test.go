@@ -155,7 +155,7 @@ func newHostileGateway(t *testing.T, member *hostileSink) *hostileGateway {
 	t.Cleanup(func() { c.Release(nil) })
 
 	scheme := runtime.NewScheme()
-	if err := gatewayv1alpha1.AddToScheme(scheme); err != nil {
+	if err := AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
 	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})

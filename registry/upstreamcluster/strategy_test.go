@@ -20,7 +20,7 @@ import (
 func testScheme(t *testing.T) *runtime.Scheme {
 	t.Helper()
 	s := runtime.NewScheme()
-	if err := gatewayv1alpha1.AddToScheme(s); err != nil {
+	if err := AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
 	return s

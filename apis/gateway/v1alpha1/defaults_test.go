@@ -1,7 +1,6 @@
 package v1alpha1_test
 
 import (
-	"net/url"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -177,34 +176,5 @@ func TestSchemeRegistration(t *testing.T) {
 	}
 	if got := gatewayv1alpha1.Resource("upstreamclusters"); got != (schema.GroupResource{Group: "gateway.kubewharf.io", Resource: "upstreamclusters"}) {
 		t.Errorf("Resource = %v", got)
-	}
-
-	// The proxy subresource's options come from the query string.
-	opts := &gatewayv1alpha1.UpstreamClusterProxyOptions{}
-	values := url.Values{"path": []string{"/api/v1/pods"}}
-	if err := scheme.Convert(&values, opts, nil); err != nil {
-		t.Fatalf("Convert url.Values: %v", err)
-	}
-	if opts.Path != "/api/v1/pods" {
-		t.Errorf("Path = %q, want /api/v1/pods", opts.Path)
-	}
-}
-
-func TestResourceModel(t *testing.T) {
-	uc := &gatewayv1alpha1.UpstreamCluster{}
-	if uc.NamespaceScoped() {
-		t.Error("UpstreamCluster must be cluster-scoped")
-	}
-	if got := uc.GetGroupVersionResource(); got != gatewayv1alpha1.SchemeGroupVersion.WithResource("upstreamclusters") {
-		t.Errorf("GVR = %v", got)
-	}
-	st := gatewayv1alpha1.UpstreamClusterStatus{ObservedGeneration: 4, Servers: []gatewayv1alpha1.ServerStatus{{Endpoint: "https://a", Healthy: true}}}
-	st.CopyTo(uc)
-	if !equality.Semantic.DeepEqual(uc.Status, st) {
-		t.Errorf("CopyTo: status = %+v, want %+v", uc.Status, st)
-	}
-	st.Servers[0].Healthy = false
-	if !uc.Status.Servers[0].Healthy {
-		t.Error("CopyTo aliases the source status instead of copying it")
 	}
 }

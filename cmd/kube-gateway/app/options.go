@@ -24,6 +24,7 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/frontproxy"
+	"github.com/kubewharf/kube-gateway/registry/upstreamcluster"
 )
 
 const defaultEtcdPathPrefix = "/registry/gateway.kubewharf.io"
@@ -77,7 +78,7 @@ func NewOptions() *Options {
 	return o
 }
 
-func newScheme() *runtime.Scheme { return buildScheme(gatewayv1alpha1.AddToScheme) }
+func newScheme() *runtime.Scheme { return buildScheme(upstreamcluster.AddToScheme) }
 
 // buildScheme is the gateway's scheme with the API types that add registers.
 func buildScheme(add func(*runtime.Scheme) error) *runtime.Scheme {
