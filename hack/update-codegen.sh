@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Regenerates deepcopy functions, OpenAPI definitions and the Go clients of apis/ with
-# k8s.io/code-generator's kube_codegen.sh, at the version pinned in go.mod.
+# Regenerates deepcopy and defaulting functions, OpenAPI definitions and the Go
+# clients of apis/ with k8s.io/code-generator's kube_codegen.sh, at the version
+# pinned in go.mod.
 set -o errexit -o nounset -o pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,6 +17,9 @@ source "${CODEGEN_PKG}/kube_codegen.sh"
 
 MODULE="github.com/kubewharf/kube-gateway"
 
+# Deepcopy (+k8s:deepcopy-gen) and defaulting (+k8s:defaulter-gen: the
+# SetObjectDefaults_* functions over the hand-written SetDefaults_* ones, and
+# RegisterDefaults, which the package's SchemeBuilder calls).
 kube::codegen::gen_helpers \
     --boilerplate "${ROOT}/hack/boilerplate.go.txt" \
     "${ROOT}/apis"

@@ -51,7 +51,7 @@ func sampleCluster() *gatewayv1alpha1.UpstreamCluster {
 			Servers:            []gatewayv1alpha1.ServerStatus{{Endpoint: "https://192.0.2.10:6443", Healthy: true}},
 		},
 	}
-	gatewayv1alpha1.SetDefaults_UpstreamCluster(uc)
+	gatewayv1alpha1.SetObjectDefaults_UpstreamCluster(uc)
 	return uc
 }
 

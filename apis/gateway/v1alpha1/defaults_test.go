@@ -67,7 +67,7 @@ func TestSetDefaultsUpstreamCluster(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			uc := &gatewayv1alpha1.UpstreamCluster{Spec: *tt.in.DeepCopy()}
-			gatewayv1alpha1.SetDefaults_UpstreamCluster(uc)
+			gatewayv1alpha1.SetObjectDefaults_UpstreamCluster(uc)
 			if uc.Spec.HealthCheck == nil {
 				t.Fatal("healthCheck not defaulted")
 			}
@@ -84,7 +84,7 @@ func TestSetDefaultsUpstreamCluster(t *testing.T) {
 
 			// Idempotent.
 			again := uc.DeepCopy()
-			gatewayv1alpha1.SetDefaults_UpstreamCluster(again)
+			gatewayv1alpha1.SetObjectDefaults_UpstreamCluster(again)
 			if !equality.Semantic.DeepEqual(again, uc) {
 				t.Errorf("defaulting twice changed the object: %+v -> %+v", uc.Spec, again.Spec)
 			}
@@ -176,5 +176,22 @@ func TestSchemeRegistration(t *testing.T) {
 	}
 	if got := gatewayv1alpha1.Resource("upstreamclusters"); got != (schema.GroupResource{Group: "gateway.kubewharf.io", Resource: "upstreamclusters"}) {
 		t.Errorf("Resource = %v", got)
+	}
+}
+
+// Lists are defaulted item by item (the generated SetObjectDefaults_UpstreamClusterList).
+func TestDecodeListAppliesDefaults(t *testing.T) {
+	const manifest = `{"apiVersion": "gateway.kubewharf.io/v1alpha1", "kind": "UpstreamClusterList",
+  "items": [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}, "spec": {"healthCheck": {"path": "/livez"}}}]}`
+	codecs := serializer.NewCodecFactory(newScheme(t))
+	obj, _, err := codecs.UniversalDecoder(gatewayv1alpha1.SchemeGroupVersion).Decode([]byte(manifest), nil, nil)
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	list := obj.(*gatewayv1alpha1.UpstreamClusterList)
+	for i, want := range []string{"/readyz", "/livez"} {
+		if hc := list.Items[i].Spec.HealthCheck; hc == nil || hc.Path != want || hc.IntervalSeconds != 5 {
+			t.Errorf("items[%d].spec.healthCheck = %+v, want path %s and the other defaults", i, hc, want)
+		}
 	}
 }
