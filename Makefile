@@ -43,9 +43,10 @@ test-e2e: build tools
 bench: build tools
 	go run ./test/bench -out-dir $(ROOT)/_output/bench $(BENCH_ARGS)
 
-## verify: generated code up to date, gofmt, go vet
+## verify: generated code up to date, apis/ free of server dependencies, gofmt, go vet
 verify:
 	hack/verify-codegen.sh
+	hack/verify-client-deps.sh
 	@out="$$(gofmt -l $$(git ls-files '*.go' | grep -v '^hack/tools/'))"; if [[ -n "$$out" ]]; then echo "gofmt needed: $$out"; exit 1; fi
 	go vet ./...
 

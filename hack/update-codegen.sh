@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Regenerates deepcopy functions, OpenAPI definitions and the Go clients of apis/ with
-# k8s.io/code-generator's kube_codegen.sh, at the version pinned in go.mod.
+# Regenerates deepcopy and defaulting functions, OpenAPI definitions and the Go
+# clients of apis/ with k8s.io/code-generator's kube_codegen.sh, at the version
+# pinned in go.mod.
 set -o errexit -o nounset -o pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,13 +17,23 @@ source "${CODEGEN_PKG}/kube_codegen.sh"
 
 MODULE="github.com/kubewharf/kube-gateway"
 
+# Deepcopy (+k8s:deepcopy-gen) and defaulting (+k8s:defaulter-gen: the
+# SetObjectDefaults_* functions over the hand-written SetDefaults_* ones, and
+# RegisterDefaults, which the package's SchemeBuilder calls).
 kube::codegen::gen_helpers \
     --boilerplate "${ROOT}/hack/boilerplate.go.txt" \
     "${ROOT}/apis"
 
+# The OpenAPI definitions serve the server only (the OpenAPI v2 and v3 it
+# publishes, and hack/openapi-schema below): they are generated into
+# registry/upstreamcluster/openapi, not into the types package that clients
+# import. The model names stay those of the types package
+# (zz_generated.model_name.go there, without imports).
+OPENAPI_PKG_DIR="registry/upstreamcluster/openapi"
+rm -f "${ROOT}/${OPENAPI_PKG_DIR}/zz_generated.openapi.go"
 kube::codegen::gen_openapi \
-    --output-dir "${ROOT}/apis/gateway/v1alpha1" \
-    --output-pkg "${MODULE}/apis/gateway/v1alpha1" \
+    --output-dir "${ROOT}/${OPENAPI_PKG_DIR}" \
+    --output-pkg "${MODULE}/${OPENAPI_PKG_DIR}" \
     --report-filename "${ROOT}/hack/api-rules/violation_exceptions.list" \
     --update-report \
     --output-model-name-file zz_generated.model_name.go \

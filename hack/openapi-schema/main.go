@@ -32,6 +32,7 @@ import (
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	gatewayopenapi "github.com/kubewharf/kube-gateway/registry/upstreamcluster/openapi"
 )
 
 func main() {
@@ -67,7 +68,7 @@ func schemaJSON() ([]byte, error) {
 
 	// Every type of our package, and what it references.
 	var names []string
-	for name := range gatewayv1alpha1.GetOpenAPIDefinitions(func(string) spec.Ref { return spec.Ref{} }) {
+	for name := range gatewayopenapi.GetOpenAPIDefinitions(func(string) spec.Ref { return spec.Ref{} }) {
 		if strings.HasPrefix(name, prefix) {
 			names = append(names, name)
 		}
@@ -79,7 +80,7 @@ func schemaJSON() ([]byte, error) {
 			Title:   "kube-gateway",
 			Version: gatewayv1alpha1.Version,
 		}},
-		GetDefinitions: gatewayv1alpha1.GetOpenAPIDefinitions,
+		GetDefinitions: gatewayopenapi.GetOpenAPIDefinitions,
 		// Named and tagged with their group-version-kinds as the gateway serves them.
 		GetDefinitionName: openapi.NewDefinitionNamer(scheme).GetDefinitionName,
 	}

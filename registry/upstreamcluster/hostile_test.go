@@ -39,6 +39,7 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/chain"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/clusters"
+	gatewayopenapi "github.com/kubewharf/kube-gateway/registry/upstreamcluster/openapi"
 )
 
 // hostileSeen is one request as a member (or a bystander server) saw it.
@@ -155,7 +156,7 @@ func newHostileGateway(t *testing.T, member *hostileSink) *hostileGateway {
 	t.Cleanup(func() { c.Release(nil) })
 
 	scheme := runtime.NewScheme()
-	if err := gatewayv1alpha1.AddToScheme(scheme); err != nil {
+	if err := AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
 	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
@@ -179,8 +180,8 @@ func newHostileGateway(t *testing.T, member *hostileSink) *hostileGateway {
 		return authorizer.DecisionAllow, "", nil
 	})
 	namer := openapi.NewDefinitionNamer(scheme)
-	cfg.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(gatewayv1alpha1.GetOpenAPIDefinitions, namer)
-	cfg.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(gatewayv1alpha1.GetOpenAPIDefinitions, namer)
+	cfg.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(gatewayopenapi.GetOpenAPIDefinitions, namer)
+	cfg.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(gatewayopenapi.GetOpenAPIDefinitions, namer)
 	cfg.LongRunningFunc = genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch"), sets.NewString("proxy"))
 	proxyREST := NewProxyREST(g.clusters, hostileObjects{}, testForwarder)
 	proxyHandler := NewProxyHandler(proxyREST, nil, scheme, codecs)

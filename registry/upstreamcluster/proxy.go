@@ -12,7 +12,6 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	genericrequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
-	"sigs.k8s.io/apiserver-runtime/pkg/builder/resource"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
@@ -36,9 +35,8 @@ type ProxyREST struct {
 }
 
 var (
-	_ rest.Connecter                = &ProxyREST{}
-	_ resource.ConnectorSubResource = &ProxyREST{}
-	_ rest.StorageMetadata          = &ProxyREST{}
+	_ rest.Connecter       = &ProxyREST{}
+	_ rest.StorageMetadata = &ProxyREST{}
 )
 
 // NewProxyREST returns the proxy subresource over the compiled clusters.
@@ -50,9 +48,6 @@ var proxyMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OP
 
 func (r *ProxyREST) New() runtime.Object { return &gatewayv1alpha1.UpstreamClusterProxyOptions{} }
 func (r *ProxyREST) Destroy()            {}
-
-// SubResourceName implements resource.SubResource.
-func (r *ProxyREST) SubResourceName() string { return "proxy" }
 
 // ConnectMethods implements rest.Connecter.
 func (r *ProxyREST) ConnectMethods() []string { return proxyMethods }

@@ -189,9 +189,6 @@ func TestProxyRESTLookup(t *testing.T) {
 
 func TestProxyRESTMetadata(t *testing.T) {
 	r := NewProxyREST(&fakeClusters{}, &fakeGetter{}, testForwarder)
-	if r.SubResourceName() != "proxy" {
-		t.Errorf("SubResourceName = %q", r.SubResourceName())
-	}
 	opts, subpath, key := r.NewConnectOptions()
 	if _, ok := opts.(*gatewayv1alpha1.UpstreamClusterProxyOptions); !ok || !subpath || key != "path" {
 		t.Errorf("NewConnectOptions = %T, %v, %q", opts, subpath, key)
@@ -309,7 +306,7 @@ func (d *denyConnect) Validate(_ context.Context, a admission.Attributes, _ admi
 // Status before anything is looked up or forwarded.
 func TestProxyHandlerAdmitsConnect(t *testing.T) {
 	scheme := runtime.NewScheme()
-	if err := gatewayv1alpha1.AddToScheme(scheme); err != nil {
+	if err := AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
 	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/apiserver-runtime/pkg/builder/resource"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
@@ -41,17 +40,15 @@ var _ rest.ShortNamesProvider = &REST{}
 func (r *REST) ShortNames() []string { return []string{"uc"} }
 
 // NewStorage builds the etcd-backed storage of UpstreamClusters: the generic
-// registry store, described by the apiserver-runtime resource model of the type,
-// with this package's strategies.
+// registry store with this package's strategies. scheme is a server scheme
+// (AddToScheme).
 func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts validation.Options) (*Storage, error) {
-	var obj resource.Object = &gatewayv1alpha1.UpstreamCluster{}
-	gr := obj.GetGroupVersionResource().GroupResource()
 	s := newStrategy(scheme, opts)
 	store := &genericregistry.Store{
-		NewFunc:                   obj.New,
-		NewListFunc:               obj.NewList,
+		NewFunc:                   func() runtime.Object { return &gatewayv1alpha1.UpstreamCluster{} },
+		NewListFunc:               func() runtime.Object { return &gatewayv1alpha1.UpstreamClusterList{} },
 		PredicateFunc:             matcher,
-		DefaultQualifiedResource:  gr,
+		DefaultQualifiedResource:  gatewayv1alpha1.Resource("upstreamclusters"),
 		SingularQualifiedResource: gatewayv1alpha1.Resource("upstreamcluster"),
 		CreateStrategy:            s,
 		UpdateStrategy:            s,

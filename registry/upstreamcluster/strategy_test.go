@@ -20,7 +20,7 @@ import (
 func testScheme(t *testing.T) *runtime.Scheme {
 	t.Helper()
 	s := runtime.NewScheme()
-	if err := gatewayv1alpha1.AddToScheme(s); err != nil {
+	if err := AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -51,7 +51,7 @@ func sampleCluster() *gatewayv1alpha1.UpstreamCluster {
 			Servers:            []gatewayv1alpha1.ServerStatus{{Endpoint: "https://192.0.2.10:6443", Healthy: true}},
 		},
 	}
-	gatewayv1alpha1.SetDefaults_UpstreamCluster(uc)
+	gatewayv1alpha1.SetObjectDefaults_UpstreamCluster(uc)
 	return uc
 }
 

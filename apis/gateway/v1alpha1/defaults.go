@@ -13,6 +13,10 @@ const (
 )
 
 // SetDefaults_UpstreamCluster fills in the defaults of an UpstreamCluster.
+// defaulter-gen calls it from SetObjectDefaults_UpstreamCluster
+// (zz_generated.defaults.go), which RegisterDefaults registers with a scheme:
+// every decoder of a scheme with AddToScheme applies it, the server's decoding of
+// request bodies and of what it reads back from etcd included.
 func SetDefaults_UpstreamCluster(obj *UpstreamCluster) {
 	if obj.Spec.HealthCheck == nil {
 		obj.Spec.HealthCheck = &HealthCheck{}

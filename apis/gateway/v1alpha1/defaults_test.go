@@ -1,7 +1,6 @@
 package v1alpha1_test
 
 import (
-	"net/url"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -68,7 +67,7 @@ func TestSetDefaultsUpstreamCluster(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			uc := &gatewayv1alpha1.UpstreamCluster{Spec: *tt.in.DeepCopy()}
-			gatewayv1alpha1.SetDefaults_UpstreamCluster(uc)
+			gatewayv1alpha1.SetObjectDefaults_UpstreamCluster(uc)
 			if uc.Spec.HealthCheck == nil {
 				t.Fatal("healthCheck not defaulted")
 			}
@@ -85,7 +84,7 @@ func TestSetDefaultsUpstreamCluster(t *testing.T) {
 
 			// Idempotent.
 			again := uc.DeepCopy()
-			gatewayv1alpha1.SetDefaults_UpstreamCluster(again)
+			gatewayv1alpha1.SetObjectDefaults_UpstreamCluster(again)
 			if !equality.Semantic.DeepEqual(again, uc) {
 				t.Errorf("defaulting twice changed the object: %+v -> %+v", uc.Spec, again.Spec)
 			}
@@ -178,33 +177,21 @@ func TestSchemeRegistration(t *testing.T) {
 	if got := gatewayv1alpha1.Resource("upstreamclusters"); got != (schema.GroupResource{Group: "gateway.kubewharf.io", Resource: "upstreamclusters"}) {
 		t.Errorf("Resource = %v", got)
 	}
-
-	// The proxy subresource's options come from the query string.
-	opts := &gatewayv1alpha1.UpstreamClusterProxyOptions{}
-	values := url.Values{"path": []string{"/api/v1/pods"}}
-	if err := scheme.Convert(&values, opts, nil); err != nil {
-		t.Fatalf("Convert url.Values: %v", err)
-	}
-	if opts.Path != "/api/v1/pods" {
-		t.Errorf("Path = %q, want /api/v1/pods", opts.Path)
-	}
 }
 
-func TestResourceModel(t *testing.T) {
-	uc := &gatewayv1alpha1.UpstreamCluster{}
-	if uc.NamespaceScoped() {
-		t.Error("UpstreamCluster must be cluster-scoped")
+// Lists are defaulted item by item (the generated SetObjectDefaults_UpstreamClusterList).
+func TestDecodeListAppliesDefaults(t *testing.T) {
+	const manifest = `{"apiVersion": "gateway.kubewharf.io/v1alpha1", "kind": "UpstreamClusterList",
+  "items": [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}, "spec": {"healthCheck": {"path": "/livez"}}}]}`
+	codecs := serializer.NewCodecFactory(newScheme(t))
+	obj, _, err := codecs.UniversalDecoder(gatewayv1alpha1.SchemeGroupVersion).Decode([]byte(manifest), nil, nil)
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
 	}
-	if got := uc.GetGroupVersionResource(); got != gatewayv1alpha1.SchemeGroupVersion.WithResource("upstreamclusters") {
-		t.Errorf("GVR = %v", got)
-	}
-	st := gatewayv1alpha1.UpstreamClusterStatus{ObservedGeneration: 4, Servers: []gatewayv1alpha1.ServerStatus{{Endpoint: "https://a", Healthy: true}}}
-	st.CopyTo(uc)
-	if !equality.Semantic.DeepEqual(uc.Status, st) {
-		t.Errorf("CopyTo: status = %+v, want %+v", uc.Status, st)
-	}
-	st.Servers[0].Healthy = false
-	if !uc.Status.Servers[0].Healthy {
-		t.Error("CopyTo aliases the source status instead of copying it")
+	list := obj.(*gatewayv1alpha1.UpstreamClusterList)
+	for i, want := range []string{"/readyz", "/livez"} {
+		if hc := list.Items[i].Spec.HealthCheck; hc == nil || hc.Path != want || hc.IntervalSeconds != 5 {
+			t.Errorf("items[%d].spec.healthCheck = %+v, want path %s and the other defaults", i, hc, want)
+		}
 	}
 }

@@ -3,6 +3,7 @@
 // subresource.
 //
 // +k8s:deepcopy-gen=package
+// +k8s:defaulter-gen=TypeMeta
 // +k8s:openapi-gen=true
 // +groupName=gateway.kubewharf.io
 // +k8s:openapi-model-package=com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1

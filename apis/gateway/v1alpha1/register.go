@@ -1,10 +1,7 @@
 package v1alpha1
 
 import (
-	"net/url"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/conversion"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -29,8 +26,10 @@ func Resource(resource string) schema.GroupResource {
 }
 
 var (
-	// SchemeBuilder registers the types of this package.
-	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes, addDefaultingFuncs)
+	// SchemeBuilder registers the types of this package and their defaults
+	// (RegisterDefaults, zz_generated.defaults.go). Decoding the proxy options
+	// from a query string is the server's: registry/upstreamcluster.AddToScheme.
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes, RegisterDefaults)
 	// AddToScheme adds the types of this package to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
@@ -59,14 +58,5 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 	// The API has one version, so the internal version is the same Go types: no
 	// conversion code, and the generic registry still finds an internal kind.
 	scheme.AddKnownTypes(schema.GroupVersion{Group: GroupName, Version: runtime.APIVersionInternal}, knownTypes()...)
-	// The proxy subresource decodes its options from the query string.
-	return scheme.AddConversionFunc((*url.Values)(nil), (*UpstreamClusterProxyOptions)(nil),
-		func(a, b interface{}, _ conversion.Scope) error {
-			return b.(*UpstreamClusterProxyOptions).ConvertFromUrlValues(a.(*url.Values))
-		})
-}
-
-func addDefaultingFuncs(scheme *runtime.Scheme) error {
-	scheme.AddTypeDefaultingFunc(&UpstreamCluster{}, func(obj interface{}) { SetDefaults_UpstreamCluster(obj.(*UpstreamCluster)) })
 	return nil
 }

@@ -24,6 +24,8 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/frontproxy"
+	"github.com/kubewharf/kube-gateway/registry/upstreamcluster"
+	gatewayopenapi "github.com/kubewharf/kube-gateway/registry/upstreamcluster/openapi"
 )
 
 const defaultEtcdPathPrefix = "/registry/gateway.kubewharf.io"
@@ -77,7 +79,7 @@ func NewOptions() *Options {
 	return o
 }
 
-func newScheme() *runtime.Scheme { return buildScheme(gatewayv1alpha1.AddToScheme) }
+func newScheme() *runtime.Scheme { return buildScheme(upstreamcluster.AddToScheme) }
 
 // buildScheme is the gateway's scheme with the API types that add registers.
 func buildScheme(add func(*runtime.Scheme) error) *runtime.Scheme {
@@ -159,9 +161,9 @@ func (o *Options) Config() (*Config, error) {
 	// OpenAPI definitions name the served version only: o.scheme also has the
 	// internal one (the same Go types), which clients cannot ask for.
 	namer := openapi.NewDefinitionNamer(buildScheme(gatewayv1alpha1.AddServedTypesToScheme))
-	serverConfig.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(gatewayv1alpha1.GetOpenAPIDefinitions, namer)
+	serverConfig.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(gatewayopenapi.GetOpenAPIDefinitions, namer)
 	serverConfig.OpenAPIConfig.Info.Title = "kube-gateway"
-	serverConfig.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(gatewayv1alpha1.GetOpenAPIDefinitions, namer)
+	serverConfig.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(gatewayopenapi.GetOpenAPIDefinitions, namer)
 	serverConfig.OpenAPIV3Config.Info.Title = "kube-gateway"
 
 	// Every proxied request is long-running for the gateway: the member decides

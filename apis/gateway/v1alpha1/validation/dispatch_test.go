@@ -545,7 +545,7 @@ func TestKubeGatewayExamplesValidate(t *testing.T) {
 		{Rules: []rule{{NonResourceURLs: []string{"/healthz", "/healthz/*"}, Verbs: []string{"get", "post"}}}},
 		{Rules: []rule{{Resources: []string{"-pods", "-deployments"}, APIGroups: star, Verbs: star}}},
 	}
-	gatewayv1alpha1.SetDefaults_UpstreamCluster(uc)
+	gatewayv1alpha1.SetObjectDefaults_UpstreamCluster(uc)
 	if errs := validation.ValidateUpstreamCluster(uc, opts); len(errs) != 0 {
 		t.Fatalf("KubeGateway examples refused: %v", errs)
 	}

@@ -361,7 +361,7 @@ func validateDispatchPolicies(policies []gatewayv1alpha1.DispatchPolicy, servers
 // be said of them without the rest of the spec. The data plane's compiler calls it
 // too, so that it refuses exactly what the API refuses and can trust the rest.
 //
-// The rules, as DESIGN.md "Rule semantics" states them:
+// The rules, as docs/dispatch.md ("Rules") states them:
 //   - a rule is a resource rule (resources set) or a non-resource rule
 //     (nonResourceURLs set), never both, never neither: apiGroups, resources,
 //     resourceNames and namespaces are forbidden in a non-resource rule;

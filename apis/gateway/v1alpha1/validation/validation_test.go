@@ -90,7 +90,7 @@ func valid() *gatewayv1alpha1.UpstreamCluster {
 			},
 		},
 	}
-	gatewayv1alpha1.SetDefaults_UpstreamCluster(uc)
+	gatewayv1alpha1.SetObjectDefaults_UpstreamCluster(uc)
 	return uc
 }
 
