@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	auditinternal "k8s.io/apiserver/pkg/apis/audit"
+	"k8s.io/apiserver/pkg/audit/policy"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 )
@@ -119,5 +121,50 @@ func TestEntryRefusesWhatDoesNotComeFromTheFrontProxy(t *testing.T) {
 				t.Errorf("GET %s: %d %s %+v, want 401 with the Entry's message", tt.path, rec.Code, rec.Header().Get("Content-Type"), status)
 			}
 		}
+	}
+}
+
+// auditSink keeps the events it is given.
+type auditSink struct{ events []*auditinternal.Event }
+
+func (s *auditSink) ProcessEvents(events ...*auditinternal.Event) bool {
+	for _, e := range events {
+		s.events = append(s.events, e.DeepCopy())
+	}
+	return true
+}
+func (s *auditSink) Run(<-chan struct{}) error { return nil }
+func (s *auditSink) Shutdown()                 {}
+func (s *auditSink) String() string            { return "test" }
+
+// A refusal is audited like a failed authentication: no user, 401.
+func TestEntryRefusalIsAudited(t *testing.T) {
+	scheme := runtime.NewScheme()
+	metav1.AddToGroupVersion(scheme, metav1.SchemeGroupVersion)
+	c := genericapiserver.NewConfig(serializer.NewCodecFactory(scheme))
+	c.FeatureGate = utilfeature.DefaultFeatureGate
+	c.RequestInfoResolver = genericapiserver.NewRequestInfoResolver(c)
+	sink := &auditSink{}
+	c.AuditBackend = sink
+	c.AuditPolicyRuleEvaluator = policy.NewFakePolicyRuleEvaluator(auditinternal.LevelMetadata, nil)
+	entry := &Entry{FromFrontProxy: func(*http.Request) bool { return false }, Message: "refused"}
+	h := New(http.NotFoundHandler(), func(http.ResponseWriter, *http.Request, string, string) {}, c, Options{Entry: entry})
+
+	const path = "/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/member-a/proxy/api"
+	req := httptest.NewRequest(http.MethodGet, "https://gateway"+path, nil)
+	req.Header.Set("Authorization", "Bearer hub-token")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusUnauthorized {
+		t.Fatalf("%d %s, want 401", rec.Code, rec.Body)
+	}
+	var found bool
+	for _, e := range sink.events {
+		if e.Stage == auditinternal.StageResponseStarted && e.RequestURI == path && e.ResponseStatus != nil && e.ResponseStatus.Code == http.StatusUnauthorized && e.User.Username == "" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no audit event of the refusal: %+v", sink.events)
 	}
 }
