@@ -14,6 +14,10 @@
 // warnings, CORS, HSTS, Cache-Control, probabilistic GOAWAY; tracing when
 // tracing is configured.
 //
+// In front of both chains sits the entry decision (entry.go): by default the
+// gateway's API group is served only to requests that come through the hub's
+// front proxy.
+//
 // Left out: the apiserver_request_* metrics and filter latency metrics (the
 // kube_gateway_proxy_* metrics count proxied requests), the HTTP access log of
 // -v=3 (the forwarder logs each request), and the filters that do not apply to
@@ -43,6 +47,10 @@ type Options struct {
 	// Tracing adds the tracing filter; without tracing configuration the
 	// tracer provider is a no-op and the filter only costs.
 	Tracing bool
+	// Entry, when set, serves the gateway's API group only to the requests
+	// it lets in, on both chains; nil serves it to anyone the gateway
+	// authenticates and authorizes (direct access).
+	Entry *Entry
 }
 
 // New returns a handler that serves proxy paths with serve on the short chain
@@ -80,7 +88,17 @@ func New(generic http.Handler, serve ProxyFunc, c *genericapiserver.Config, o Op
 	h = genericapifilters.WithAuditInit(h)
 
 	short := h
+	var refuse http.Handler
+	if o.Entry != nil {
+		refuse = o.Entry.refusal(c)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		// The entry decision comes first: it holds for both chains, and other
+		// paths (health, metrics, discovery of /apis, OpenAPI) keep their rules.
+		if refuse != nil && gatewayAPI(req.URL.Path) && !o.Entry.FromFrontProxy(req) {
+			refuse.ServeHTTP(w, req)
+			return
+		}
 		if _, _, ok := Split(req.URL.Path); ok {
 			short.ServeHTTP(w, req)
 			return

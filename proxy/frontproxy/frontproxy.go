@@ -12,6 +12,10 @@
 // validity period: the same bytes against the same roots at a time inside that
 // period give the same answer. Possession of the certificate's key is proven by
 // the TLS handshake of every connection, as before.
+//
+// The same verification tells the entry decision (proxy/chain) whether a
+// request comes from the front proxy at all: by default the gateway serves its
+// API only to such requests.
 package frontproxy
 
 import (
@@ -42,31 +46,74 @@ const cacheSize = 64
 // Without request-header authentication (nil rh or full), full is returned
 // unchanged.
 func WithCachedVerification(rh *authenticatorfactory.RequestHeaderConfig, full authenticator.Request) authenticator.Request {
-	if rh == nil || full == nil {
-		return full
-	}
-	return newCachedVerification(rh, full, clock.RealClock{})
+	return NewVerifier(rh).Authenticator(full)
 }
 
-func newCachedVerification(rh *authenticatorfactory.RequestHeaderConfig, full authenticator.Request, clk clock.PassiveClock) authenticator.Request {
-	v := &verifier{
-		verifyOptions: rh.CAContentProvider.VerifyOptions,
-		allowedNames:  rh.AllowedClientNames,
-		headers:       headerrequest.NewDynamic(rh.UsernameHeaders, rh.UIDHeaders, rh.GroupHeaders, rh.ExtraHeaderPrefixes),
-		clock:         clk,
-		verified:      lru.New(cacheSize),
+// Verifier verifies the front proxy's client certificates, remembering those
+// that verified. One Verifier serves both the authenticator and the entry
+// decision (FromFrontProxy), so a certificate is verified once for both.
+type Verifier struct {
+	v *verifier
+}
+
+// NewVerifier returns a Verifier for the request-header authentication that rh
+// describes; nil without one (nothing then comes from a front proxy).
+func NewVerifier(rh *authenticatorfactory.RequestHeaderConfig) *Verifier {
+	if rh == nil {
+		return nil
+	}
+	return newVerifier(rh, clock.RealClock{})
+}
+
+func newVerifier(rh *authenticatorfactory.RequestHeaderConfig, clk clock.PassiveClock) *Verifier {
+	return &Verifier{v: &verifier{
+		verifyOptions:   rh.CAContentProvider.VerifyOptions,
+		allowedNames:    rh.AllowedClientNames,
+		usernameHeaders: rh.UsernameHeaders,
+		headers:         headerrequest.NewDynamic(rh.UsernameHeaders, rh.UIDHeaders, rh.GroupHeaders, rh.ExtraHeaderPrefixes),
+		clock:           clk,
+		verified:        lru.New(cacheSize),
+	}}
+}
+
+// Authenticator returns the authenticator described at WithCachedVerification:
+// full, preceded by the cached request-header authentication. A nil Verifier
+// or full returns full.
+func (v *Verifier) Authenticator(full authenticator.Request) authenticator.Request {
+	if v == nil || full == nil {
+		return full
 	}
 	// full adds system:authenticated to its own users; the group adder does the
 	// same for users of the fast path and leaves full's alone.
-	return group.NewAuthenticatedGroupAdder(union.New(v, full))
+	return group.NewAuthenticatedGroupAdder(union.New(v.v, full))
+}
+
+// FromFrontProxy tells whether req comes from the front proxy: a client
+// certificate that verifies against the request-header CA, with an allowed
+// name, and a user in a username header. These are the conditions under which
+// the request-header authentication (the first step of Authenticator)
+// authenticates req, so a request for which it is true is authenticated as the
+// user the front proxy names. It does not authenticate: the headers stay for
+// the authenticator, which reads and clears them. A nil Verifier says false.
+func (v *Verifier) FromFrontProxy(req *http.Request) bool {
+	if v == nil || !v.v.trusted(req) {
+		return false
+	}
+	for _, name := range v.v.usernameHeaders.Value() {
+		if req.Header.Get(name) != "" {
+			return true
+		}
+	}
+	return false
 }
 
 type verifier struct {
-	verifyOptions x509request.VerifyOptionFunc
-	allowedNames  headerrequest.StringSliceProvider
-	headers       authenticator.Request
-	clock         clock.PassiveClock
-	verified      *lru.Cache // [sha256.Size]byte -> verification
+	verifyOptions   x509request.VerifyOptionFunc
+	allowedNames    headerrequest.StringSliceProvider
+	usernameHeaders headerrequest.StringSliceProvider
+	headers         authenticator.Request
+	clock           clock.PassiveClock
+	verified        *lru.Cache // [sha256.Size]byte -> verification
 }
 
 // verification is a successful chain verification of a certificate.
@@ -82,17 +129,23 @@ type verification struct {
 // AuthenticateRequest implements authenticator.Request. It never returns an
 // error: failures are left to the full authenticator, which reports them.
 func (v *verifier) AuthenticateRequest(req *http.Request) (*authenticator.Response, bool, error) {
-	if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 {
-		return nil, false, nil
-	}
-	opts, ok := v.verifyOptions()
-	if !ok {
-		return nil, false, nil
-	}
-	if !v.verify(req.TLS.PeerCertificates, opts) || !v.allowed(req.TLS.PeerCertificates[0].Subject.CommonName) {
+	if !v.trusted(req) {
 		return nil, false, nil
 	}
 	return v.headers.AuthenticateRequest(req)
+}
+
+// trusted tells whether req carries a client certificate that verifies
+// against the request-header CA and has an allowed name.
+func (v *verifier) trusted(req *http.Request) bool {
+	if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 {
+		return false
+	}
+	opts, ok := v.verifyOptions()
+	if !ok {
+		return false
+	}
+	return v.verify(req.TLS.PeerCertificates, opts) && v.allowed(req.TLS.PeerCertificates[0].Subject.CommonName)
 }
 
 // verify tells whether the chain of certs verifies under opts, from the cache

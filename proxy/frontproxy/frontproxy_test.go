@@ -110,11 +110,12 @@ type swappableNames struct{ names atomic.Pointer[[]string] }
 func (s *swappableNames) Value() []string { return *s.names.Load() }
 
 type fixture struct {
-	authn authenticator.Request
-	full  *recorder
-	caSrc *swappableCA
-	names *swappableNames
-	clock *clocktesting.FakePassiveClock
+	verifier *Verifier
+	authn    authenticator.Request
+	full     *recorder
+	caSrc    *swappableCA
+	names    *swappableNames
+	clock    *clocktesting.FakePassiveClock
 }
 
 func newFixture(t testing.TB, c *ca, allowed ...string) *fixture {
@@ -129,7 +130,8 @@ func newFixture(t testing.TB, c *ca, allowed ...string) *fixture {
 		GroupHeaders:        headerrequest.StaticStringSlice{"X-Remote-Group"},
 		ExtraHeaderPrefixes: headerrequest.StaticStringSlice{"X-Remote-Extra-"},
 	}
-	f.authn = newCachedVerification(rh, f.full, f.clock)
+	f.verifier = newVerifier(rh, f.clock)
+	f.authn = f.verifier.Authenticator(f.full)
 	return f
 }
 
@@ -194,6 +196,51 @@ func TestEverythingElseIsLeftToTheFullAuthenticator(t *testing.T) {
 				t.Fatalf("got user %q (full authenticator asked: %v), want the full authenticator's", got, full)
 			}
 		})
+	}
+}
+
+// FromFrontProxy says yes exactly when the request-header step would
+// authenticate the request, and leaves the identity headers for it.
+func TestFromFrontProxy(t *testing.T) {
+	front := newCA(t, "front-proxy-ca")
+	other := newCA(t, "other-ca")
+	f := newFixture(t, front, "front-proxy-client")
+	cert := front.client(t, "front-proxy-client", 2)
+	noUser := request(cert)
+	noUser.Header.Del("X-Remote-User")
+	bearer := request(nil)
+	bearer.Header.Set("Authorization", "Bearer hub-token")
+	tests := []struct {
+		name string
+		req  *http.Request
+		want bool
+	}{
+		{"the front proxy's certificate and a user", request(cert), true},
+		{"the front proxy's certificate without a user", noUser, false},
+		{"a bearer token and identity headers", bearer, false},
+		{"another CA", request(other.client(t, "front-proxy-client", 3)), false},
+		{"a name not allowed", request(front.client(t, "someone-else", 4)), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := tt.req.Header.Clone()
+			if got := f.verifier.FromFrontProxy(tt.req); got != tt.want {
+				t.Fatalf("FromFrontProxy = %v, want %v", got, tt.want)
+			}
+			if len(tt.req.Header) != len(before) || tt.req.Header.Get("X-Remote-User") != before.Get("X-Remote-User") {
+				t.Fatalf("headers changed: %v, were %v", tt.req.Header, before)
+			}
+			if !tt.want {
+				return
+			}
+			if got, full := f.authenticate(t, tt.req); got != "alice" || full {
+				t.Fatalf("then authenticated as %q (full authenticator asked: %v)", got, full)
+			}
+		})
+	}
+	var none *Verifier
+	if none.FromFrontProxy(request(cert)) {
+		t.Fatal("a nil Verifier (no request-header configuration) trusted a request")
 	}
 }
 

@@ -809,6 +809,7 @@ func gatewayChartCases(ctx context.Context) []gatewayChartCase {
 				if len(g.m.all("Certificate")) != 0 || len(g.m.all("Issuer")) != 0 {
 					t.Fatal("cert-manager objects without cert-manager mode")
 				}
+				checkNoDirectAccess(t, g)
 			},
 		},
 		{
@@ -995,6 +996,110 @@ etcd:
 				checkGeneratedServingCert(t, g)
 			},
 		},
+		{
+			name: "direct-access",
+			setup: func(*testing.T, string) []string {
+				return []string{"--set", "directAccess.enabled=true", "--set", "directAccess.service.type=LoadBalancer",
+					"--set", "directAccess.service.port=6443", "--set", "directAccess.service.nodePort=31443",
+					"--set", "directAccess.service.loadBalancerSourceRanges={10.0.0.0/8}",
+					"--set", "directAccess.service.annotations.example\\.invalid/lb=internal"}
+			},
+			check: func(t *testing.T, g *gateway) {
+				checkDirectAccess(t, g, true)
+				svc := convert[corev1.Service](t, g.m.get(t, "Service", g.ns, g.deploy.Name+"-direct"))
+				p := svc.Spec.Ports[0]
+				if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || p.Port != 6443 || p.NodePort != 31443 ||
+					!slices.Equal(svc.Spec.LoadBalancerSourceRanges, []string{"10.0.0.0/8"}) || svc.Annotations["example.invalid/lb"] != "internal" {
+					t.Fatalf("direct Service %+v, annotations %v", svc.Spec, svc.Annotations)
+				}
+				checkGeneratedServingCert(t, g)
+			},
+		},
+		{
+			name: "direct-access-no-audit",
+			setup: func(*testing.T, string) []string {
+				return []string{"--set", "directAccess.enabled=true", "--set", "directAccess.audit.enabled=false"}
+			},
+			check: func(t *testing.T, g *gateway) {
+				checkDirectAccess(t, g, false)
+				svc := convert[corev1.Service](t, g.m.get(t, "Service", g.ns, g.deploy.Name+"-direct"))
+				if svc.Spec.Type != corev1.ServiceTypeClusterIP || svc.Spec.Ports[0].Port != 443 || svc.Spec.Ports[0].NodePort != 0 {
+					t.Fatalf("direct Service %+v, want ClusterIP port 443", svc.Spec)
+				}
+			},
+		},
+	}
+}
+
+// checkNoDirectAccess wants the default: no --direct-access, no direct
+// Service, no audit flags.
+func checkNoDirectAccess(t *testing.T, g *gateway) {
+	t.Helper()
+	for _, flag := range []string{"--direct-access", "--audit-policy-file", "--audit-log-path"} {
+		if _, ok := g.args[flag]; ok {
+			t.Fatalf("%s set by default", flag)
+		}
+	}
+	for _, svc := range g.m.all("Service") {
+		if svc.GetName() != g.service.Name && !strings.HasPrefix(svc.GetName(), g.deploy.Name+"-etcd") {
+			t.Fatalf("Service %s by default, want the APIService's (and the bundled etcd's) only", svc.GetName())
+		}
+	}
+	if len(g.m.all("ConfigMap")) != 0 {
+		t.Fatalf("%d ConfigMaps by default, want none", len(g.m.all("ConfigMap")))
+	}
+}
+
+// checkDirectAccess wants --direct-access, a direct Service of its own next to
+// the APIService's (which checkGateway checked) sending to the gateway's pods,
+// and, with audit, the gateway's audit policy mounted and logged to stdout.
+func checkDirectAccess(t *testing.T, g *gateway, audit bool) {
+	t.Helper()
+	if v, ok := g.args["--direct-access"]; !ok || v != "" {
+		t.Fatalf("--direct-access: %q (set: %v)", v, ok)
+	}
+	svc := convert[corev1.Service](t, g.m.get(t, "Service", g.ns, g.deploy.Name+"-direct"))
+	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(g.deploy.Spec.Template.Labels)) ||
+		len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.String() != "https" {
+		t.Fatalf("direct Service does not send its one port to the pods' https port: %+v", svc.Spec)
+	}
+	if svc.Name == g.service.Name {
+		t.Fatal("the direct Service is the APIService's")
+	}
+	cm := g.m.find("ConfigMap", g.ns, g.deploy.Name+"-audit-policy")
+	if !audit {
+		if cm != nil || g.args["--audit-policy-file"] != "" || g.args["--audit-log-path"] != "" {
+			t.Fatalf("audit rendered with directAccess.audit.enabled=false: %v", g.args)
+		}
+		return
+	}
+	if cm == nil {
+		t.Fatal("no audit policy ConfigMap")
+	}
+	var policy struct {
+		APIVersion string           `json:"apiVersion"`
+		Kind       string           `json:"kind"`
+		Rules      []map[string]any `json:"rules"`
+	}
+	data := convert[corev1.ConfigMap](t, cm).Data["policy.yaml"]
+	if err := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(data), 4096).Decode(&policy); err != nil {
+		t.Fatalf("audit policy: %v\n%s", err, data)
+	}
+	if policy.APIVersion != "audit.k8s.io/v1" || policy.Kind != "Policy" || len(policy.Rules) == 0 || policy.Rules[0]["level"] != "Metadata" {
+		t.Fatalf("audit policy %+v", policy)
+	}
+	var cmVolume string
+	for _, v := range g.deploy.Spec.Template.Spec.Volumes {
+		if v.ConfigMap != nil && v.ConfigMap.Name == cm.GetName() {
+			cmVolume = v.Name
+		}
+	}
+	if cmVolume == "" || g.args["--audit-policy-file"] != g.mountPath(t, cmVolume)+"/policy.yaml" ||
+		g.args["--audit-log-path"] != "-" || g.args["--audit-log-format"] != "json" {
+		t.Fatalf("audit flags %q %q %q, policy volume %q", g.args["--audit-policy-file"], g.args["--audit-log-path"], g.args["--audit-log-format"], cmVolume)
+	}
+	if g.deploy.Spec.Template.Annotations["checksum/audit-policy"] == "" {
+		t.Fatal("no checksum/audit-policy annotation: a changed policy would not roll the pods")
 	}
 }
 
@@ -1056,6 +1161,9 @@ func TestChartRejectsInvalidValues(t *testing.T) {
 		{"kube-gateway", []string{"--set", "apiService.insecureSkipTLSVerify=true"}, []string{schemaErr, "insecureSkipTLSVerify"}},
 		{"kube-gateway", []string{"--set", "resources.requests.cpu=lots"}, []string{schemaErr, "/resources/requests/cpu"}},
 		{"kube-gateway", []string{"--set", "gateway.goGC=-1"}, []string{schemaErr, "/gateway/goGC"}},
+		{"kube-gateway", []string{"--set", "directAccess.enable=true"}, []string{schemaErr, "enable"}},
+		{"kube-gateway", []string{"--set", "directAccess.service.type=ExternalName"}, []string{schemaErr, "/directAccess/service/type"}},
+		{"kube-gateway", []string{"--set", "directAccess.audit.policy.kind=Config"}, []string{schemaErr, "/directAccess/audit/policy/kind"}},
 		// Past the schema, the templates:
 		{"kube-gateway", []string{"--set", "etcd.mode=external", "--set", "etcd.external.endpoints={https://etcd:2379}"}, []string{"etcd.external.tls.secretName", "required for https"}},
 		{"kube-gateway", []string{"--set", "certificates.mode=secret", "--set", "certificates.secret.name=x", "--set", "certificates.secret.caBundle=not-pem"}, []string{"caBundle must be PEM"}},

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,13 +28,23 @@ type kubeconfigOptions struct {
 	check       bool
 	flatten     bool
 	timeout     time.Duration
+	direct      directOptions
 
 	rules     *clientcmd.ClientConfigLoadingRules
 	overrides *clientcmd.ConfigOverrides
 }
 
+// directOptions are the flags of `kube-gateway kubeconfig --direct`.
+type directOptions struct {
+	enabled    bool
+	server     string // https://HOST:PORT of the gateway itself
+	caFile     string // CA of the gateway's serving certificate
+	serverName string // TLS server name when the address is not in the certificate
+}
+
 // newKubeconfigCommand returns `kube-gateway kubeconfig`: it prints a
-// kubeconfig for a member cluster through the hub.
+// kubeconfig for a member cluster through the hub, or with --direct through
+// the gateway alone.
 func newKubeconfigCommand() *cobra.Command {
 	o := &kubeconfigOptions{
 		rules:     clientcmd.NewDefaultClientConfigLoadingRules(),
@@ -40,7 +53,7 @@ func newKubeconfigCommand() *cobra.Command {
 	}
 	cmd := &cobra.Command{
 		Use:   "kubeconfig --cluster NAME",
-		Short: "Print a kubeconfig that reaches a member cluster through the hub",
+		Short: "Print a kubeconfig that reaches a member cluster through the hub (or, with --direct, the gateway alone)",
 		Long: `Print a kubeconfig for member cluster NAME through the hub to stdout.
 
 It is built from the current hub kubeconfig, loaded like kubectl does (--kubeconfig,
@@ -53,9 +66,24 @@ context; the namespace of the hub context is not carried over. kubectl,
 client-go, helm, k9s and other tools then work against the member, with the
 member's RBAC applied to the hub user.
 
+With --direct the server is the gateway itself, --direct-server (its direct
+address, https://HOST:PORT) plus the same path, verified with --direct-ca-file
+(the CA of the gateway's serving certificate, the caBundle of the APIService
+v1alpha1.gateway.kubewharf.io; system roots when not given) and, if the address
+is not a name in that certificate, --direct-tls-server-name (for example
+kube-gateway.kube-gateway.svc). The hub user's credentials are kept: the gateway
+checks them with the hub. The gateway must run with --direct-access: requests
+sent this way skip the hub's API Priority and Fairness and its audit log, and the
+gateway's own audit policy applies instead.
+
 Only the kubeconfig is written to stdout; errors go to stderr.`,
 		Example: `  kube-gateway kubeconfig --cluster member-a > member-a.kubeconfig
   kubectl --kubeconfig member-a.kubeconfig get namespaces
+
+  # Straight to a gateway that runs with --direct-access (its direct Service).
+  kubectl get apiservice v1alpha1.gateway.kubewharf.io -o jsonpath='{.spec.caBundle}' | base64 -d > gateway-ca.crt
+  kube-gateway kubeconfig --cluster member-a --direct --direct-server https://203.0.113.7:443 \
+    --direct-ca-file gateway-ca.crt --direct-tls-server-name kube-gateway.kube-gateway.svc --flatten
 
   # Check that the UpstreamCluster exists, embed certificate files.
   kube-gateway kubeconfig --kubeconfig hub.kubeconfig --cluster member-a --check --flatten`,
@@ -73,6 +101,10 @@ Only the kubeconfig is written to stdout; errors go to stderr.`,
 	fs.DurationVar(&o.timeout, "request-timeout", o.timeout, "timeout of the --check request to the hub")
 	fs.StringVar(&o.rules.ExplicitPath, "kubeconfig", "", "path of the hub kubeconfig (default: $KUBECONFIG, else ~/.kube/config)")
 	fs.StringVar(&o.overrides.CurrentContext, "context", "", "context of the hub kubeconfig to use (default: its current context)")
+	fs.BoolVar(&o.direct.enabled, "direct", false, "reach the member through the gateway alone, at --direct-server, instead of through the hub (the gateway must run with --direct-access)")
+	fs.StringVar(&o.direct.server, "direct-server", "", "with --direct: the gateway's direct address, https://HOST:PORT (for example the address of the chart's direct Service)")
+	fs.StringVar(&o.direct.caFile, "direct-ca-file", "", "with --direct: PEM file of the CA of the gateway's serving certificate (the APIService caBundle); default: system roots")
+	fs.StringVar(&o.direct.serverName, "direct-tls-server-name", "", "with --direct: TLS server name to verify when --direct-server's host is not in the gateway's certificate")
 	_ = cmd.MarkFlagRequired("cluster")
 	// The server command's sectioned help does not describe this command.
 	defaults := &cobra.Command{}
@@ -89,6 +121,9 @@ func (o *kubeconfigOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	}
 	member, err := memberKubeconfig(hub, o.overrides.CurrentContext, o.cluster, o.contextName)
 	if err != nil {
+		return err
+	}
+	if err := o.direct.apply(member, o.cluster); err != nil {
 		return err
 	}
 	if o.check {
@@ -181,6 +216,47 @@ func memberKubeconfig(hub clientcmdapi.Config, contextOverride, cluster, context
 	out.Contexts[contextName] = &clientcmdapi.Context{Cluster: contextName, AuthInfo: userName}
 	out.CurrentContext = contextName
 	return out, nil
+}
+
+// apply points the one cluster of kubeconfig cfg, made for member cluster by
+// memberKubeconfig, at the gateway's direct address instead of the hub, with
+// the gateway's CA and server name; the hub's TLS settings do not apply to the
+// gateway. Without --direct it only checks that no --direct-* flag was given.
+func (d directOptions) apply(cfg *clientcmdapi.Config, cluster string) error {
+	if !d.enabled {
+		if d.server != "" || d.caFile != "" || d.serverName != "" {
+			return errors.New("--direct-server, --direct-ca-file and --direct-tls-server-name need --direct")
+		}
+		return nil
+	}
+	if d.server == "" {
+		return errors.New("--direct needs --direct-server, the gateway's direct address (https://HOST:PORT)")
+	}
+	u, err := url.Parse(d.server)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return fmt.Errorf("--direct-server %q: want https://HOST[:PORT]", d.server)
+	}
+	server, err := multicluster.ConfigFor(&rest.Config{Host: d.server}, cluster)
+	if err != nil {
+		return err
+	}
+	caFile := d.caFile
+	if caFile != "" {
+		if caFile, err = filepath.Abs(caFile); err != nil {
+			return err
+		}
+		if _, err := os.Stat(caFile); err != nil {
+			return fmt.Errorf("--direct-ca-file: %w", err)
+		}
+	}
+	for name := range cfg.Clusters {
+		c := clientcmdapi.NewCluster()
+		c.Server = server.Host
+		c.CertificateAuthority = caFile
+		c.TLSServerName = d.serverName
+		cfg.Clusters[name] = c
+	}
+	return nil
 }
 
 // checkUpstreamCluster fails unless the hub serves UpstreamCluster name.

@@ -232,6 +232,64 @@ func TestKubeconfigCommand(t *testing.T) {
 	}
 }
 
+// --direct keeps the hub user and points the cluster at the gateway's direct
+// address, with the gateway's CA and server name instead of the hub's TLS
+// settings.
+func TestKubeconfigDirect(t *testing.T) {
+	dir := t.TempDir()
+	hubPath := filepath.Join(dir, "hub.kubeconfig")
+	if err := clientcmd.WriteToFile(hubKubeconfig(), hubPath); err != nil {
+		t.Fatal(err)
+	}
+	caPath := filepath.Join(dir, "gateway-ca.crt")
+	if err := os.WriteFile(caPath, []byte("GATEWAY CA"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (string, error) {
+		cmd := &cobra.Command{Use: "kube-gateway", SilenceErrors: true, SilenceUsage: true}
+		cmd.AddCommand(newKubeconfigCommand())
+		var stdout bytes.Buffer
+		cmd.SetOut(&stdout)
+		cmd.SetErr(&bytes.Buffer{})
+		cmd.SetArgs(append([]string{"kubeconfig", "--kubeconfig", hubPath}, args...))
+		err := cmd.Execute()
+		return stdout.String(), err
+	}
+	out, err := run("--cluster", "member-a", "--direct", "--direct-server", "https://203.0.113.7:8443",
+		"--direct-ca-file", caPath, "--direct-tls-server-name", "kube-gateway.kube-gateway.svc", "--flatten")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := clientcmd.Load([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	restCfg, err := clientcmd.NewDefaultClientConfig(*got, nil).ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if restCfg.Host != "https://203.0.113.7:8443"+proxyA || restCfg.BearerToken != "hub-token" ||
+		restCfg.ServerName != "kube-gateway.kube-gateway.svc" || string(restCfg.CAData) != "GATEWAY CA" || restCfg.Proxy != nil {
+		t.Fatalf("client config %+v", restCfg)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--direct"}, "needs --direct-server"},
+		{[]string{"--direct", "--direct-server", "http://203.0.113.7"}, "want https://"},
+		{[]string{"--direct", "--direct-server", "203.0.113.7:443"}, "want https://"},
+		{[]string{"--direct", "--direct-server", "https://203.0.113.7", "--direct-ca-file", filepath.Join(dir, "missing")}, "--direct-ca-file"},
+		{[]string{"--direct-server", "https://203.0.113.7"}, "need --direct"},
+	} {
+		out, err := run(append([]string{"--cluster", "member-a"}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || out != "" {
+			t.Errorf("%v: err %v, stdout %q; want an error with %q", tc.args, err, out, tc.want)
+		}
+	}
+}
+
 func TestServerCommandHasKubeconfig(t *testing.T) {
 	root := NewCommand(context.Background())
 	sub, _, err := root.Find([]string{"kubeconfig", "--cluster", "x"})

@@ -23,12 +23,21 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/chain"
 	"github.com/kubewharf/kube-gateway/proxy/frontproxy"
 	"github.com/kubewharf/kube-gateway/registry/upstreamcluster"
 	gatewayopenapi "github.com/kubewharf/kube-gateway/registry/upstreamcluster/openapi"
 )
 
 const defaultEtcdPathPrefix = "/registry/gateway.kubewharf.io"
+
+// DirectAccessFlag is the flag that lets hub credentials in without the hub.
+const DirectAccessFlag = "direct-access"
+
+// directAccessRefused is the message of the 401 for requests that do not come
+// through the hub while direct access is off.
+const directAccessRefused = "kube-gateway serves gateway.kubewharf.io only through the hub kube-apiserver: send the request to the hub, " +
+	"or start kube-gateway with --" + DirectAccessFlag + " to accept hub credentials sent straight to it"
 
 // Options are the command-line options of kube-gateway.
 type Options struct {
@@ -44,6 +53,9 @@ type Options struct {
 	// StatusLeaseName is the hub Lease, in SecretNamespace, whose holder
 	// writes UpstreamCluster status and records Events.
 	StatusLeaseName string
+	// DirectAccess serves the gateway's API to hub credentials sent straight
+	// to the gateway; otherwise only requests through the hub's front proxy.
+	DirectAccess bool
 
 	scheme *runtime.Scheme
 	codecs serializer.CodecFactory
@@ -98,6 +110,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.ServerRun.AddUniversalFlags(fss.FlagSet("generic"))
 	gw.BoolVar(&o.AuthorizeProxySubpath, "authorize-proxy-subpath", o.AuthorizeProxySubpath,
 		"Before forwarding, ask the hub (SubjectAccessReview, cached) whether the user may perform the proxied request itself: its real verb (list and watch stay list and watch), resource, namespace and name, or non-resource path. For operators who keep one RBAC on the hub; the member's RBAC still applies.")
+	gw.BoolVar(&o.DirectAccess, DirectAccessFlag, o.DirectAccess,
+		"Also serve gateway.kubewharf.io (UpstreamClusters and their proxy subresource) to hub credentials sent straight to the gateway: bearer tokens, checked by cached TokenReviews to the hub, and client certificates of the hub's client CA, authorized by cached SubjectAccessReviews to the hub as the hub would. Such requests skip the hub's API Priority and Fairness and its audit log; the gateway's own audit policy (--audit-policy-file) applies. Off: only requests that come through the hub (its front proxy) are served, others get 401.")
 	gw.StringVar(&o.SecretNamespace, "secret-namespace", o.SecretNamespace,
 		"Hub namespace of the Secrets holding the gateway's credentials toward member clusters. The gateway reads Secrets only there, and UpstreamClusters may only reference Secrets there.")
 	gw.StringVar(&o.StatusLeaseName, "status-lease-name", o.StatusLeaseName,
@@ -175,9 +189,19 @@ func (o *Options) Config() (*Config, error) {
 		return nil, err
 	}
 	// The hub's front proxy sends every request with the same client
-	// certificate: verify it once, not on every request.
-	serverConfig.Authentication.Authenticator = frontproxy.WithCachedVerification(
-		serverConfig.Authentication.RequestHeaderConfig, serverConfig.Authentication.Authenticator)
+	// certificate: verify it once, not on every request, for authentication
+	// and for the entry decision alike.
+	frontProxy := frontproxy.NewVerifier(serverConfig.Authentication.RequestHeaderConfig)
+	serverConfig.Authentication.Authenticator = frontProxy.Authenticator(serverConfig.Authentication.Authenticator)
+	// Without direct access, requests for the gateway's API that do not come
+	// through the front proxy are refused before authentication: a hub bearer
+	// token or client certificate would otherwise authenticate here (the
+	// delegated authenticator asks the hub) and skip the hub's priority and
+	// fairness and audit.
+	var entry *chain.Entry
+	if !o.DirectAccess {
+		entry = &chain.Entry{FromFrontProxy: frontProxy.FromFrontProxy, Message: directAccessRefused}
+	}
 	return &Config{
 		Generic:               serverConfig,
 		Scheme:                o.scheme,
@@ -186,5 +210,6 @@ func (o *Options) Config() (*Config, error) {
 		StatusLeaseName:       o.StatusLeaseName,
 		AuthorizeProxySubpath: o.AuthorizeProxySubpath,
 		Tracing:               o.Recommended.Traces.ConfigFile != "",
+		Entry:                 entry,
 	}, nil
 }

@@ -39,6 +39,9 @@ type Config struct {
 	AuthorizeProxySubpath bool
 	// Tracing is on: spans for proxied requests too.
 	Tracing bool
+	// Entry restricts the gateway's API to requests through the hub's front
+	// proxy; nil with --direct-access.
+	Entry *chain.Entry
 }
 
 // CompletedConfig is a Config after Complete: only it can build a server.
@@ -50,6 +53,7 @@ type CompletedConfig struct {
 	statusLeaseName       string
 	authorizeProxySubpath bool
 	tracing               bool
+	entry                 *chain.Entry
 	hub                   kubernetes.Interface
 }
 
@@ -70,6 +74,7 @@ func (c *Config) Complete() (CompletedConfig, error) {
 		statusLeaseName:       c.StatusLeaseName,
 		authorizeProxySubpath: c.AuthorizeProxySubpath,
 		tracing:               c.Tracing,
+		entry:                 c.Entry,
 		hub:                   kube,
 	}, nil
 }
@@ -123,10 +128,11 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	proxyREST := upstreamcluster.NewProxyREST(controller, storage.UpstreamCluster, forwarder)
 	// Proxy requests take a short handler chain of their own (proxy/chain);
-	// the generic chain serves everything else.
+	// the generic chain serves everything else. The entry decision is in
+	// front of both.
 	proxyHandler := upstreamcluster.NewProxyHandler(proxyREST, c.generic.AdmissionControl, c.scheme, c.codecs)
 	c.generic.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
-		return chain.New(genericapiserver.DefaultBuildHandlerChain(apiHandler, gc), proxyHandler.ServeProxy, gc, chain.Options{Tracing: c.tracing})
+		return chain.New(genericapiserver.DefaultBuildHandlerChain(apiHandler, gc), proxyHandler.ServeProxy, gc, chain.Options{Tracing: c.tracing, Entry: c.entry})
 	}
 	generic, err := c.generic.New("kube-gateway", genericapiserver.NewEmptyDelegate())
 	if err != nil {
