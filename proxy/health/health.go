@@ -63,55 +63,43 @@ type Config struct {
 	Spread bool
 }
 
-// ConfigFrom compiles hc. A nil hc, and every zero field of hc, take the
-// documented defaults (gatewayv1alpha1.DefaultHealthCheck*), as defaulting does.
+// ConfigFrom compiles hc. The API fills every field of spec.healthCheck
+// (defaulting), so this is a conversion; NewChecker still guards against zero
+// values (see normalized).
 func ConfigFrom(hc *gatewayv1alpha1.HealthCheck) Config {
-	c := Config{
-		Path:               gatewayv1alpha1.DefaultHealthCheckPath,
-		Interval:           gatewayv1alpha1.DefaultHealthCheckIntervalSeconds * time.Second,
-		Timeout:            gatewayv1alpha1.DefaultHealthCheckTimeoutSeconds * time.Second,
-		HealthyThreshold:   gatewayv1alpha1.DefaultHealthCheckHealthyThreshold,
-		UnhealthyThreshold: gatewayv1alpha1.DefaultHealthCheckUnhealthyThreshold,
-		Spread:             true,
-	}
+	c := Config{Spread: true}
 	if hc == nil {
 		return c
 	}
-	if hc.Path != "" {
-		c.Path = hc.Path
-	}
-	if hc.IntervalSeconds > 0 {
-		c.Interval = time.Duration(hc.IntervalSeconds) * time.Second
-	}
-	if hc.TimeoutSeconds > 0 {
-		c.Timeout = time.Duration(hc.TimeoutSeconds) * time.Second
-	}
-	if hc.HealthyThreshold > 0 {
-		c.HealthyThreshold = int(hc.HealthyThreshold)
-	}
-	if hc.UnhealthyThreshold > 0 {
-		c.UnhealthyThreshold = int(hc.UnhealthyThreshold)
-	}
+	c.Path = hc.Path
+	c.Interval = time.Duration(hc.IntervalSeconds) * time.Second
+	c.Timeout = time.Duration(hc.TimeoutSeconds) * time.Second
+	c.HealthyThreshold = int(hc.HealthyThreshold)
+	c.UnhealthyThreshold = int(hc.UnhealthyThreshold)
 	return c
 }
 
-// normalized returns c with values a Checker can run with: thresholds at least
-// 1, a positive interval and timeout, a path starting with "/".
+// normalized returns c with values a Checker can run with: a field left empty
+// (a Config built by hand, an object written past the API) takes the API's
+// default, a path starts with "/".
 func (c Config) normalized() Config {
-	d := ConfigFrom(nil)
 	if c.Path == "" {
-		c.Path = d.Path
+		c.Path = gatewayv1alpha1.DefaultHealthCheckPath
 	} else if !strings.HasPrefix(c.Path, "/") {
 		c.Path = "/" + c.Path
 	}
 	if c.Interval <= 0 {
-		c.Interval = d.Interval
+		c.Interval = gatewayv1alpha1.DefaultHealthCheckIntervalSeconds * time.Second
 	}
 	if c.Timeout <= 0 {
-		c.Timeout = min(d.Timeout, c.Interval)
+		c.Timeout = min(gatewayv1alpha1.DefaultHealthCheckTimeoutSeconds*time.Second, c.Interval)
 	}
-	c.HealthyThreshold = max(c.HealthyThreshold, 1)
-	c.UnhealthyThreshold = max(c.UnhealthyThreshold, 1)
+	if c.HealthyThreshold <= 0 {
+		c.HealthyThreshold = gatewayv1alpha1.DefaultHealthCheckHealthyThreshold
+	}
+	if c.UnhealthyThreshold <= 0 {
+		c.UnhealthyThreshold = gatewayv1alpha1.DefaultHealthCheckUnhealthyThreshold
+	}
 	return c
 }
 

@@ -269,14 +269,16 @@ func TestConfigFrom(t *testing.T) {
 			Config{Path: "/readyz", Interval: 30 * time.Second, Timeout: 2 * time.Second, HealthyThreshold: 1, UnhealthyThreshold: 2, Spread: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := ConfigFrom(tc.in); got != tc.want {
+			// What a Checker runs with: a field the API left empty (an object
+			// written past it) gets the API's default.
+			if got := ConfigFrom(tc.in).normalized(); got != tc.want {
 				t.Errorf("ConfigFrom = %+v, want %+v", got, tc.want)
 			}
 		})
 	}
 	// The defaults are the API's.
 	uc := &gatewayv1alpha1.UpstreamCluster{}
-	gatewayv1alpha1.SetDefaults_UpstreamCluster(uc)
+	gatewayv1alpha1.SetObjectDefaults_UpstreamCluster(uc)
 	if got := ConfigFrom(uc.Spec.HealthCheck); got != def {
 		t.Errorf("ConfigFrom(defaulted) = %+v, want %+v", got, def)
 	}
@@ -599,7 +601,7 @@ func TestProbeURL(t *testing.T) {
 	if got, want := c.endpoints[1].probeURL, "https://192.0.2.11:6443/prefix/livez"; got != want {
 		t.Errorf("probe URL %q, want %q", got, want)
 	}
-	if c.cfg.Interval != 5*time.Second || c.cfg.Timeout != 2*time.Second || c.cfg.HealthyThreshold != 1 || c.cfg.UnhealthyThreshold != 1 {
+	if c.cfg.Interval != 5*time.Second || c.cfg.Timeout != 2*time.Second || c.cfg.HealthyThreshold != 1 || c.cfg.UnhealthyThreshold != 2 {
 		t.Errorf("normalized config %+v", c.cfg)
 	}
 }
