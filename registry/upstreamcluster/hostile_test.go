@@ -184,7 +184,7 @@ func newHostileGateway(t *testing.T, member *hostileSink) *hostileGateway {
 	cfg.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(gatewayopenapi.GetOpenAPIDefinitions, namer)
 	cfg.LongRunningFunc = genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch"), sets.NewString("proxy"))
 	proxyREST := NewProxyREST(g.clusters, hostileObjects{}, testForwarder)
-	proxyHandler := NewProxyHandler(proxyREST, nil, scheme, codecs)
+	proxyHandler := NewProxyHandler(proxyREST, nil, nil, scheme, codecs)
 	cfg.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
 		return chain.New(genericapiserver.DefaultBuildHandlerChain(apiHandler, c), proxyHandler.ServeProxy, c, chain.Options{})
 	}

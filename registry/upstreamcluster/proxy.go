@@ -118,18 +118,25 @@ func (r *ProxyREST) lookup(ctx context.Context, name string) (*cluster.Cluster, 
 // what the generic Connect handler does around Connect (CONNECT admission,
 // errors as Status objects negotiated with the client), then ProxyREST.Serve.
 type ProxyHandler struct {
-	rest       *ProxyREST
-	admit      admission.Interface
+	rest  *ProxyREST
+	admit admission.Interface
+	// gate, if set, tells when admit can be skipped (ConnectAdmissionGate).
+	gate       interface{ Needed() bool }
 	objects    admission.ObjectInterfaces
 	serializer runtime.NegotiatedSerializer
 }
 
-// NewProxyHandler returns the handler of proxy requests over r; admit may be nil.
-func NewProxyHandler(r *ProxyREST, admit admission.Interface, scheme *runtime.Scheme, serializer runtime.NegotiatedSerializer) *ProxyHandler {
+// NewProxyHandler returns the handler of proxy requests over r; admit may be
+// nil, and so may gate (admission always runs).
+func NewProxyHandler(r *ProxyREST, admit admission.Interface, gate *ConnectAdmissionGate, scheme *runtime.Scheme, serializer runtime.NegotiatedSerializer) *ProxyHandler {
 	if admit != nil {
 		admit = admission.WithAudit(admit)
 	}
-	return &ProxyHandler{rest: r, admit: admit, objects: admission.NewObjectInterfacesFromScheme(scheme), serializer: serializer}
+	h := &ProxyHandler{rest: r, admit: admit, objects: admission.NewObjectInterfacesFromScheme(scheme), serializer: serializer}
+	if gate != nil {
+		h.gate = gate
+	}
+	return h
 }
 
 // ServeProxy implements chain.ProxyFunc.
@@ -150,7 +157,7 @@ var (
 // admitConnect runs CONNECT admission as the generic Connect handler does, so
 // that admission webhooks and policies on upstreamclusters/proxy apply.
 func (h *ProxyHandler) admitConnect(ctx context.Context, name, path string) error {
-	if h.admit == nil || !h.admit.Handles(admission.Connect) {
+	if h.admit == nil || !h.admit.Handles(admission.Connect) || (h.gate != nil && !h.gate.Needed()) {
 		return nil
 	}
 	u, _ := genericrequest.UserFrom(ctx)

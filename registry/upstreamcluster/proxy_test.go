@@ -312,7 +312,7 @@ func TestProxyHandlerAdmitsConnect(t *testing.T) {
 	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
 	admit := &denyConnect{deny: "member-a"}
 	clusters := &fakeClusters{err: errors.New("must not be looked up")}
-	h := NewProxyHandler(NewProxyREST(clusters, &fakeGetter{}, testForwarder), admit, scheme, serializer.NewCodecFactory(scheme))
+	h := NewProxyHandler(NewProxyREST(clusters, &fakeGetter{}, testForwarder), admit, nil, scheme, serializer.NewCodecFactory(scheme))
 
 	req := httptest.NewRequest(http.MethodGet, "/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/member-a/proxy/api?x=1", nil)
 	req = req.WithContext(genericrequest.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))

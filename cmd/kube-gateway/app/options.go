@@ -4,6 +4,7 @@ package app
 
 import (
 	"fmt"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -203,13 +204,35 @@ func (o *Options) Config() (*Config, error) {
 		entry = &chain.Entry{FromFrontProxy: frontProxy.FromFrontProxy, Message: directAccessRefused}
 	}
 	return &Config{
-		Generic:               serverConfig,
-		Scheme:                o.scheme,
-		Codecs:                o.codecs,
-		SecretNamespace:       o.SecretNamespace,
-		StatusLeaseName:       o.StatusLeaseName,
-		AuthorizeProxySubpath: o.AuthorizeProxySubpath,
-		Tracing:               o.Recommended.Traces.ConfigFile != "",
-		Entry:                 entry,
+		Generic: serverConfig,
+		Extra: ExtraConfig{
+			Scheme:                  o.scheme,
+			Codecs:                  o.codecs,
+			SecretNamespace:         o.SecretNamespace,
+			StatusLeaseName:         o.StatusLeaseName,
+			AuthorizeProxySubpath:   o.AuthorizeProxySubpath,
+			Tracing:                 o.Recommended.Traces.ConfigFile != "",
+			Entry:                   entry,
+			ConnectAdmissionPlugins: o.connectAdmissionPlugins(),
+		},
 	}, nil
+}
+
+// connectAdmissionPlugins returns the enabled admission plugins, of those
+// registered, that can act on CONNECT requests; nil when an admission
+// configuration file is given (it can add static policies and webhooks that
+// no hub object shows), so that CONNECT admission always runs then.
+func (o *Options) connectAdmissionPlugins() []string {
+	a := o.Recommended.Admission
+	if a == nil || a.ConfigFile != "" {
+		return nil
+	}
+	disabled := sets.New(a.DisablePlugins...)
+	enabled := []string{}
+	for _, p := range a.RecommendedPluginOrder {
+		if !disabled.Has(p) && !a.DefaultOffPlugins.Has(p) || slices.Contains(a.EnablePlugins, p) {
+			enabled = append(enabled, p)
+		}
+	}
+	return enabled
 }

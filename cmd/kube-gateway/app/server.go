@@ -27,9 +27,16 @@ import (
 	"github.com/kubewharf/kube-gateway/registry/upstreamcluster"
 )
 
-// Config is the whole configuration of a kube-gateway server.
+// Config is the whole configuration of a kube-gateway server: the generic
+// apiserver's, and what the gateway adds.
 type Config struct {
-	Generic         *genericapiserver.RecommendedConfig
+	Generic *genericapiserver.RecommendedConfig
+	Extra   ExtraConfig
+}
+
+// ExtraConfig is what the gateway adds to the generic apiserver's
+// configuration.
+type ExtraConfig struct {
 	Scheme          *runtime.Scheme
 	Codecs          serializer.CodecFactory
 	SecretNamespace string
@@ -42,19 +49,17 @@ type Config struct {
 	// Entry restricts the gateway's API to requests through the hub's front
 	// proxy; nil with --direct-access.
 	Entry *chain.Entry
+	// ConnectAdmissionPlugins are the enabled admission plugins whose
+	// configuration objects decide whether CONNECT admission can refuse a proxy
+	// request (upstreamcluster.ConnectAdmissionGate); nil: always run it.
+	ConnectAdmissionPlugins []string
 }
 
 // CompletedConfig is a Config after Complete: only it can build a server.
 type CompletedConfig struct {
-	generic               genericapiserver.CompletedConfig
-	scheme                *runtime.Scheme
-	codecs                serializer.CodecFactory
-	secretNamespace       string
-	statusLeaseName       string
-	authorizeProxySubpath bool
-	tracing               bool
-	entry                 *chain.Entry
-	hub                   kubernetes.Interface
+	generic genericapiserver.CompletedConfig
+	extra   *ExtraConfig
+	hub     kubernetes.Interface
 }
 
 // Complete fills in the derived configuration.
@@ -66,17 +71,7 @@ func (c *Config) Complete() (CompletedConfig, error) {
 	if err != nil {
 		return CompletedConfig{}, err
 	}
-	return CompletedConfig{
-		generic:               c.Generic.Complete(),
-		scheme:                c.Scheme,
-		codecs:                c.Codecs,
-		secretNamespace:       c.SecretNamespace,
-		statusLeaseName:       c.StatusLeaseName,
-		authorizeProxySubpath: c.AuthorizeProxySubpath,
-		tracing:               c.Tracing,
-		entry:                 c.Entry,
-		hub:                   kube,
-	}, nil
+	return CompletedConfig{generic: c.Generic.Complete(), extra: &c.Extra, hub: kube}, nil
 }
 
 // Server is a kube-gateway server, ready to run.
@@ -87,13 +82,13 @@ type Server struct {
 // New builds the server: the UpstreamCluster API, its proxy subresource and the
 // controller that compiles clusters for the data plane.
 func (c CompletedConfig) New() (*Server, error) {
-	storage, err := upstreamcluster.NewStorage(c.scheme, c.generic.RESTOptionsGetter, validation.Options{SecretNamespace: c.secretNamespace})
+	storage, err := upstreamcluster.NewStorage(c.extra.Scheme, c.generic.RESTOptionsGetter, validation.Options{SecretNamespace: c.extra.SecretNamespace})
 	if err != nil {
 		return nil, err
 	}
 
 	// Only the credential namespace is watched: the gateway never sees other Secrets.
-	secretInformers := informers.NewSharedInformerFactoryWithOptions(c.hub, 0, informers.WithNamespace(c.secretNamespace))
+	secretInformers := informers.NewSharedInformerFactoryWithOptions(c.hub, 0, informers.WithNamespace(c.extra.SecretNamespace))
 	secrets := secretInformers.Core().V1().Secrets().Informer()
 	// The proxy's metrics are served on /metrics with the apiserver's own.
 	proxyMetrics := metrics.New()
@@ -121,7 +116,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 
 	forwarder := forward.NewForwarder(proxyMetrics)
-	if c.authorizeProxySubpath {
+	if c.extra.AuthorizeProxySubpath {
 		// The delegating authorizer of the generic server: SubjectAccessReviews
 		// to the hub, with its cache.
 		forwarder.Authorizer = c.generic.Authorization.Authorizer
@@ -130,16 +125,20 @@ func (c CompletedConfig) New() (*Server, error) {
 	// Proxy requests take a short handler chain of their own (proxy/chain);
 	// the generic chain serves everything else. The entry decision is in
 	// front of both.
-	proxyHandler := upstreamcluster.NewProxyHandler(proxyREST, c.generic.AdmissionControl, c.scheme, c.codecs)
+	var admissionGate *upstreamcluster.ConnectAdmissionGate
+	if c.extra.ConnectAdmissionPlugins != nil {
+		admissionGate = upstreamcluster.NewConnectAdmissionGate(c.generic.SharedInformerFactory, c.extra.ConnectAdmissionPlugins)
+	}
+	proxyHandler := upstreamcluster.NewProxyHandler(proxyREST, c.generic.AdmissionControl, admissionGate, c.extra.Scheme, c.extra.Codecs)
 	c.generic.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
-		return chain.New(genericapiserver.DefaultBuildHandlerChain(apiHandler, gc), proxyHandler.ServeProxy, gc, chain.Options{Tracing: c.tracing, Entry: c.entry})
+		return chain.New(genericapiserver.DefaultBuildHandlerChain(apiHandler, gc), proxyHandler.ServeProxy, gc, chain.Options{Tracing: c.extra.Tracing, Entry: c.extra.Entry})
 	}
 	generic, err := c.generic.New("kube-gateway", genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		return nil, err
 	}
 
-	apiGroupInfo := genericapiserver.NewDefaultAPIGroupInfo(gatewayv1alpha1.GroupName, c.scheme, runtime.NewParameterCodec(c.scheme), c.codecs)
+	apiGroupInfo := genericapiserver.NewDefaultAPIGroupInfo(gatewayv1alpha1.GroupName, c.extra.Scheme, runtime.NewParameterCodec(c.extra.Scheme), c.extra.Codecs)
 	apiGroupInfo.VersionedResourcesStorageMap[gatewayv1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"upstreamclusters":        storage.UpstreamCluster,
 		"upstreamclusters/status": storage.Status,
@@ -152,7 +151,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	generic.AddPostStartHookOrDie("start-upstreamcluster-controller", func(hookCtx genericapiserver.PostStartHookContext) error {
 		secretInformers.Start(hookCtx.Done())
 		go controller.Run(hookCtx)
-		go status.Lead(hookCtx, c.hub, c.secretNamespace, c.statusLeaseName, status.Identity(), statusWriter.Run)
+		go status.Lead(hookCtx, c.hub, c.extra.SecretNamespace, c.extra.StatusLeaseName, status.Identity(), statusWriter.Run)
 		return nil
 	})
 	// Proxied watches and log streams would hold the shutdown until its timeout:
