@@ -21,7 +21,7 @@
 // docs/benchmark.md explains the method and reads a run.
 //
 //	make bench                                   # BENCH_ARGS="-rounds 3" to pass flags
-//	go run ./test/bench -out-dir _output/bench [-rounds 5] [-requests 1500] [-duration 6s] [-rate 300]
+//	go run ./test/bench -out-dir _output/bench [-rounds 5] [-requests 1500] [-duration 6s] [-rate 200]
 //
 // It is a report, not a test: it exits non-zero only when it cannot measure.
 package main
@@ -91,8 +91,8 @@ func main() {
 	flag.IntVar(&o.Requests, "requests", 1500, "GETs per target per round at concurrency 1")
 	flag.IntVar(&o.Concurrency, "concurrency", 16, "workers of the throughput run")
 	flag.DurationVar(&o.Duration, "duration", 6*time.Second, "length of the throughput run per target per round")
-	flag.Float64Var(&o.Rate, "rate", 300, "GETs per second of the fixed-rate (open-loop) run, the same for every target; keep it below what the slowest target (hub + gateway) sustains at -concurrency; 0 skips the run")
-	flag.DurationVar(&o.RateDuration, "rate-duration", 8*time.Second, "length of the fixed-rate run per target per round")
+	flag.Float64Var(&o.Rate, "rate", 200, "GETs per second of the fixed-rate (open-loop) run, the same for every target; keep it below what the slowest target (hub + gateway) sustains at -concurrency; 0 skips the run")
+	flag.DurationVar(&o.RateDuration, "rate-duration", 10*time.Second, "length of the fixed-rate run per target per round")
 	flag.IntVar(&o.RateInflight, "rate-inflight", 512, "most requests outstanding in the fixed-rate run; when reached the schedule waits and the achieved rate falls short")
 	flag.IntVar(&o.ListObjects, "list-objects", 10000, "ConfigMaps in namespace "+listNS)
 	flag.IntVar(&o.ListPerRound, "lists", 3, "full LISTs per target per round")
@@ -472,7 +472,7 @@ type loadRun struct {
 
 	// The fixed-rate run only.
 	Rate   float64       // asked for, per second
-	MaxLag time.Duration // the latest a request left after its scheduled time
+	MaxLag time.Duration // the longest a request waited for a free slot past its schedule
 	// AllocPerReq is the heap the gateway allocated per request (bytes), for
 	// the targets that cross it (AllocKnown).
 	AllocPerReq float64

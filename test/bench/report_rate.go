@@ -128,7 +128,7 @@ func (r *report) rateSection(p func(string, ...any)) {
 	for i, rd := range r.Rounds {
 		for _, k := range keys {
 			if l := rd.Rate[k]; l.RPS < 0.95*o.Rate {
-				short = append(short, fmt.Sprintf("round %d %s: %.0f/s (latest send %s after its schedule)", i+1, k, l.RPS, measure.Dur(l.MaxLag)))
+				short = append(short, fmt.Sprintf("round %d %s: %.0f/s (longest wait for a free slot %s)", i+1, k, l.RPS, measure.Dur(l.MaxLag)))
 			}
 		}
 	}

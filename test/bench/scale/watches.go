@@ -29,11 +29,23 @@ const (
 	watchHours = 3600
 )
 
-// watchPath watches the ConfigMaps of watchNS with label role=<role>. Idle
-// watches select a role no object has, so they stay open and receive
-// nothing; the sample watches select the updated ConfigMaps.
-func watchPath(role string) string {
-	q := url.Values{"watch": {"1"}, "labelSelector": {roleLabel + "=" + role}, "timeoutSeconds": {fmt.Sprint(watchHours)}}
+// idleName is the one ConfigMap name the idle watches select: no such object
+// exists, so they stay open and receive nothing. Selecting by name (not by
+// label) matters: the member's watch cache indexes watches by namespace and
+// name, so an update of another object does not even wake them, and the
+// event phase measures delivery rather than the member filtering thousands
+// of idle watches per event.
+const idleName = "idle-watch-selects-nothing"
+
+// idleWatchPath watches the ConfigMaps of watchNS named idleName.
+func idleWatchPath() string {
+	q := url.Values{"watch": {"1"}, "fieldSelector": {"metadata.name=" + idleName}, "timeoutSeconds": {fmt.Sprint(watchHours)}}
+	return "/api/v1/namespaces/" + watchNS + "/configmaps?" + q.Encode()
+}
+
+// eventWatchPath watches the ConfigMaps of watchNS that the updates go to.
+func eventWatchPath() string {
+	q := url.Values{"watch": {"1"}, "labelSelector": {roleLabel + "=event"}, "timeoutSeconds": {fmt.Sprint(watchHours)}}
 	return "/api/v1/namespaces/" + watchNS + "/configmaps?" + q.Encode()
 }
 
@@ -136,8 +148,11 @@ type received struct {
 }
 
 // recorder keeps what every sample watch received, one slice per watch
-// (written by that watch's reader only).
-type recorder struct{ events [][]received }
+// (written by that watch's reader only), and counts it all.
+type recorder struct {
+	events [][]received
+	total  atomic.Int64
+}
 
 func (r *recorder) read(i int, body io.Reader) {
 	dec := json.NewDecoder(body)
@@ -154,6 +169,7 @@ func (r *recorder) read(i int, body io.Reader) {
 			return
 		}
 		r.events[i] = append(r.events[i], received{RV: ev.Object.Metadata.ResourceVersion, At: time.Now()})
+		r.total.Add(1)
 	}
 }
 
@@ -180,6 +196,8 @@ type eventResult struct {
 	FirstPublishErr          string
 	PublishRate              float64 // achieved
 	Samples                  int     // watches per path
+	Drain                    time.Time
+	DrainTook                time.Duration // from the last update until the sample watches went quiet
 	OpenErrors               string
 	Gateway, Direct          delivery
 }
@@ -230,7 +248,7 @@ func watchPhase(ctx context.Context, s *scene, o options) (*watchResult, error) 
 	}
 	sr.setPhase("open via gateway")
 	logf("watches: opening %d idle watches through the gateway alone, %d at a time", o.Watches, o.OpenConcurrency)
-	res.Gateway = openWatches(ctx, s.gateway, watchPath("idle"), o.Watches, o.OpenConcurrency, &open, discard)
+	res.Gateway = openWatches(ctx, s.gateway, idleWatchPath(), o.Watches, o.OpenConcurrency, &open, discard)
 	logf("watches: %d open in %s (%d errors%s)", res.Gateway.Opened, res.Gateway.Took.Round(10*time.Millisecond), res.Gateway.Errors, firstErr(res.Gateway.FirstErr))
 	defer res.Gateway.Close()
 	if err := sleep(ctx, 2*time.Second); err != nil {
@@ -241,7 +259,7 @@ func watchPhase(ctx context.Context, s *scene, o options) (*watchResult, error) 
 
 	sr.setPhase("open via hub")
 	logf("watches: opening %d idle watches through hub + gateway", o.HubWatches)
-	res.Hub = openWatches(ctx, s.hub, watchPath("idle"), o.HubWatches, o.OpenConcurrency, &open, discard)
+	res.Hub = openWatches(ctx, s.hub, idleWatchPath(), o.HubWatches, o.OpenConcurrency, &open, discard)
 	logf("watches: %d open in %s (%d errors%s)", res.Hub.Opened, res.Hub.Took.Round(10*time.Millisecond), res.Hub.Errors, firstErr(res.Hub.FirstErr))
 	defer res.Hub.Close()
 	if err := sleep(ctx, 2*time.Second); err != nil {
@@ -324,9 +342,9 @@ func deliver(ctx context.Context, s *scene, cs kubernetes.Interface, o options, 
 	gwRec := &recorder{events: make([][]received, o.SampleWatches)}
 	dRec := &recorder{events: make([][]received, o.SampleWatches)}
 	logf("events: opening %d sample watches through the gateway and %d on member-b", o.SampleWatches, o.SampleWatches)
-	gw := openWatches(ctx, s.gateway, watchPath("event"), o.SampleWatches, o.OpenConcurrency, open, gwRec.read)
+	gw := openWatches(ctx, s.gateway, eventWatchPath(), o.SampleWatches, o.OpenConcurrency, open, gwRec.read)
 	defer gw.Close()
-	direct := openWatches(ctx, s.direct, watchPath("event"), o.SampleWatches, o.OpenConcurrency, nil, dRec.read)
+	direct := openWatches(ctx, s.direct, eventWatchPath(), o.SampleWatches, o.OpenConcurrency, nil, dRec.read)
 	defer direct.Close()
 	if gw.Errors > 0 || direct.Errors > 0 {
 		res.OpenErrors = fmt.Sprintf("gateway %d%s; direct %d%s", gw.Errors, firstErr(gw.FirstErr), direct.Errors, firstErr(direct.FirstErr))
@@ -369,10 +387,20 @@ func deliver(ctx context.Context, s *scene, cs kubernetes.Interface, o options, 
 	wg.Wait()
 	res.Published = len(published)
 	res.PublishRate = float64(res.Published) / time.Since(start).Seconds()
-	// Stragglers.
-	if err := sleep(ctx, 3*time.Second); err != nil {
-		return nil, err
+	// Stragglers: until no sample watch received anything for 2 s (at most 30 s).
+	res.Drain = time.Now()
+	for last, quiet := int64(-1), time.Duration(0); quiet < 2*time.Second && time.Since(res.Drain) < 30*time.Second; {
+		n := gwRec.total.Load() + dRec.total.Load()
+		if n == last {
+			quiet += 250 * time.Millisecond
+		} else {
+			last, quiet = n, 0
+		}
+		if err := sleep(ctx, 250*time.Millisecond); err != nil {
+			return nil, err
+		}
 	}
+	res.DrainTook = time.Since(res.Drain)
 	gw.Close()
 	direct.Close()
 	match := func(rec *recorder, ws *watchSet) delivery {

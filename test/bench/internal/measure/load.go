@@ -20,7 +20,7 @@ type Run struct {
 	// Open loop (LoadRate) only.
 	Rate      float64       // requests per second asked for
 	Scheduled int           // requests the schedule sent
-	MaxLag    time.Duration // the latest a request left after its scheduled time
+	MaxLag    time.Duration // the longest a request waited past its scheduled time for a free slot
 }
 
 // RPS is completed requests over the wall time of the run.
@@ -108,6 +108,10 @@ func (t *Target) Load(ctx context.Context, path string, c, n int, d time.Duratio
 	return col.run(time.Since(start))
 }
 
+// rateSlack is how long a stall of LoadRate's schedule may be before sends
+// are lost rather than caught up.
+const rateSlack = 100 * time.Millisecond
+
 // LoadRate sends GETs of path at a fixed rate for d (an open loop): a request
 // leaves at its scheduled time whether or not earlier ones have returned, on
 // its own goroutine, at most maxInflight at a time. Latency runs from the
@@ -115,9 +119,15 @@ func (t *Target) Load(ctx context.Context, path string, c, n int, d time.Duratio
 // queue in the latencies instead of slowing the schedule down (no coordinated
 // omission). When maxInflight requests are outstanding the schedule waits and
 // the achieved rate (RPS) falls below the one asked for: the target could not
-// sustain it.
+// sustain it. A request sent late because the bench itself stalled (up to
+// rateSlack, then caught up) counts from when it was sent.
 func (t *Target) LoadRate(ctx context.Context, path string, perSecond float64, d time.Duration, maxInflight int) Run {
-	lim := rate.NewLimiter(rate.Limit(perSecond), 1)
+	// The bucket holds rateSlack of sends, so that a stall of the bench's own
+	// goroutine shorter than that is caught up instead of lost; it starts
+	// empty, so the run does not begin with a burst.
+	burst := max(1, int(perSecond*rateSlack.Seconds()))
+	lim := rate.NewLimiter(rate.Limit(perSecond), burst)
+	lim.AllowN(time.Now(), burst)
 	slots := make(chan struct{}, maxInflight)
 	var (
 		wg        sync.WaitGroup
