@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ type report struct {
 	FDLimitBefore  uint64
 	FDLimit        uint64
 	GatewayFDLimit uint64
+	Restarted      bool // the gateway was restarted between the phases
 	Watches        *watchResult
 	Clusters       *clusterResult
 }
@@ -139,7 +141,11 @@ func (r *report) watchSection(p func(string, ...any), w *watchResult) {
 		}
 		dm, gm := measure.Pct(d.Latencies, 100), measure.Pct(g.Latencies, 100)
 		p("| max delay | %s | %s | |\n", measure.Dur(dm), measure.Dur(gm))
-		p("| sample watches that ended early | %d | %d | |\n\n", d.Early, g.Early)
+		p("| sample watches that ended early | %d | %d | |\n", d.Early, g.Early)
+		p("| how the sample watches' streams ended | %s | %s | |\n\n", fmtEnds(d.Ends), fmtEnds(g.Ends))
+		if d.Early+g.Early > 0 {
+			p("**Sample watches ended before the bench closed them**: an `EOF` is the member ending the stream, which it does to a watcher that does not keep up (its buffer full); the bench decodes every event of %d watches, %.0f events/s, and on a loaded machine it may not. Their delays are then those of an overloaded client: lower `-sample-watches`.\n\n", 2*e.Samples, 2*float64(e.Samples)*e.PublishRate)
+		}
 		p("Published: %d updates (%.0f/s achieved", e.Published, e.PublishRate)
 		if e.PublishErrors > 0 {
 			p(", %d failed: %s", e.PublishErrors, e.FirstPublishErr)
@@ -157,8 +163,11 @@ func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
 	o := r.Opts
 	k := c.K
 	p("## Clusters\n\n")
+	if r.Restarted {
+		p("The gateway was restarted (same flags and data) after the watch phase, so that this phase starts from a fresh process. ")
+	}
 	p("%d UpstreamClusters applied (server-side apply, %d at a time) in one burst, each with member-a's two servers and its Secret, next to the harness's two clusters. ", k, o.Burst)
-	p("Compiled: every object's `status.observedGeneration` equals its generation; Ready: also its `Ready` condition is True (polled every second through the hub). ")
+	p("Compiled: every object's `status.observedGeneration` equals its generation; Ready: also its `Ready` condition is True (LIST through the hub every second). ")
 	p("Steady state: %s idle after all are Ready; the baseline is %s idle with the harness's two clusters before the burst. ", c.AfterIdle.For.Round(time.Second), c.BaselineIdle.For.Round(time.Second))
 	p("Health probes: `apiserver_request_total{subresource=\"/readyz\"}` of both member-a replicas (every probe of every cluster lands there). Status writes: MODIFIED events of the %d objects on a watch through the hub during the idle window.\n\n", k)
 	p("| metric | 2 clusters (harness) | %d clusters | per added cluster |\n|---|---:|---:|---:|\n", k+2)
@@ -179,7 +188,13 @@ func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
 	if c.ApplyErrors > 0 {
 		p(", %d failed: %s", c.ApplyErrors, c.FirstApplyErr)
 	}
-	p("); from its start, **all compiled in %s, all Ready in %s** (%d compiled, %d Ready at the end). ", fmtTook(c.CompiledTook, c.Compiled, k), fmtTook(c.ReadyTook, c.Ready, k), c.Compiled, c.Ready)
+	connected := "not within the timeout"
+	if c.ConnectedTook > 0 {
+		connected = c.ConnectedTook.Round(100 * time.Millisecond).String()
+	}
+	p("); from its start, **the gateway held a connection to both member-a servers for every cluster after %s; all compiled per status after %s, all Ready after %s** (%d compiled, %d Ready at the end). ",
+		connected, fmtTook(c.CompiledTook, c.Compiled, k), fmtTook(c.ReadyTook, c.Ready, k), c.Compiled, c.Ready)
+	p("Connections (polled every 250 ms) show when the data plane has every cluster; the status figures also include the gateway's status writer, which is rate-limited. ")
 	p("GETs: %d per run, `%s` on member-b; %d and %d errors.", o.Gets, getTarget, c.BaselineGets.Errors, c.Gets.Errors)
 	for _, e := range []string{c.BaselineIdle.Err, c.AfterIdle.Err} {
 		if e != "" {
@@ -201,6 +216,19 @@ func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
 		}
 	}
 	p("\nOver time (every %s, no forced GC; the count is Ready clusters): `%s` and `%s`.\n\n", o.SampleInterval, filepath.Join(o.OutDir, "clusters.csv"), filepath.Join(o.OutDir, "clusters.png"))
+}
+
+func fmtEnds(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var s []string
+	for _, k := range keys {
+		s = append(s, fmt.Sprintf("%s: %d", k, m[k]))
+	}
+	return strings.Join(s, "; ")
 }
 
 func ratio(a, b time.Duration) float64 {

@@ -152,6 +152,18 @@ type received struct {
 type recorder struct {
 	events [][]received
 	total  atomic.Int64
+	mu     sync.Mutex
+	ends   map[string]int // how the watches ended, before or after the bench closed them
+}
+
+func newRecorder(n int) *recorder {
+	return &recorder{events: make([][]received, n), ends: map[string]int{}}
+}
+
+func (r *recorder) ended(how string) {
+	r.mu.Lock()
+	r.ends[how]++
+	r.mu.Unlock()
 }
 
 func (r *recorder) read(i int, body io.Reader) {
@@ -166,7 +178,13 @@ func (r *recorder) read(i int, body io.Reader) {
 			} `json:"object"`
 		}
 		if err := dec.Decode(&ev); err != nil {
+			// EOF: the server ended the response (member-b ends the watches
+			// of a client that does not keep up); context canceled: the bench.
+			r.ended(err.Error())
 			return
+		}
+		if ev.Type == "ERROR" {
+			r.ended("ERROR event")
 		}
 		r.events[i] = append(r.events[i], received{RV: ev.Object.Metadata.ResourceVersion, At: time.Now()})
 		r.total.Add(1)
@@ -208,6 +226,7 @@ type delivery struct {
 	Expected  int // published × watches
 	Latencies []time.Duration
 	Early     int64
+	Ends      map[string]int // how the sample watches' streams ended
 }
 
 func watchPhase(ctx context.Context, s *scene, o options) (*watchResult, error) {
@@ -339,8 +358,7 @@ func eventName(i int) string { return fmt.Sprintf("event-%02d", i) }
 // delay is from the update's response to the event's receipt.
 func deliver(ctx context.Context, s *scene, cs kubernetes.Interface, o options, open *atomic.Int64) (*eventResult, error) {
 	res := &eventResult{Samples: o.SampleWatches}
-	gwRec := &recorder{events: make([][]received, o.SampleWatches)}
-	dRec := &recorder{events: make([][]received, o.SampleWatches)}
+	gwRec, dRec := newRecorder(o.SampleWatches), newRecorder(o.SampleWatches)
 	logf("events: opening %d sample watches through the gateway and %d on member-b", o.SampleWatches, o.SampleWatches)
 	gw := openWatches(ctx, s.gateway, eventWatchPath(), o.SampleWatches, o.OpenConcurrency, open, gwRec.read)
 	defer gw.Close()
@@ -404,7 +422,7 @@ func deliver(ctx context.Context, s *scene, cs kubernetes.Interface, o options, 
 	gw.Close()
 	direct.Close()
 	match := func(rec *recorder, ws *watchSet) delivery {
-		d := delivery{Expected: res.Published * ws.Opened, Early: ws.early.Load()}
+		d := delivery{Expected: res.Published * ws.Opened, Early: ws.early.Load(), Ends: rec.ends}
 		for _, evs := range rec.events {
 			for _, e := range evs {
 				if at, ok := published[e.RV]; ok {
