@@ -42,7 +42,7 @@ func (r *report) markdown() string {
 	if len(r.Opts.GatewayEnv) > 0 {
 		p("The gateway's environment adds %s. ", strings.Join(r.Opts.GatewayEnv, " "))
 	}
-	p("Snapshots of the gateway follow a forced garbage collection (`/debug/pprof/heap?gc=1`), so heap figures are what is live; RSS is VmRSS from /proc; connections are the established TCP sockets the process holds (/proc/<pid>/fd and /proc/net/tcp).\n\n")
+	p("Snapshots of the gateway follow two forced garbage collections (`/debug/pprof/heap?gc=1`; the second empties the sync.Pool victim caches), so heap figures are what is live; RSS is VmRSS from /proc; connections are the established TCP sockets the process holds (/proc/<pid>/fd and /proc/net/tcp).\n\n")
 	if w := r.Watches; w != nil {
 		r.watchSection(p, w)
 	}

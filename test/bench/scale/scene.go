@@ -119,9 +119,20 @@ func (s *scene) gatewayMetrics(ctx context.Context, sn *snapshot) error {
 	return nil
 }
 
-// forceGC makes the gateway collect garbage (its /debug/pprof/heap?gc=1), so
-// that the heap it reports next is what is live.
+// forceGC makes the gateway collect garbage twice (its
+// /debug/pprof/heap?gc=1), so that the heap it reports next is what is live:
+// the first collection only moves sync.Pool contents to the pools' victim
+// caches, the second frees them.
 func (s *scene) forceGC(ctx context.Context) error {
+	for range 2 {
+		if err := s.gcOnce(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *scene) gcOnce(ctx context.Context) error {
 	req, err := s.gatewayRoot.NewRequest(ctx, "/debug/pprof/heap?gc=1")
 	if err != nil {
 		return err

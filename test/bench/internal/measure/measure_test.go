@@ -25,7 +25,7 @@ func TestLoadRateKeepsTheSchedule(t *testing.T) {
 		t.Fatalf("%d errors, first %v", r.Errors, r.FirstErr)
 	}
 	// A closed loop of one worker would manage 50/s; the open loop keeps 200/s.
-	if r.Scheduled < 180 || r.Scheduled > 201 {
+	if r.Scheduled < 150 || r.Scheduled > 201 {
 		t.Errorf("scheduled %d requests in 1 s at 200/s", r.Scheduled)
 	}
 	if p := r.Pct(50); p < 20*time.Millisecond {
