@@ -499,17 +499,11 @@ func measureLoad(ctx context.Context, t *measure.Target, procs []measure.Proc, h
 
 // measureRate runs the fixed-rate GET load against t and reads the CPU of
 // every process and, for the targets that cross the gateway, the heap bytes
-// the gateway allocated: from its cumulative counter, (after - mid) - (mid -
-// before), so that what one scrape itself allocates cancels out.
+// the gateway allocated per request.
 func measureRate(ctx context.Context, t *measure.Target, procs []measure.Proc, hz float64, o options, gw *measure.Target) loadRun {
-	viaGateway := t.Key == "gateway" || t.Key == "hub"
-	var allocs [3]float64
-	var allocErr error
-	if viaGateway {
-		allocs[0], allocErr = gatewayAllocBytes(ctx, gw)
-		if allocErr == nil {
-			allocs[1], allocErr = gatewayAllocBytes(ctx, gw)
-		}
+	var am *allocMeter
+	if t.Key == "gateway" || t.Key == "hub" {
+		am = startAlloc(ctx, gw)
 	}
 	a := measure.SnapCPU(procs)
 	r := t.LoadRate(ctx, getPath, o.Rate, o.RateDuration, o.RateInflight)
@@ -519,14 +513,43 @@ func measureRate(ctx context.Context, t *measure.Target, procs []measure.Proc, h
 	if r.FirstErr != nil {
 		l.FirstErr = r.FirstErr.Error()
 	}
-	if viaGateway && allocErr == nil {
-		allocs[2], allocErr = gatewayAllocBytes(ctx, gw)
-	}
-	if viaGateway && allocErr == nil && r.Requests > 0 {
-		l.AllocPerReq = ((allocs[2] - allocs[1]) - (allocs[1] - allocs[0])) / float64(r.Requests)
-		l.AllocKnown = true
+	if am != nil && r.Requests > 0 {
+		if v, ok := am.stop(ctx); ok {
+			l.AllocPerReq, l.AllocKnown = v/float64(r.Requests), true
+		}
 	}
 	return l
+}
+
+// allocMeter measures the heap bytes the gateway allocates during a
+// measurement from its cumulative counter: read twice before and once after,
+// (after - mid) - (mid - before), so that what one scrape itself allocates
+// cancels out.
+type allocMeter struct {
+	gw          *measure.Target
+	before, mid float64
+	err         error
+}
+
+func startAlloc(ctx context.Context, gw *measure.Target) *allocMeter {
+	m := &allocMeter{gw: gw}
+	if m.before, m.err = gatewayAllocBytes(ctx, gw); m.err == nil {
+		m.mid, m.err = gatewayAllocBytes(ctx, gw)
+	}
+	return m
+}
+
+// stop returns the bytes allocated since start; ok is false when the
+// counter could not be read.
+func (m *allocMeter) stop(ctx context.Context) (bytes float64, ok bool) {
+	if m.err != nil {
+		return 0, false
+	}
+	after, err := gatewayAllocBytes(ctx, m.gw)
+	if err != nil {
+		return 0, false
+	}
+	return (after - m.mid) - (m.mid - m.before), true
 }
 
 // encodings of the LIST: as client-go asks (gzip accepted; the member
@@ -559,19 +582,11 @@ type listRun struct {
 }
 
 func measureList(ctx context.Context, t *measure.Target, procs []measure.Proc, hz float64, gwPID int, enc string, gw *measure.Target) (listRun, error) {
-	// Bytes the gateway allocated for the LIST, from its cumulative
-	// allocation counter: (after - mid) - (mid - before), so that what one
-	// scrape itself allocates cancels out.
-	var allocs [3]float64
-	var allocErr error
-	if t.Key != "direct" {
-		allocs[0], allocErr = gatewayAllocBytes(ctx, gw)
-		if allocErr == nil {
-			allocs[1], allocErr = gatewayAllocBytes(ctx, gw)
-		}
-	}
+	// Bytes the gateway allocated for the LIST and its RSS during it.
+	var am *allocMeter
 	var s *measure.RSSSampler
 	if t.Key != "direct" {
+		am = startAlloc(ctx, gw)
 		s = measure.StartRSS(ctx, gwPID, 10*time.Millisecond)
 	}
 	a := measure.SnapCPU(procs)
@@ -585,12 +600,8 @@ func measureList(ctx context.Context, t *measure.Target, procs []measure.Proc, h
 		lr.RSSBefore, lr.RSSPeak, lr.RSSGrowth = s.Before, s.Peak, s.Growth()
 		lr.HWMBefore, lr.HWMAfter, lr.RSSSamples = s.HWMBefore, s.HWMAfter, s.Samples
 		lr.SampledRSSOf = "kube-gateway"
-		if allocErr == nil && err == nil {
-			allocs[2], allocErr = gatewayAllocBytes(ctx, gw)
-		}
-		if allocErr == nil {
-			lr.AllocBytes = (allocs[2] - allocs[1]) - (allocs[1] - allocs[0])
-			lr.AllocKnown = true
+		if err == nil {
+			lr.AllocBytes, lr.AllocKnown = am.stop(ctx)
 		}
 	}
 	return lr, err

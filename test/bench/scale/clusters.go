@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -418,20 +416,12 @@ func (s *scene) listAndWatch(ctx context.Context, path string, n, repeats int) l
 
 // watchInitial opens the watch path and reads events until n arrived.
 func watchInitial(ctx context.Context, t *measure.Target, path string, n int) (int, error) {
-	req, err := t.NewRequest(ctx, path)
+	body, err := openWatch(ctx, t, path)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := t.Client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return 0, fmt.Errorf("%s: %s", resp.Status, b)
-	}
-	dec := json.NewDecoder(resp.Body)
+	defer body.Close()
+	dec := json.NewDecoder(body)
 	got := 0
 	for got < n {
 		var ev struct {
