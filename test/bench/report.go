@@ -392,15 +392,15 @@ func (r *report) markdown() string {
 			p("| %s | %.2f s | %.1f%% | %.0f |\n", g.Name, g.Seconds, g.Pct, g.Pct/100*perReq*1e6)
 		}
 		if i == 0 {
-			p("\nTop 15 by cumulative time (`go tool pprof -top -cum`):\n\n```\n%s```\n\n", trimPprof(pf.TopCum))
+			p("\nTop 15 by cumulative time (`go tool pprof -top -cum`):\n\n```\n%s```\n\n", measure.TrimPprof(pf.TopCum))
 		}
-		p("\nTop 15 by own time (`go tool pprof -top`):\n\n```\n%s```\n\n", trimPprof(pf.TopFlat))
+		p("\nTop 15 by own time (`go tool pprof -top`):\n\n```\n%s```\n\n", measure.TrimPprof(pf.TopFlat))
 		if pf.AllocFile != "" {
 			p("Heap allocations during the same %d s (`GET /debug/pprof/allocs?seconds=%d`, `%s`): %.1f MiB", o.ProfileSeconds, o.ProfileSeconds, pf.AllocFile, pf.AllocBytes/(1<<20))
 			if pf.AllocRequests > 0 {
 				p(", about %.1f KiB per request (%d requests at the run's rate)", pf.AllocBytes/float64(pf.AllocRequests)/1024, pf.AllocRequests)
 			}
-			p(". Top 15 by bytes (`go tool pprof -sample_index=alloc_space -top`):\n\n```\n%s```\n\n", trimPprof(pf.AllocTop))
+			p(". Top 15 by bytes (`go tool pprof -sample_index=alloc_space -top`):\n\n```\n%s```\n\n", measure.TrimPprof(pf.AllocTop))
 		}
 	}
 	p("Environment start-up %s; whole run %s.\n", r.EnvStartup.Round(time.Second), r.Total.Round(time.Second))
@@ -510,17 +510,4 @@ func (r *report) cpuByProcess(p func(string, ...any), runs func(roundData) map[s
 		p(" **%s** |", measure.US(totals[k]))
 	}
 	p("\n\n")
-}
-
-// trimPprof drops pprof's header lines (file, build id, time) but keeps the
-// totals and the table.
-func trimPprof(s string) string {
-	var out []string
-	for _, line := range strings.Split(s, "\n") {
-		if strings.HasPrefix(line, "File:") || strings.HasPrefix(line, "Build ID:") || strings.HasPrefix(line, "Time:") || strings.HasPrefix(line, "Type:") {
-			continue
-		}
-		out = append(out, line)
-	}
-	return strings.TrimLeft(strings.Join(out, "\n"), "\n")
 }

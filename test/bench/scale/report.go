@@ -124,6 +124,10 @@ func (r *report) watchSection(p func(string, ...any), w *watchResult) {
 	p("After closing every watch: RSS %s → %s (%s before), goroutines %.0f (%.0f before), heap in use %s (%s before).\n\n",
 		measure.MB(float64(a.RSSKB)), measure.MB(float64(w.AfterClose.RSSKB)), measure.MB(float64(b.RSSKB)), w.AfterClose.Goroutines, b.Goroutines, mib(w.AfterClose.HeapInuse), mib(b.HeapInuse))
 
+	if w.HeapFile != "" {
+		p("The gateway's heap in use with every watch open, by allocation site (`%s`; `go tool pprof -sample_index=inuse_space -top`):\n\n```\n%s```\n\n", w.HeapFile, measure.TrimPprof(w.HeapTop))
+	}
+
 	e := w.Events
 	if e.Samples > 0 {
 		p("### Event delivery\n\n")

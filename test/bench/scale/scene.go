@@ -149,6 +149,32 @@ func (s *scene) gcOnce(ctx context.Context) error {
 	return nil
 }
 
+// heapProfile saves the gateway's heap profile (what is in use as of its last
+// collection) to file and returns pprof's top sites by bytes in use.
+func (s *scene) heapProfile(ctx context.Context, file string) (string, error) {
+	req, err := s.gatewayRoot.NewRequest(ctx, "/debug/pprof/heap")
+	if err != nil {
+		return "", err
+	}
+	resp, err := s.gatewayRoot.Client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET /debug/pprof/heap: %s", resp.Status)
+	}
+	if err := os.WriteFile(file, data, 0o644); err != nil {
+		return "", err
+	}
+	bin, _ := harness.GatewayBinary(s.env.BinDir)
+	return measure.Pprof(ctx, bin, file, "-sample_index=inuse_space", "-top", "-nodecount=12"), nil
+}
+
 // take reads a snapshot; gc forces a collection first (the series does not).
 func (s *scene) take(ctx context.Context, label string, gc bool) snapshot {
 	sn := snapshot{Label: label, At: time.Now()}

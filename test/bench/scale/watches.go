@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -206,6 +207,8 @@ type watchResult struct {
 	SettleTook   time.Duration
 	Events       eventResult
 	Series       []point
+	HeapFile     string // the gateway's heap profile with every watch open
+	HeapTop      string // its top sites by bytes in use
 }
 
 // eventResult is the event delivery measurement.
@@ -288,6 +291,11 @@ func watchPhase(ctx context.Context, s *scene, o options) (*watchResult, error) 
 	res.AllOpen = s.take(ctx, "all open", true)
 	logf("watches: all open: gateway RSS %s, %.0f goroutines, %v connections to member-b, %d from the hub",
 		measure.MB(float64(res.AllOpen.RSSKB)), res.AllOpen.Goroutines, res.AllOpen.ToMemberB, res.AllOpen.HubToGateway)
+	res.HeapFile = filepath.Join(o.OutDir, "kube-gateway-heap-watches.pprof")
+	if res.HeapTop, err = s.heapProfile(ctx, res.HeapFile); err != nil {
+		logf("watches: heap profile: %v", err)
+		res.HeapFile = ""
+	}
 
 	sr.setPhase("events")
 	if o.SampleWatches > 0 && o.EventRate > 0 {
