@@ -9,7 +9,7 @@ export KUBE_GATEWAY_BIN_DIR := $(BIN)
 # Packages of the main module without the end-to-end suite and its harness.
 UNIT_PKGS = $$(go list ./... | grep -v -e /test/e2e -e /test/harness)
 
-.PHONY: all build tools test test-unit test-e2e bench verify update-codegen local-up local-down clean image image-names
+.PHONY: all build tools test test-unit test-e2e bench bench-scale verify update-codegen local-up local-down clean image image-names
 
 # Images of `make image`; the tag is the chart's appVersion, so that the chart's
 # default image.repository/tag (and etcd.bundled.image) name exactly these.
@@ -42,6 +42,10 @@ test-e2e: build tools
 ## bench: direct vs gateway vs hub+gateway on real apiservers; a report (docs/benchmark.md), not a test
 bench: build tools
 	go run ./test/bench -out-dir $(ROOT)/_output/bench $(BENCH_ARGS)
+
+## bench-scale: the gateway's cost per open watch and per UpstreamCluster on real apiservers; a report, not a test
+bench-scale: build tools
+	go run ./test/bench/scale -out-dir $(ROOT)/_output/bench-scale $(BENCH_SCALE_ARGS)
 
 ## verify: generated code up to date, apis/ free of server dependencies, gofmt, go vet
 verify:

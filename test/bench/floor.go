@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kubewharf/kube-gateway/test/bench/internal/measure"
 	"github.com/kubewharf/kube-gateway/test/harness"
 )
 
@@ -52,7 +53,7 @@ func (f *floorProxy) PID() int { return f.cmd.Process.Pid }
 // admin token, waits for it to write its address and returns it with its
 // target. dir receives the member CA, the token, the proxy's ca.crt and addr,
 // and its log.
-func startFloor(ctx context.Context, bin, dir string, m *harness.Cluster) (*floorProxy, *target, error) {
+func startFloor(ctx context.Context, bin, dir string, m *harness.Cluster) (*floorProxy, *measure.Target, error) {
 	caFile := filepath.Join(dir, "upstream-ca.crt")
 	tokenFile := filepath.Join(dir, "token")
 	if err := os.WriteFile(caFile, m.CAData, 0o644); err != nil {
@@ -88,13 +89,13 @@ func startFloor(ctx context.Context, bin, dir string, m *harness.Cluster) (*floo
 		f.Stop()
 		return nil, nil, err
 	}
-	client, err := newClient(ca, nil)
+	client, err := measure.NewClient(ca, nil, 2*time.Minute)
 	if err != nil {
 		f.Stop()
 		return nil, nil, err
 	}
 	// No headers: the proxy adds the member's token itself.
-	return f, &target{Key: floorKey, Label: floorLabel, Base: "https://" + addr, Client: client}, nil
+	return f, &measure.Target{Key: floorKey, Label: floorLabel, Base: "https://" + addr, Client: client}, nil
 }
 
 // waitAddr polls for the addr file until it appears, the process exits or

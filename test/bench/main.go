@@ -13,21 +13,21 @@
 // in a temporary directory, creates ConfigMap bench/target and 10,000
 // ConfigMaps in bench-list on member-b, then measures GET-by-name latency and
 // throughput at concurrency 1 and 16, the CPU time of every process per
-// request, full LISTs of 10,000 objects (time, first byte, the gateway's RSS
+// request, the same CPU and latency at one fixed request rate for every target
+// (an open loop: CPU per request does not depend on each target's own
+// throughput), full LISTs of 10,000 objects (time, first byte, the gateway's RSS
 // growth and allocations), and CPU profiles of the gateway under load. It
 // prints a markdown report and writes it, with the profiles, to -out-dir.
 // docs/benchmark.md explains the method and reads a run.
 //
 //	make bench                                   # BENCH_ARGS="-rounds 3" to pass flags
-//	go run ./test/bench -out-dir _output/bench [-rounds 5] [-requests 1500] [-duration 6s]
+//	go run ./test/bench -out-dir _output/bench [-rounds 5] [-requests 1500] [-duration 6s] [-rate 200]
 //
 // It is a report, not a test: it exits non-zero only when it cannot measure.
 package main
 
 import (
-	"bufio"
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -48,6 +48,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kubewharf/kube-gateway/test/bench/internal/measure"
 	"github.com/kubewharf/kube-gateway/test/harness"
 )
 
@@ -56,6 +57,9 @@ type options struct {
 	Requests       int           // per target per round at concurrency 1
 	Concurrency    int           // the throughput run
 	Duration       time.Duration // per target per round at Concurrency
+	Rate           float64       // GETs per second of the fixed-rate run, the same for every target
+	RateDuration   time.Duration // per target per round at Rate
+	RateInflight   int           // most requests outstanding in the fixed-rate run
 	ListObjects    int
 	ListPerRound   int
 	Workers        int // creating the LIST objects
@@ -87,6 +91,9 @@ func main() {
 	flag.IntVar(&o.Requests, "requests", 1500, "GETs per target per round at concurrency 1")
 	flag.IntVar(&o.Concurrency, "concurrency", 16, "workers of the throughput run")
 	flag.DurationVar(&o.Duration, "duration", 6*time.Second, "length of the throughput run per target per round")
+	flag.Float64Var(&o.Rate, "rate", 200, "GETs per second of the fixed-rate (open-loop) run, the same for every target; keep it below what the slowest target (hub + gateway) sustains at -concurrency; 0 skips the run")
+	flag.DurationVar(&o.RateDuration, "rate-duration", 10*time.Second, "length of the fixed-rate run per target per round")
+	flag.IntVar(&o.RateInflight, "rate-inflight", 512, "most requests outstanding in the fixed-rate run; when reached the schedule waits and the achieved rate falls short")
 	flag.IntVar(&o.ListObjects, "list-objects", 10000, "ConfigMaps in namespace "+listNS)
 	flag.IntVar(&o.ListPerRound, "lists", 3, "full LISTs per target per round")
 	flag.IntVar(&o.Workers, "workers", 32, "concurrent creators of the LIST objects")
@@ -111,9 +118,7 @@ func main() {
 	os.Exit(runMain(o))
 }
 
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "[bench %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
-}
+var logf = measure.Logger("bench").Printf
 
 func runMain(o options) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -180,8 +185,8 @@ func runMain(o options) int {
 // proxy, floorBin) and measures.
 func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*report, error) {
 	rep := &report{Opts: o, Started: time.Now()}
-	rep.Hz, rep.HzHow = clockTicks()
-	rep.Machine = machine()
+	rep.Hz, rep.HzHow = measure.ClockTicks()
+	rep.Machine = measure.ThisMachine()
 
 	// Objects on member-b, directly.
 	mcfg := env.Members[member].Config(harness.UserAdmin, 0)
@@ -216,37 +221,37 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 		return nil, err
 	}
 
-	procs := []proc{
-		{"kube-gateway", strconv.Itoa(env.Gateway.PID())},
-		{member + "-1", strconv.Itoa(env.Members[member].Servers[0].Process.PID())},
-		{"hub-1", strconv.Itoa(env.Hub.Servers[0].Process.PID())},
-		{"etcd", strconv.Itoa(env.Etcd.PID())},
-		{"bench client", "self"},
+	procs := []measure.Proc{
+		{Name: "kube-gateway", PID: env.Gateway.PID()},
+		{Name: member + "-1", PID: env.Members[member].Servers[0].Process.PID()},
+		{Name: "hub-1", PID: env.Hub.Servers[0].Process.PID()},
+		{Name: "etcd", PID: env.Etcd.PID()},
+		{Name: "bench client", PID: 0}, // this process
 	}
 	if floor != nil {
-		procs = append(procs, proc{floorProc, strconv.Itoa(floor.PID())})
+		procs = append(procs, measure.Proc{Name: floorProc, PID: floor.PID()})
 	}
 	rep.Procs = procs
 	gwPID := procs[0].PID
 
 	// Background CPU of every process while nothing is sent.
 	logf("idle %s: background CPU", o.Idle)
-	a := snapCPU(procs)
+	a := measure.SnapCPU(procs)
 	t0 := time.Now()
 	if err := sleep(ctx, o.Idle); err != nil {
 		return nil, err
 	}
-	rep.IdleCPU = snapCPU(procs).delta(a, rep.Hz)
+	rep.IdleCPU = measure.SnapCPU(procs).Delta(a, rep.Hz)
 	rep.IdleFor = time.Since(t0)
 
 	// Warm-up: connections, caches (the gateway's SubjectAccessReview cache,
 	// the hub's), the Go heaps, the LIST path.
 	logf("warm-up")
 	for _, t := range targets {
-		if r := t.load(ctx, getPath, 1, 300, 0); r.Errors > 0 {
+		if r := t.Load(ctx, getPath, 1, 300, 0); r.Errors > 0 {
 			return nil, fmt.Errorf("warm-up %s: %d errors, first: %v", t.Key, r.Errors, r.FirstErr)
 		}
-		if r := t.load(ctx, getPath, o.Concurrency, 0, 2*time.Second); r.Errors > 0 {
+		if r := t.Load(ctx, getPath, o.Concurrency, 0, 2*time.Second); r.Errors > 0 {
 			return nil, fmt.Errorf("warm-up %s: %d errors, first: %v", t.Key, r.Errors, r.FirstErr)
 		}
 		if t.Key == floorKey {
@@ -266,7 +271,7 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 	}
 
 	for r := 0; r < o.Rounds; r++ {
-		rd := roundData{C1: map[string]loadRun{}, CN: map[string]loadRun{}, List: map[string][]listRun{}}
+		rd := roundData{C1: map[string]loadRun{}, CN: map[string]loadRun{}, Rate: map[string]loadRun{}, List: map[string][]listRun{}}
 		order := rotate(targets, r)
 		var names []string
 		for _, t := range order {
@@ -279,6 +284,11 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 		}
 		for _, t := range order {
 			rd.CN[t.Key] = measureLoad(ctx, t, procs, rep.Hz, o.Concurrency, 0, o.Duration)
+		}
+		if o.Rate > 0 {
+			for _, t := range order {
+				rd.Rate[t.Key] = measureRate(ctx, t, procs, rep.Hz, o, gw)
+			}
 		}
 		for i := 0; i < o.ListPerRound; i++ {
 			for _, enc := range encodings {
@@ -298,16 +308,17 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 			return nil, err
 		}
 		for _, t := range order {
-			c1, cn := rd.C1[t.Key], rd.CN[t.Key]
+			c1, cn, fr := rd.C1[t.Key], rd.CN[t.Key], rd.Rate[t.Key]
 			if t.Key == floorKey {
-				logf("  %-8s c=1 p50 %-9s p99 %-9s | c=%d %6.0f req/s | floor proxy CPU %s/req",
-					t.Key, fmtDur(c1.P50), fmtDur(c1.P99), o.Concurrency, cn.RPS,
-					fmtDur(time.Duration(cn.cpuPerReq(floorProc)*1e9)))
+				logf("  %-8s c=1 p50 %-9s p99 %-9s | c=%d %6.0f req/s | floor proxy CPU %s/req | at %.0f/s: %.0f/s, p99 %s, floor proxy CPU %s/req",
+					t.Key, measure.Dur(c1.P50), measure.Dur(c1.P99), o.Concurrency, cn.RPS,
+					measure.US(cn.cpuPerReq(floorProc)), o.Rate, fr.RPS, measure.Dur(fr.P99), measure.US(fr.cpuPerReq(floorProc)))
 				continue
 			}
-			logf("  %-8s c=1 p50 %-9s p99 %-9s | c=%d %6.0f req/s | gateway CPU %s/req | LIST %s",
-				t.Key, fmtDur(c1.P50), fmtDur(c1.P99), o.Concurrency, cn.RPS,
-				fmtDur(time.Duration(cn.cpuPerReq("kube-gateway")*1e9)), fmtSec(listSec(rd, t.Key, "gzip")))
+			logf("  %-8s c=1 p50 %-9s p99 %-9s | c=%d %6.0f req/s | gateway CPU %s/req | at %.0f/s: %.0f/s, p99 %s, gateway CPU %s/req | LIST %s",
+				t.Key, measure.Dur(c1.P50), measure.Dur(c1.P99), o.Concurrency, cn.RPS,
+				measure.US(cn.cpuPerReq("kube-gateway")), o.Rate, fr.RPS, measure.Dur(fr.P99), measure.US(fr.cpuPerReq("kube-gateway")),
+				measure.Sec(listSec(rd, t.Key, "gzip")))
 		}
 		rep.Rounds = append(rep.Rounds, rd)
 	}
@@ -333,8 +344,8 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func rotate(ts []*target, r int) []*target {
-	out := make([]*target, len(ts))
+func rotate(ts []*measure.Target, r int) []*measure.Target {
+	out := make([]*measure.Target, len(ts))
 	for i := range ts {
 		out[i] = ts[(i+r)%len(ts)]
 	}
@@ -408,53 +419,18 @@ func setupObjects(ctx context.Context, cs kubernetes.Interface, o options, rep *
 }
 
 // makeTargets builds the three ways to member-b, each with its own client.
-// It also returns the gateway target for /debug/pprof.
-func makeTargets(env *harness.Env) ([]*target, *target, error) {
-	m := env.Members[member]
-	direct, err := newClient(m.CAData, nil)
+// It also returns the gateway target for /debug/pprof and /metrics.
+func makeTargets(env *harness.Env) ([]*measure.Target, *measure.Target, error) {
+	direct, gw, hub, err := measure.Targets(env, member, 2*time.Minute)
 	if err != nil {
 		return nil, nil, err
 	}
-	certFile, keyFile := env.FrontProxyClientCert()
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, nil, err
-	}
-	gwCA, err := os.ReadFile(env.GatewayCAFile)
-	if err != nil {
-		return nil, nil, err
-	}
-	gwClient, err := newClient(gwCA, &cert)
-	if err != nil {
-		return nil, nil, err
-	}
-	hubClient, err := newClient(env.Hub.CAData, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	gw := &target{
-		Key: "gateway", Label: "gateway alone", Base: env.GatewayURL + harness.ProxyPath(member), Client: gwClient,
-		// What the hub's aggregator sends for admin (groups as the hub
-		// authenticated them), next to its front-proxy client certificate.
-		Header: http.Header{"X-Remote-User": {harness.UserAdmin}, "X-Remote-Group": {"system:masters", "system:authenticated"}},
-	}
-	ts := []*target{
-		{
-			Key: "direct", Label: "direct", Base: m.Servers[0].URL, Client: direct,
-			Header: http.Header{"Authorization": {"Bearer " + m.Tokens[harness.UserAdmin]}},
-		},
-		gw,
-		{
-			Key: "hub", Label: "hub + gateway", Base: env.Hub.Servers[0].URL + harness.ProxyPath(member), Client: hubClient,
-			Header: http.Header{"Authorization": {"Bearer " + env.Hub.Tokens[harness.UserAdmin]}},
-		},
-	}
-	return ts, gw, nil
+	return []*measure.Target{direct, gw, hub}, gw, nil
 }
 
 // sameObject checks that the targets return the very same bytes for the
 // object (the same member-b ConfigMap).
-func sameObject(ctx context.Context, ts []*target) error {
+func sameObject(ctx context.Context, ts []*measure.Target) error {
 	var first []byte
 	for _, t := range ts {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, t.Base+getPath, nil)
@@ -493,6 +469,14 @@ type loadRun struct {
 	P50, P99 time.Duration
 	RPS      float64
 	CPU      map[string]float64 // seconds, per process
+
+	// The fixed-rate run only.
+	Rate   float64       // asked for, per second
+	MaxLag time.Duration // the longest a request waited for a free slot past its schedule
+	// AllocPerReq is the heap the gateway allocated per request (bytes), for
+	// the targets that cross it (AllocKnown).
+	AllocPerReq float64
+	AllocKnown  bool
 }
 
 func (l loadRun) cpuPerReq(proc string) float64 {
@@ -502,15 +486,70 @@ func (l loadRun) cpuPerReq(proc string) float64 {
 	return l.CPU[proc] / float64(l.Requests)
 }
 
-func measureLoad(ctx context.Context, t *target, procs []proc, hz float64, c, n int, d time.Duration) loadRun {
-	a := snapCPU(procs)
-	r := t.load(ctx, getPath, c, n, d)
-	b := snapCPU(procs)
-	l := loadRun{Requests: r.Requests, Errors: r.Errors, Elapsed: r.Elapsed, P50: r.Pct(50), P99: r.Pct(99), RPS: r.RPS(), CPU: b.delta(a, hz)}
+func measureLoad(ctx context.Context, t *measure.Target, procs []measure.Proc, hz float64, c, n int, d time.Duration) loadRun {
+	a := measure.SnapCPU(procs)
+	r := t.Load(ctx, getPath, c, n, d)
+	b := measure.SnapCPU(procs)
+	l := loadRun{Requests: r.Requests, Errors: r.Errors, Elapsed: r.Elapsed, P50: r.Pct(50), P99: r.Pct(99), RPS: r.RPS(), CPU: b.Delta(a, hz)}
 	if r.FirstErr != nil {
 		l.FirstErr = r.FirstErr.Error()
 	}
 	return l
+}
+
+// measureRate runs the fixed-rate GET load against t and reads the CPU of
+// every process and, for the targets that cross the gateway, the heap bytes
+// the gateway allocated per request.
+func measureRate(ctx context.Context, t *measure.Target, procs []measure.Proc, hz float64, o options, gw *measure.Target) loadRun {
+	var am *allocMeter
+	if t.Key == "gateway" || t.Key == "hub" {
+		am = startAlloc(ctx, gw)
+	}
+	a := measure.SnapCPU(procs)
+	r := t.LoadRate(ctx, getPath, o.Rate, o.RateDuration, o.RateInflight)
+	b := measure.SnapCPU(procs)
+	l := loadRun{Requests: r.Requests, Errors: r.Errors, Elapsed: r.Elapsed, P50: r.Pct(50), P99: r.Pct(99), RPS: r.RPS(), CPU: b.Delta(a, hz),
+		Rate: r.Rate, MaxLag: r.MaxLag}
+	if r.FirstErr != nil {
+		l.FirstErr = r.FirstErr.Error()
+	}
+	if am != nil && r.Requests > 0 {
+		if v, ok := am.stop(ctx); ok {
+			l.AllocPerReq, l.AllocKnown = v/float64(r.Requests), true
+		}
+	}
+	return l
+}
+
+// allocMeter measures the heap bytes the gateway allocates during a
+// measurement from its cumulative counter: read twice before and once after,
+// (after - mid) - (mid - before), so that what one scrape itself allocates
+// cancels out.
+type allocMeter struct {
+	gw          *measure.Target
+	before, mid float64
+	err         error
+}
+
+func startAlloc(ctx context.Context, gw *measure.Target) *allocMeter {
+	m := &allocMeter{gw: gw}
+	if m.before, m.err = gatewayAllocBytes(ctx, gw); m.err == nil {
+		m.mid, m.err = gatewayAllocBytes(ctx, gw)
+	}
+	return m
+}
+
+// stop returns the bytes allocated since start; ok is false when the
+// counter could not be read.
+func (m *allocMeter) stop(ctx context.Context) (bytes float64, ok bool) {
+	if m.err != nil {
+		return 0, false
+	}
+	after, err := gatewayAllocBytes(ctx, m.gw)
+	if err != nil {
+		return 0, false
+	}
+	return (after - m.mid) - (m.mid - m.before), true
 }
 
 // encodings of the LIST: as client-go asks (gzip accepted; the member
@@ -542,39 +581,27 @@ type listRun struct {
 	AllocKnown   bool
 }
 
-func measureList(ctx context.Context, t *target, procs []proc, hz float64, gwPID, enc string, gw *target) (listRun, error) {
-	// Bytes the gateway allocated for the LIST, from its cumulative
-	// allocation counter: (after - mid) - (mid - before), so that what one
-	// scrape itself allocates cancels out.
-	var allocs [3]float64
-	var allocErr error
+func measureList(ctx context.Context, t *measure.Target, procs []measure.Proc, hz float64, gwPID int, enc string, gw *measure.Target) (listRun, error) {
+	// Bytes the gateway allocated for the LIST and its RSS during it.
+	var am *allocMeter
+	var s *measure.RSSSampler
 	if t.Key != "direct" {
-		allocs[0], allocErr = gatewayAllocBytes(ctx, gw)
-		if allocErr == nil {
-			allocs[1], allocErr = gatewayAllocBytes(ctx, gw)
-		}
+		am = startAlloc(ctx, gw)
+		s = measure.StartRSS(ctx, gwPID, 10*time.Millisecond)
 	}
-	var s *rssSampler
-	if t.Key != "direct" {
-		s = startRSS(ctx, gwPID, 10*time.Millisecond)
-	}
-	a := snapCPU(procs)
+	a := measure.SnapCPU(procs)
 	t0 := time.Now()
-	res, err := t.doEnc(ctx, listPath, enc == "identity", true)
+	res, err := t.DoEnc(ctx, listPath, enc == "identity", true)
 	el := time.Since(t0)
-	b := snapCPU(procs)
-	lr := listRun{Enc: enc, FirstByte: res.FirstByte, Elapsed: el, Bytes: res.Bytes, Gzip: res.Uncompressed || res.Encoding == "gzip", CPU: b.delta(a, hz)}
+	b := measure.SnapCPU(procs)
+	lr := listRun{Enc: enc, FirstByte: res.FirstByte, Elapsed: el, Bytes: res.Bytes, Gzip: res.Uncompressed || res.Encoding == "gzip", CPU: b.Delta(a, hz)}
 	if s != nil {
 		s.Stop()
 		lr.RSSBefore, lr.RSSPeak, lr.RSSGrowth = s.Before, s.Peak, s.Growth()
 		lr.HWMBefore, lr.HWMAfter, lr.RSSSamples = s.HWMBefore, s.HWMAfter, s.Samples
 		lr.SampledRSSOf = "kube-gateway"
-		if allocErr == nil && err == nil {
-			allocs[2], allocErr = gatewayAllocBytes(ctx, gw)
-		}
-		if allocErr == nil {
-			lr.AllocBytes = (allocs[2] - allocs[1]) - (allocs[1] - allocs[0])
-			lr.AllocKnown = true
+		if err == nil {
+			lr.AllocBytes, lr.AllocKnown = am.stop(ctx)
 		}
 	}
 	return lr, err
@@ -582,37 +609,12 @@ func measureList(ctx context.Context, t *target, procs []proc, hz float64, gwPID
 
 // gatewayAllocBytes reads the gateway's cumulative count of allocated heap
 // bytes from its /metrics.
-func gatewayAllocBytes(ctx context.Context, gw *target) (float64, error) {
-	base := strings.TrimSuffix(gw.Base, harness.ProxyPath(member))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+func gatewayAllocBytes(ctx context.Context, gw *measure.Target) (float64, error) {
+	m, err := gw.Scrape(ctx, strings.TrimSuffix(gw.Base, harness.ProxyPath(member))+"/metrics")
 	if err != nil {
 		return 0, err
 	}
-	for k, v := range gw.Header {
-		req.Header[k] = v
-	}
-	resp, err := gw.Client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		for _, name := range []string{"go_memstats_alloc_bytes_total ", "go_gc_heap_allocs_bytes_total "} {
-			if rest, ok := strings.CutPrefix(line, name); ok {
-				return strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, errors.New("no go_memstats_alloc_bytes_total in /metrics")
+	return m.AllocBytes()
 }
 
 // profileResult is a CPU profile of the gateway under one load.
@@ -634,7 +636,7 @@ type profileResult struct {
 
 // profile runs the gateway-alone load at concurrency c for ProfileSeconds+3 s
 // and takes a CPU profile of the gateway during it.
-func profile(ctx context.Context, env *harness.Env, gw *target, procs []proc, o options, rep *report, c int) error {
+func profile(ctx context.Context, env *harness.Env, gw *measure.Target, procs []measure.Proc, o options, rep *report, c int) error {
 	logf("profiling the gateway for %ds under the c=%d gateway-alone load", o.ProfileSeconds, c)
 	type prof struct {
 		data []byte

@@ -3,11 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
-	"fmt"
-	"os/exec"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/kubewharf/kube-gateway/test/bench/internal/measure"
 )
 
 // group is a cost center of the profile. Every sample goes to exactly one
@@ -53,62 +53,17 @@ func profileGroups() []group {
 // analyzeProfile runs `go tool pprof` on the saved profile: top 15 by
 // cumulative time, top 15 by flat time, and the groups above (from -traces).
 func analyzeProfile(ctx context.Context, bin, file string) (topCum, topFlat string, groups []group, total float64) {
-	pprof := func(args ...string) string {
-		all := append([]string{"tool", "pprof"}, args...)
-		if bin != "" {
-			all = append(all, bin)
-		}
-		all = append(all, file)
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		defer cancel()
-		out, err := exec.CommandContext(cctx, "go", all...).CombinedOutput()
-		if err != nil {
-			return fmt.Sprintf("go %s: %v\n%s", strings.Join(all, " "), err, out)
-		}
-		return string(out)
-	}
-	topCum = pprof("-top", "-cum", "-nodecount=15")
-	topFlat = pprof("-top", "-nodecount=15")
-	groups, total = groupTraces(pprof("-traces"))
+	topCum = measure.Pprof(ctx, bin, file, "-top", "-cum", "-nodecount=15")
+	topFlat = measure.Pprof(ctx, bin, file, "-top", "-nodecount=15")
+	groups, total = groupTraces(measure.Pprof(ctx, bin, file, "-traces"))
 	return topCum, topFlat, groups, total
 }
 
 // analyzeAllocs returns the top 15 allocation sites by bytes of an allocs
 // profile and the bytes allocated in all (the "of N total" of pprof's header).
 func analyzeAllocs(ctx context.Context, bin, file string) (top string, total float64) {
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	args := []string{"tool", "pprof", "-sample_index=alloc_space", "-top", "-nodecount=15", bin, file}
-	out, err := exec.CommandContext(cctx, "go", args...).CombinedOutput()
-	if err != nil {
-		return fmt.Sprintf("go %s: %v\n%s", strings.Join(args, " "), err, out), 0
-	}
-	return string(out), pprofTotal(string(out))
-}
-
-// pprofTotal reads N of "Showing nodes accounting for X, P% of N total" as
-// bytes (pprof writes 1.5GB, 603.30MB, 12kB, 17B).
-func pprofTotal(top string) float64 {
-	i := strings.Index(top, " total")
-	j := strings.LastIndex(top[:max(i, 0)], " of ")
-	if i < 0 || j < 0 {
-		return 0
-	}
-	v := top[j+len(" of ") : i]
-	units := []struct {
-		suffix string
-		scale  float64
-	}{{"TB", 1 << 40}, {"GB", 1 << 30}, {"MB", 1 << 20}, {"kB", 1 << 10}, {"B", 1}}
-	for _, u := range units {
-		if strings.HasSuffix(v, u.suffix) {
-			var f float64
-			if _, err := fmt.Sscanf(strings.TrimSuffix(v, u.suffix), "%g", &f); err != nil {
-				return 0
-			}
-			return f * u.scale
-		}
-	}
-	return 0
+	top = measure.Pprof(ctx, bin, file, "-sample_index=alloc_space", "-top", "-nodecount=15")
+	return top, measure.PprofTotal(top)
 }
 
 // groupTraces parses `go tool pprof -traces` output: blocks separated by

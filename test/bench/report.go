@@ -2,18 +2,17 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
-	"runtime"
-	"sort"
 	"strings"
 	"time"
+
+	"github.com/kubewharf/kube-gateway/test/bench/internal/measure"
 )
 
 type roundData struct {
 	Order []string
 	C1    map[string]loadRun
 	CN    map[string]loadRun
+	Rate  map[string]loadRun // the fixed-rate run (empty with -rate 0)
 	List  map[string][]listRun
 }
 
@@ -24,9 +23,9 @@ type report struct {
 	Total      time.Duration
 	Hz         float64
 	HzHow      string
-	Machine    machineInfo
-	Targets    []*target
-	Procs      []proc
+	Machine    measure.Machine
+	Targets    []*measure.Target
+	Procs      []measure.Proc
 	IdleCPU    map[string]float64
 	IdleFor    time.Duration
 	SetupList  time.Duration
@@ -37,84 +36,7 @@ type report struct {
 	ProfileBinary string
 }
 
-type machineInfo struct {
-	Commit string // HEAD and the number of changed files in the working tree
-	NProc  int
-	CPU    string
-	Kernel string
-	Go     string
-	MemGB  float64
-}
-
-func machine() machineInfo {
-	m := machineInfo{NProc: runtime.NumCPU(), Go: runtime.Version()}
-	if out, err := exec.Command("nproc").Output(); err == nil {
-		fmt.Sscanf(strings.TrimSpace(string(out)), "%d", &m.NProc)
-	}
-	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPU = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	if out, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output(); err == nil {
-		m.Commit = strings.TrimSpace(string(out))
-		if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil {
-			if n := len(strings.Fields(strings.TrimSpace(string(st)))) / 2; n > 0 {
-				m.Commit += fmt.Sprintf(" + %d modified tracked files", n)
-			}
-		}
-	}
-	if data, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m.Kernel = strings.TrimSpace(string(data))
-	}
-	if kb, err := statusKBFile("/proc/meminfo", "MemTotal"); err == nil {
-		m.MemGB = float64(kb) / (1 << 20)
-	}
-	return m
-}
-
-func statusKBFile(file, field string) (int64, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			var v int64
-			_, err := fmt.Sscanf(strings.TrimSpace(rest), "%d", &v)
-			return v, err
-		}
-	}
-	return 0, fmt.Errorf("%s: no %s", file, field)
-}
-
 // --- statistics ---
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-func minMax(xs []float64) (float64, float64) {
-	if len(xs) == 0 {
-		return 0, 0
-	}
-	lo, hi := xs[0], xs[0]
-	for _, x := range xs {
-		lo, hi = min(lo, x), max(hi, x)
-	}
-	return lo, hi
-}
 
 // per collects one value per round.
 func (r *report) per(f func(rd roundData) float64) []float64 {
@@ -128,7 +50,7 @@ func (r *report) per(f func(rd roundData) float64) []float64 {
 // ratio is the median over rounds of the per-round ratio to direct (pairs
 // measured minutes apart never meet in one ratio).
 func (r *report) ratio(f func(rd roundData, key string) float64, key string) float64 {
-	return median(r.per(func(rd roundData) float64 {
+	return measure.Median(r.per(func(rd roundData) float64 {
 		d := f(rd, "direct")
 		if d == 0 {
 			return 0
@@ -138,11 +60,11 @@ func (r *report) ratio(f func(rd roundData, key string) float64, key string) flo
 }
 
 func (r *report) med(f func(rd roundData, key string) float64, key string) float64 {
-	return median(r.per(func(rd roundData) float64 { return f(rd, key) }))
+	return measure.Median(r.per(func(rd roundData) float64 { return f(rd, key) }))
 }
 
 func (r *report) listMed(f func(l listRun) float64, key, enc string) float64 {
-	return median(r.listAll(f, key, enc))
+	return measure.Median(r.listAll(f, key, enc))
 }
 
 func (r *report) listAll(f func(l listRun) float64, key, enc string) []float64 {
@@ -156,31 +78,6 @@ func (r *report) listAll(f func(l listRun) float64, key, enc string) []float64 {
 	}
 	return xs
 }
-
-// --- formatting ---
-
-func fmtDur(d time.Duration) string {
-	switch {
-	case d <= 0:
-		return "0"
-	case d < time.Millisecond:
-		return fmt.Sprintf("%.0f µs", float64(d)/1e3)
-	case d < 10*time.Millisecond:
-		return fmt.Sprintf("%.2f ms", float64(d)/1e6)
-	case d < time.Second:
-		return fmt.Sprintf("%.1f ms", float64(d)/1e6)
-	default:
-		return fmt.Sprintf("%.2f s", d.Seconds())
-	}
-}
-
-func fmtSec(s float64) string { return fmtDur(time.Duration(s * 1e9)) }
-
-func fmtUS(s float64) string { return fmt.Sprintf("%.0f µs", s*1e6) }
-
-func fmtX(x float64) string { return fmt.Sprintf("×%.2f", x) }
-
-func fmtMB(kb float64) string { return fmt.Sprintf("%.1f MiB", kb/1024) }
 
 func verdict(ok bool) string {
 	if ok {
@@ -200,6 +97,36 @@ func c1RPS(rd roundData, k string) float64  { return rd.C1[k].RPS }
 func gwCPU1(rd roundData, k string) float64 { return rd.C1[k].cpuPerReq("kube-gateway") }
 func gwCPUN(rd roundData, k string) float64 { return rd.CN[k].cpuPerReq("kube-gateway") }
 
+// The fixed-rate run.
+func rateRPS(rd roundData, k string) float64 { return rd.Rate[k].RPS }
+func rateP50(rd roundData, k string) float64 { return rd.Rate[k].P50.Seconds() }
+func rateP99(rd roundData, k string) float64 { return rd.Rate[k].P99.Seconds() }
+
+// proxyCPUR is the CPU per request, in the fixed-rate run, of the proxy
+// process of target k: the floor proxy for floor, kube-gateway otherwise.
+func proxyCPUR(rd roundData, k string) float64 { return rd.Rate[k].cpuPerReq(proxyProc(k)) }
+
+// allCPUR is the CPU per request of every process together in the fixed-rate run.
+func allCPUR(rd roundData, k string) float64 {
+	var sum float64
+	for _, v := range rd.Rate[k].CPU {
+		sum += v
+	}
+	if n := rd.Rate[k].Requests; n > 0 {
+		return sum / float64(n)
+	}
+	return 0
+}
+
+func allocR(rd roundData, k string) float64 { return rd.Rate[k].AllocPerReq }
+
+func proxyProc(k string) string {
+	if k == floorKey {
+		return floorProc
+	}
+	return "kube-gateway"
+}
+
 // The floor proxy's own CPU per request.
 func floorCPU1(rd roundData, k string) float64 { return rd.C1[k].cpuPerReq(floorProc) }
 func floorCPUN(rd roundData, k string) float64 { return rd.CN[k].cpuPerReq(floorProc) }
@@ -210,7 +137,7 @@ func listSec(rd roundData, k, enc string) float64 {
 			xs = append(xs, l.Elapsed.Seconds())
 		}
 	}
-	return median(xs)
+	return measure.Median(xs)
 }
 
 // markdown renders the whole report.
@@ -240,6 +167,9 @@ func (r *report) markdown() string {
 	}
 	p("%d rounds; each round runs every target once per measurement in a rotating order; values are medians over rounds, ratios are medians of the per-round ratios to direct. ", o.Rounds)
 	p("GET `%s` (%d requests per target per round at c=1; %s per target per round at c=%d); LIST `%s` (%d ConfigMaps, %d per target per round). ", getPath, o.Requests, o.Duration, c, listPath, o.ListObjects, o.ListPerRound)
+	if o.Rate > 0 {
+		p("Fixed rate: %.0f GETs/s for %s per target per round, an open loop (below). ", o.Rate, o.RateDuration)
+	}
 	p("Protocols seen: ")
 	for i, t := range r.Targets {
 		if i > 0 {
@@ -249,26 +179,28 @@ func (r *report) markdown() string {
 	}
 	p(". CPU times from /proc/<pid>/stat utime+stime at %.0f ticks/s (%s).\n\n", r.Hz, r.HzHow)
 
+	r.headline(p)
+
 	// GET.
 	p("## GET of one object by name\n\n")
 	p("| metric | direct | gateway alone | gateway / direct | hub + gateway | hub+gw / direct |\n|---|---:|---:|---:|---:|---:|\n")
 	row := func(name string, f func(roundData, string) float64, fmtv func(float64) string) {
-		p("| %s | %s | %s | %s | %s | %s |\n", name, fmtv(r.med(f, "direct")), fmtv(r.med(f, "gateway")), fmtX(r.ratio(f, "gateway")), fmtv(r.med(f, "hub")), fmtX(r.ratio(f, "hub")))
+		p("| %s | %s | %s | %s | %s | %s |\n", name, fmtv(r.med(f, "direct")), fmtv(r.med(f, "gateway")), measure.X(r.ratio(f, "gateway")), fmtv(r.med(f, "hub")), measure.X(r.ratio(f, "hub")))
 	}
 	rps := func(x float64) string { return fmt.Sprintf("%.0f /s", x) }
-	row("p50 latency, c=1", c1P50, fmtSec)
-	row("p99 latency, c=1", c1P99, fmtSec)
+	row("p50 latency, c=1", c1P50, measure.Sec)
+	row("p99 latency, c=1", c1P99, measure.Sec)
 	row("throughput, c=1", c1RPS, rps)
 	row(fmt.Sprintf("**throughput, c=%d**", c), cnRPS, rps)
-	row(fmt.Sprintf("p50 latency, c=%d", c), cnP50, fmtSec)
-	row(fmt.Sprintf("p99 latency, c=%d", c), cnP99, fmtSec)
-	p("| gateway CPU per request, c=1 | – | %s | | %s | |\n", fmtUS(r.med(gwCPU1, "gateway")), fmtUS(r.med(gwCPU1, "hub")))
-	p("| gateway CPU per request, c=%d | – | %s | | %s | |\n", c, fmtUS(r.med(gwCPUN, "gateway")), fmtUS(r.med(gwCPUN, "hub")))
+	row(fmt.Sprintf("p50 latency, c=%d", c), cnP50, measure.Sec)
+	row(fmt.Sprintf("p99 latency, c=%d", c), cnP99, measure.Sec)
+	p("| gateway CPU per request, c=1 | – | %s | | %s | |\n", measure.US(r.med(gwCPU1, "gateway")), measure.US(r.med(gwCPU1, "hub")))
+	p("| gateway CPU per request, c=%d | – | %s | | %s | |\n", c, measure.US(r.med(gwCPUN, "gateway")), measure.US(r.med(gwCPUN, "hub")))
 	var errs []string
 	for _, rd := range r.Rounds {
 		for _, t := range r.Targets { // the floor too
 			k := t.Key
-			for _, l := range []loadRun{rd.C1[k], rd.CN[k]} {
+			for _, l := range []loadRun{rd.C1[k], rd.CN[k], rd.Rate[k]} {
 				if l.Errors > 0 {
 					errs = append(errs, fmt.Sprintf("%s: %d errors (first: %s)", k, l.Errors, l.FirstErr))
 				}
@@ -288,22 +220,25 @@ func (r *report) markdown() string {
 	p("## Against the targets of issue 4 and the peers\n\n")
 	p("Peers as quoted in the issue (measured on this kind of machine, same member, same request; not re-measured here).\n\n")
 	p("| metric | target | kube-gateway, this run | | KubeGateway | cluster-gateway |\n|---|---|---:|---|---:|---:|\n")
-	p("| gateway hop p50, c=1 (× direct) | ≤ ×1.25 | %s | %s | ×1.58 | ×1.77 |\n", fmtX(g50), verdict(g50 <= 1.25))
-	p("| gateway hop throughput, c=%d (× direct) | ≥ ×0.75 | %s | %s | ×0.63 | ×0.48 |\n", c, fmtX(gRPS), verdict(gRPS >= 0.75))
-	p("| gateway CPU per proxied request, c=%d | ≤ 150 µs | %s | %s | 285 µs | 474 µs |\n", c, fmtUS(cpuN), verdict(cpuN <= 150e-6))
-	p("| gateway CPU per proxied request, c=1 | ≤ 150 µs | %s | %s | | |\n", fmtUS(cpu1), verdict(cpu1 <= 150e-6))
-	p("| hub + gateway p50, c=1 (× direct) | ≤ ×1.6 | %s | %s | | ×2.38 (hub + cluster-gateway) |\n", fmtX(h50), verdict(h50 <= 1.6))
-	p("| hub + gateway throughput, c=%d (× direct) | – | %s | | | ×0.37 (hub + cluster-gateway) |\n\n", c, fmtX(hRPS))
+	p("| gateway hop p50, c=1 (× direct) | ≤ ×1.25 | %s | %s | ×1.58 | ×1.77 |\n", measure.X(g50), verdict(g50 <= 1.25))
+	p("| gateway hop throughput, c=%d (× direct) | ≥ ×0.75 | %s | %s | ×0.63 | ×0.48 |\n", c, measure.X(gRPS), verdict(gRPS >= 0.75))
+	p("| gateway CPU per proxied request, c=%d | ≤ 150 µs | %s | %s | 285 µs | 474 µs |\n", c, measure.US(cpuN), verdict(cpuN <= 150e-6))
+	p("| gateway CPU per proxied request, c=1 | ≤ 150 µs | %s | %s | | |\n", measure.US(cpu1), verdict(cpu1 <= 150e-6))
+	p("| hub + gateway p50, c=1 (× direct) | ≤ ×1.6 | %s | %s | | ×2.38 (hub + cluster-gateway) |\n", measure.X(h50), verdict(h50 <= 1.6))
+	p("| hub + gateway throughput, c=%d (× direct) | – | %s | | | ×0.37 (hub + cluster-gateway) |\n\n", c, measure.X(hRPS))
 
 	// CPU budget.
 	p("## CPU per request by process, c=%d GET (median over rounds)\n\n", c)
 	p("On %d cores every process competes for the same CPUs, so the sum is what bounds throughput. ", m.NProc)
 	p("Idle: background CPU while nothing was sent (%s before the rounds), already included in the per-request figures.\n\n", r.IdleFor.Round(time.Second))
 	// The floor proxy has its own table, in the floor section.
-	r.cpuByProcess(p, keys, []string{"direct", "gateway alone", "hub + gateway"}, true, floorProc)
+	r.cpuByProcess(p, cnRuns, keys, []string{"direct", "gateway alone", "hub + gateway"}, true, floorProc)
 
 	if r.hasFloor() {
 		r.floorSection(p)
+	}
+	if o.Rate > 0 {
+		r.rateSection(p)
 	}
 
 	// LIST.
@@ -319,19 +254,19 @@ func (r *report) markdown() string {
 		fb := func(l listRun) float64 { return l.FirstByte.Seconds() }
 		p("| **%s**: time, median |", enc)
 		for _, k := range keys {
-			p(" %s |", fmtSec(r.listMed(el, k, enc)))
+			p(" %s |", measure.Sec(r.listMed(el, k, enc)))
 		}
 		p("\n| %s: time, min – max |", enc)
 		for _, k := range keys {
-			lo, hi := minMax(r.listAll(el, k, enc))
-			p(" %s – %s |", fmtSec(lo), fmtSec(hi))
+			lo, hi := measure.MinMax(r.listAll(el, k, enc))
+			p(" %s – %s |", measure.Sec(lo), measure.Sec(hi))
 		}
 		p("\n| %s: time × direct | ×1.00 | %s | %s |\n", enc,
-			fmtX(r.ratio(func(rd roundData, k string) float64 { return listSec(rd, k, enc) }, "gateway")),
-			fmtX(r.ratio(func(rd roundData, k string) float64 { return listSec(rd, k, enc) }, "hub")))
+			measure.X(r.ratio(func(rd roundData, k string) float64 { return listSec(rd, k, enc) }, "gateway")),
+			measure.X(r.ratio(func(rd roundData, k string) float64 { return listSec(rd, k, enc) }, "hub")))
 		p("| %s: first byte, median |", enc)
 		for _, k := range keys {
-			p(" %s |", fmtSec(r.listMed(fb, k, enc)))
+			p(" %s |", measure.Sec(r.listMed(fb, k, enc)))
 		}
 		p("\n| %s: body |", enc)
 		for _, k := range keys {
@@ -344,13 +279,13 @@ func (r *report) markdown() string {
 			}, k, enc); len(xs) > 0 && xs[0] == 1 {
 				wire = "gzip on the wire"
 			}
-			p(" %s decoded, %s |", fmtMB(r.listMed(func(l listRun) float64 { return float64(l.Bytes) / 1024 }, k, enc)), wire)
+			p(" %s decoded, %s |", measure.MB(r.listMed(func(l listRun) float64 { return float64(l.Bytes) / 1024 }, k, enc)), wire)
 		}
 		p("\n| %s: gateway RSS growth, median (max) | – |", enc)
 		for _, k := range keys[1:] {
 			xs := r.listAll(func(l listRun) float64 { return float64(l.RSSGrowth) }, k, enc)
-			_, hi := minMax(xs)
-			p(" %s (%s) |", fmtMB(median(xs)), fmtMB(hi))
+			_, hi := measure.MinMax(xs)
+			p(" %s (%s) |", measure.MB(measure.Median(xs)), measure.MB(hi))
 		}
 		p("\n| %s: heap bytes the gateway allocated per LIST, median (max) | – |", enc)
 		for _, k := range keys[1:] {
@@ -366,12 +301,12 @@ func (r *report) markdown() string {
 				p(" n/a |")
 				continue
 			}
-			_, hi := minMax(xs)
-			p(" %s (%s) |", fmtMB(median(xs)), fmtMB(hi))
+			_, hi := measure.MinMax(xs)
+			p(" %s (%s) |", measure.MB(measure.Median(xs)), measure.MB(hi))
 		}
 		p("\n| %s: gateway VmRSS before → peak, median | – |", enc)
 		for _, k := range keys[1:] {
-			p(" %s → %s |", fmtMB(r.listMed(func(l listRun) float64 { return float64(l.RSSBefore) }, k, enc)), fmtMB(r.listMed(func(l listRun) float64 { return float64(l.RSSPeak) }, k, enc)))
+			p(" %s → %s |", measure.MB(r.listMed(func(l listRun) float64 { return float64(l.RSSBefore) }, k, enc)), measure.MB(r.listMed(func(l listRun) float64 { return float64(l.RSSPeak) }, k, enc)))
 		}
 		p("\n")
 		for _, pr := range r.Procs {
@@ -380,7 +315,7 @@ func (r *report) markdown() string {
 			}
 			p("| %s: CPU of %s per LIST |", enc, pr.Name)
 			for _, k := range keys {
-				p(" %s |", fmtSec(r.listMed(func(l listRun) float64 { return l.CPU[pr.Name] }, k, enc)))
+				p(" %s |", measure.Sec(r.listMed(func(l listRun) float64 { return l.CPU[pr.Name] }, k, enc)))
 			}
 			p("\n")
 		}
@@ -390,8 +325,8 @@ func (r *report) markdown() string {
 		var xs []string
 		for _, f := range r.FirstLists {
 			xs = append(xs, fmt.Sprintf("%s %s: RSS %s → peak %s (+%s, %d samples), %s allocated, %s",
-				f.Target, f.Run.Enc, fmtMB(float64(f.Run.RSSBefore)), fmtMB(float64(f.Run.RSSPeak)), fmtMB(float64(f.Run.RSSGrowth)), f.Run.RSSSamples,
-				fmtMB(f.Run.AllocBytes/1024), fmtSec(f.Run.Elapsed.Seconds())))
+				f.Target, f.Run.Enc, measure.MB(float64(f.Run.RSSBefore)), measure.MB(float64(f.Run.RSSPeak)), measure.MB(float64(f.Run.RSSGrowth)), f.Run.RSSSamples,
+				measure.MB(f.Run.AllocBytes/1024), measure.Sec(f.Run.Elapsed.Seconds())))
 		}
 		p("%s.\n", strings.Join(xs, "; "))
 	}
@@ -403,17 +338,17 @@ func (r *report) markdown() string {
 	for i, rd := range r.Rounds {
 		p("| %d | %s | %s / %s / %s | %.0f / %.0f / %.0f | %s / %s | %s / %s / %s | %s / %s / %s |",
 			i+1, strings.Join(rd.Order, ", "),
-			fmtDur(rd.C1["direct"].P50), fmtDur(rd.C1["gateway"].P50), fmtDur(rd.C1["hub"].P50),
+			measure.Dur(rd.C1["direct"].P50), measure.Dur(rd.C1["gateway"].P50), measure.Dur(rd.C1["hub"].P50),
 			rd.CN["direct"].RPS, rd.CN["gateway"].RPS, rd.CN["hub"].RPS,
-			fmtUS(gwCPU1(rd, "gateway")), fmtUS(gwCPUN(rd, "gateway")),
-			fmtSec(listSec(rd, "direct", "gzip")), fmtSec(listSec(rd, "gateway", "gzip")), fmtSec(listSec(rd, "hub", "gzip")),
-			fmtSec(listSec(rd, "direct", "identity")), fmtSec(listSec(rd, "gateway", "identity")), fmtSec(listSec(rd, "hub", "identity")))
+			measure.US(gwCPU1(rd, "gateway")), measure.US(gwCPUN(rd, "gateway")),
+			measure.Sec(listSec(rd, "direct", "gzip")), measure.Sec(listSec(rd, "gateway", "gzip")), measure.Sec(listSec(rd, "hub", "gzip")),
+			measure.Sec(listSec(rd, "direct", "identity")), measure.Sec(listSec(rd, "gateway", "identity")), measure.Sec(listSec(rd, "hub", "identity")))
 		var gs []string
 		for _, k := range keys[1:] {
 			var xs []string
 			for _, l := range rd.List[k] {
 				if l.Enc == "identity" {
-					xs = append(xs, fmtMB(float64(l.RSSGrowth)))
+					xs = append(xs, measure.MB(float64(l.RSSGrowth)))
 				}
 			}
 			gs = append(gs, strings.Join(xs, ","))
@@ -423,13 +358,17 @@ func (r *report) markdown() string {
 	p("\n")
 	if r.hasFloor() {
 		p("Floor target (GETs only):\n\n")
-		p("| round | c=1 p50 d / f / g | c=%d req/s d / f / g | floor proxy CPU/req c=1 / c=%d | gateway CPU/req c=1 / c=%d |\n|---|---|---|---|---|\n", c, c, c)
+		p("| round | c=1 p50 d / f / g | c=%d req/s d / f / g | floor proxy CPU/req c=1 / c=%d / %.0f/s | gateway CPU/req c=1 / c=%d / %.0f/s | gateway / floor CPU at %.0f/s |\n|---|---|---|---|---|---|\n", c, c, o.Rate, c, o.Rate, o.Rate)
 		for i, rd := range r.Rounds {
-			p("| %d | %s / %s / %s | %.0f / %.0f / %.0f | %s / %s | %s / %s |\n", i+1,
-				fmtDur(rd.C1["direct"].P50), fmtDur(rd.C1[floorKey].P50), fmtDur(rd.C1["gateway"].P50),
+			ratio := "–"
+			if f := proxyCPUR(rd, floorKey); f > 0 {
+				ratio = measure.X(proxyCPUR(rd, "gateway") / f)
+			}
+			p("| %d | %s / %s / %s | %.0f / %.0f / %.0f | %s / %s / %s | %s / %s / %s | %s |\n", i+1,
+				measure.Dur(rd.C1["direct"].P50), measure.Dur(rd.C1[floorKey].P50), measure.Dur(rd.C1["gateway"].P50),
 				rd.CN["direct"].RPS, rd.CN[floorKey].RPS, rd.CN["gateway"].RPS,
-				fmtUS(floorCPU1(rd, floorKey)), fmtUS(floorCPUN(rd, floorKey)),
-				fmtUS(gwCPU1(rd, "gateway")), fmtUS(gwCPUN(rd, "gateway")))
+				measure.US(floorCPU1(rd, floorKey)), measure.US(floorCPUN(rd, floorKey)), measure.US(proxyCPUR(rd, floorKey)),
+				measure.US(gwCPU1(rd, "gateway")), measure.US(gwCPUN(rd, "gateway")), measure.US(proxyCPUR(rd, "gateway")), ratio)
 		}
 		p("\n")
 	}
@@ -439,7 +378,7 @@ func (r *report) markdown() string {
 		pr := pf.Run
 		p("## Gateway CPU profile, c=%d\n\n", pf.Concurrency)
 		p("A separate gateway-alone c=%d GET run of %s (not part of the medians above) with `GET /debug/pprof/profile?seconds=%d` on the gateway during it: %.0f req/s, p50 %s, gateway CPU %s per request (profiling included). ",
-			pf.Concurrency, pr.Elapsed.Round(100*time.Millisecond), o.ProfileSeconds, pr.RPS, fmtDur(pr.P50), fmtUS(pr.cpuPerReq("kube-gateway")))
+			pf.Concurrency, pr.Elapsed.Round(100*time.Millisecond), o.ProfileSeconds, pr.RPS, measure.Dur(pr.P50), measure.US(pr.cpuPerReq("kube-gateway")))
 		p("Profile: `%s` (`go tool pprof %s %s`). %.2f s of samples in %d s.\n\n", pf.File, r.ProfileBinary, pf.File, pf.Total, o.ProfileSeconds)
 		p("Where the samples go. Each sample is counted once, in the first group of this list's order that one of its frames belongs to; ")
 		p("leaf-side work (GC, stack growth, system calls, x509, TLS, HTTP/2, the reverse proxy) comes before the handlers that wrap it, so a filter keeps only its own work. ")
@@ -453,15 +392,15 @@ func (r *report) markdown() string {
 			p("| %s | %.2f s | %.1f%% | %.0f |\n", g.Name, g.Seconds, g.Pct, g.Pct/100*perReq*1e6)
 		}
 		if i == 0 {
-			p("\nTop 15 by cumulative time (`go tool pprof -top -cum`):\n\n```\n%s```\n\n", trimPprof(pf.TopCum))
+			p("\nTop 15 by cumulative time (`go tool pprof -top -cum`):\n\n```\n%s```\n\n", measure.TrimPprof(pf.TopCum))
 		}
-		p("\nTop 15 by own time (`go tool pprof -top`):\n\n```\n%s```\n\n", trimPprof(pf.TopFlat))
+		p("\nTop 15 by own time (`go tool pprof -top`):\n\n```\n%s```\n\n", measure.TrimPprof(pf.TopFlat))
 		if pf.AllocFile != "" {
 			p("Heap allocations during the same %d s (`GET /debug/pprof/allocs?seconds=%d`, `%s`): %.1f MiB", o.ProfileSeconds, o.ProfileSeconds, pf.AllocFile, pf.AllocBytes/(1<<20))
 			if pf.AllocRequests > 0 {
 				p(", about %.1f KiB per request (%d requests at the run's rate)", pf.AllocBytes/float64(pf.AllocRequests)/1024, pf.AllocRequests)
 			}
-			p(". Top 15 by bytes (`go tool pprof -sample_index=alloc_space -top`):\n\n```\n%s```\n\n", trimPprof(pf.AllocTop))
+			p(". Top 15 by bytes (`go tool pprof -sample_index=alloc_space -top`):\n\n```\n%s```\n\n", measure.TrimPprof(pf.AllocTop))
 		}
 	}
 	p("Environment start-up %s; whole run %s.\n", r.EnvStartup.Round(time.Second), r.Total.Round(time.Second))
@@ -480,13 +419,13 @@ func (r *report) hasFloor() bool {
 // vs returns the medians over rounds of a/b and a-b, each computed per round
 // (the two values of a pair were measured seconds apart).
 func (r *report) vs(a, b func(rd roundData) float64) (ratio, diff float64) {
-	ratio = median(r.per(func(rd roundData) float64 {
+	ratio = measure.Median(r.per(func(rd roundData) float64 {
 		if d := b(rd); d != 0 {
 			return a(rd) / d
 		}
 		return 0
 	}))
-	diff = median(r.per(func(rd roundData) float64 { return a(rd) - b(rd) }))
+	diff = measure.Median(r.per(func(rd roundData) float64 { return a(rd) - b(rd) }))
 	return ratio, diff
 }
 
@@ -510,31 +449,35 @@ func (r *report) floorSection(p func(string, ...any)) {
 			ds = fmtv(d)
 		}
 		p("| %s | %s | %s | %s | %s | %s | %s | %s |\n", name, fmtv(r.med(f, "direct")),
-			fmtv(r.med(f, floorKey)), fmtX(r.ratio(f, floorKey)),
-			fmtv(r.med(f, "gateway")), fmtX(r.ratio(f, "gateway")), fmtX(ratio), ds)
+			fmtv(r.med(f, floorKey)), measure.X(r.ratio(f, floorKey)),
+			fmtv(r.med(f, "gateway")), measure.X(r.ratio(f, "gateway")), measure.X(ratio), ds)
 	}
 	rps := func(x float64) string { return fmt.Sprintf("%.0f /s", x) }
-	row("p50 latency, c=1", c1P50, fmtSec, true)
-	row("p99 latency, c=1", c1P99, fmtSec, true)
+	row("p50 latency, c=1", c1P50, measure.Sec, true)
+	row("p99 latency, c=1", c1P99, measure.Sec, true)
 	row(fmt.Sprintf("**throughput, c=%d**", c), cnRPS, rps, false)
-	row(fmt.Sprintf("p50 latency, c=%d", c), cnP50, fmtSec, true)
+	row(fmt.Sprintf("p50 latency, c=%d", c), cnP50, measure.Sec, true)
 	cpuRow := func(name string, floorF, gwF func(roundData, string) float64) {
 		fl := func(rd roundData) float64 { return floorF(rd, floorKey) }
 		gw := func(rd roundData) float64 { return gwF(rd, "gateway") }
 		ratio, d := r.vs(gw, fl)
-		p("| %s | – | %s | | %s | | %s | %s |\n", name, fmtUS(median(r.per(fl))), fmtUS(median(r.per(gw))), fmtX(ratio), fmtUS(d))
+		p("| %s | – | %s | | %s | | %s | %s |\n", name, measure.US(measure.Median(r.per(fl))), measure.US(measure.Median(r.per(gw))), measure.X(ratio), measure.US(d))
 	}
 	cpuRow("**proxy CPU per request, c=1**", floorCPU1, gwCPU1)
 	cpuRow(fmt.Sprintf("**proxy CPU per request, c=%d**", c), floorCPUN, gwCPUN)
 
 	p("\nCPU per request by process, c=%d GET (the floor proxy's idle: %.1f ms/s):\n\n", c, 1e3*r.IdleCPU[floorProc]/r.IdleFor.Seconds())
-	r.cpuByProcess(p, []string{"direct", floorKey, "gateway"}, []string{"direct", "floor", "gateway alone"}, false, "")
+	r.cpuByProcess(p, cnRuns, []string{"direct", floorKey, "gateway"}, []string{"direct", "floor", "gateway alone"}, false, "")
 }
 
+func cnRuns(rd roundData) map[string]loadRun   { return rd.CN }
+func rateRuns(rd roundData) map[string]loadRun { return rd.Rate }
+
 // cpuByProcess writes the table of CPU per request of every process (but skip)
-// in the throughput runs of the targets keys, headed by labels, with a sum row;
-// idle adds each process's background CPU.
-func (r *report) cpuByProcess(p func(string, ...any), keys, labels []string, idle bool, skip string) {
+// in the runs that runs picks (the throughput or the fixed-rate ones) of the
+// targets keys, headed by labels, with a sum row; idle adds each process's
+// background CPU.
+func (r *report) cpuByProcess(p func(string, ...any), runs func(roundData) map[string]loadRun, keys, labels []string, idle bool, skip string) {
 	head, rule := "| process |", "|---|"
 	if idle {
 		head, rule = head+" idle |", rule+"---:|"
@@ -553,9 +496,9 @@ func (r *report) cpuByProcess(p func(string, ...any), keys, labels []string, idl
 			p(" %.1f ms/s |", 1e3*r.IdleCPU[pr.Name]/r.IdleFor.Seconds())
 		}
 		for _, k := range keys {
-			v := r.med(func(rd roundData, k string) float64 { return rd.CN[k].cpuPerReq(pr.Name) }, k)
+			v := r.med(func(rd roundData, k string) float64 { return runs(rd)[k].cpuPerReq(pr.Name) }, k)
 			totals[k] += v
-			p(" %s |", fmtUS(v))
+			p(" %s |", measure.US(v))
 		}
 		p("\n")
 	}
@@ -564,20 +507,7 @@ func (r *report) cpuByProcess(p func(string, ...any), keys, labels []string, idl
 		p(" |")
 	}
 	for _, k := range keys {
-		p(" **%s** |", fmtUS(totals[k]))
+		p(" **%s** |", measure.US(totals[k]))
 	}
 	p("\n\n")
-}
-
-// trimPprof drops pprof's header lines (file, build id, time) but keeps the
-// totals and the table.
-func trimPprof(s string) string {
-	var out []string
-	for _, line := range strings.Split(s, "\n") {
-		if strings.HasPrefix(line, "File:") || strings.HasPrefix(line, "Build ID:") || strings.HasPrefix(line, "Time:") || strings.HasPrefix(line, "Type:") {
-			continue
-		}
-		out = append(out, line)
-	}
-	return strings.TrimLeft(strings.Join(out, "\n"), "\n")
 }

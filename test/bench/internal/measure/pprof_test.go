@@ -1,4 +1,4 @@
-package main
+package measure
 
 import "testing"
 
@@ -14,8 +14,8 @@ func TestPprofTotal(t *testing.T) {
 		{"no header", 0},
 		{"Showing nodes accounting for 1, 100% of 1 total", 0}, // no unit: not bytes
 	} {
-		if got := pprofTotal(tt.top); got != tt.want {
-			t.Errorf("pprofTotal(%q) = %v, want %v", tt.top, got, tt.want)
+		if got := PprofTotal(tt.top); got != tt.want {
+			t.Errorf("PprofTotal(%q) = %v, want %v", tt.top, got, tt.want)
 		}
 	}
 }

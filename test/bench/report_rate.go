@@ -1,0 +1,150 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/kubewharf/kube-gateway/test/bench/internal/measure"
+)
+
+// ratioTo is the median over rounds of the per-round ratio f(key) / f(base).
+func (r *report) ratioTo(f func(roundData, string) float64, key, base string) float64 {
+	ratio, _ := r.vs(func(rd roundData) float64 { return f(rd, key) }, func(rd roundData) float64 { return f(rd, base) })
+	return ratio
+}
+
+// profileAllocPerReq is the heap the gateway allocated per request in the
+// profiled gateway-alone run at concurrency c (0 when there is none).
+func (r *report) profileAllocPerReq(c int) float64 {
+	for _, pf := range r.Profiles {
+		if pf.Concurrency == c && pf.AllocRequests > 0 {
+			return pf.AllocBytes / float64(pf.AllocRequests)
+		}
+	}
+	return 0
+}
+
+// headline is the few figures the gateway's data plane is judged by, each
+// next to the floor and direct from the same rounds. Its CPU figure comes
+// from the fixed-rate run: at one rate for every target, CPU per request does
+// not depend on how fast each target happens to run.
+func (r *report) headline(p func(string, ...any)) {
+	o := r.Opts
+	floor := r.hasFloor()
+	p("## Headline\n\n")
+	p("Gateway alone against the floor (a minimal Go reverse proxy) and direct, medians over rounds of per-round values, ratios and differences. ")
+	if o.Rate > 0 {
+		p("CPU and heap per GET come from the fixed-rate run (%.0f GETs/s for every target, an open loop: section \"Fixed rate\"). ", o.Rate)
+	}
+	p("\n\n| metric | gateway alone | floor | gateway / floor | gateway − floor | direct | gateway / direct |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	row := func(name string, f func(roundData, string) float64, fmtv func(float64) string, withDirect bool) {
+		fl, ratio, diff := "–", "–", "–"
+		if floor {
+			rt, d := r.vs(func(rd roundData) float64 { return f(rd, "gateway") }, func(rd roundData) float64 { return f(rd, floorKey) })
+			fl, ratio, diff = fmtv(r.med(f, floorKey)), measure.X(rt), fmtv(d)
+		}
+		dv, dr := "–", "–"
+		if withDirect {
+			dv, dr = fmtv(r.med(f, "direct")), measure.X(r.ratio(f, "gateway"))
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s |\n", name, fmtv(r.med(f, "gateway")), fl, ratio, diff, dv, dr)
+	}
+	if o.Rate > 0 {
+		row(fmt.Sprintf("**proxy CPU per GET at %.0f/s**", o.Rate), proxyCPUR, measure.US, false)
+		row(fmt.Sprintf("CPU per GET of all processes at %.0f/s", o.Rate), allCPUR, measure.US, true)
+		p("| **heap allocated per proxied GET at %.0f/s** | %s | – | | | – | |\n", o.Rate, measure.KiB(r.med(allocR, "gateway")))
+	}
+	if a := r.profileAllocPerReq(o.Concurrency); a > 0 {
+		p("| heap allocated per proxied GET, c=%d (allocation profile) | %s | – | | | – | |\n", o.Concurrency, measure.KiB(a))
+	}
+	row("**p50 latency, c=1**", c1P50, measure.Sec, true)
+	row("**p99 latency, c=1**", c1P99, measure.Sec, true)
+	if o.Rate > 0 {
+		row(fmt.Sprintf("p99 latency at %.0f/s (from the scheduled send)", o.Rate), rateP99, measure.Sec, true)
+	}
+	p("\nProxy CPU is the floor proxy process's for floor and kube-gateway's for gateway alone; all processes adds member-b, the hub, etcd and the bench client. ")
+	p("Heap allocated is the gateway's `go_memstats_alloc_bytes_total` over the run divided by its requests (the floor has no /metrics).\n\n")
+}
+
+// rateSection reports the open-loop run at one fixed rate for every target.
+func (r *report) rateSection(p func(string, ...any)) {
+	o := r.Opts
+	floor := r.hasFloor()
+	keys := []string{"direct", "gateway", "hub"}
+	labels := []string{"direct", "gateway alone", "hub + gateway"}
+	if floor {
+		keys = []string{"direct", floorKey, "gateway", "hub"}
+		labels = []string{"direct", "floor", "gateway alone", "hub + gateway"}
+	}
+	p("## Fixed rate: %.0f GETs/s for every target (open loop)\n\n", o.Rate)
+	p("In the closed-loop c=%d run each target runs at its own throughput, and on %d cores CPU per request depends on it (batching, contention), so two runs of different hours disagree. ", o.Concurrency, r.Machine.NProc)
+	p("Here every target gets the same %.0f GETs/s for %s per round (in the same rotation as the other runs): a `golang.org/x/time/rate` limiter schedules the sends, each request leaves on its own goroutine at its scheduled time whether or not earlier ones have returned (at most %d outstanding), ", o.Rate, o.RateDuration, o.RateInflight)
+	p("and latency runs from the scheduled time, so a target that queues shows it in its latency instead of slowing the schedule (no coordinated omission). ")
+	p("A target whose achieved rate falls short of the one asked for could not sustain it (its CPU figures are then a saturated run's). ")
+	p("Values are medians over rounds; ratios are medians of the per-round ratios.\n\n")
+	head, rule := "| metric |", "|---|"
+	for _, l := range labels {
+		head, rule = head+" "+l+" |", rule+"---:|"
+	}
+	ratioCols := [][2]string{{"gateway", "direct"}, {"hub", "direct"}}
+	if floor {
+		ratioCols = [][2]string{{floorKey, "direct"}, {"gateway", "direct"}, {"gateway", floorKey}, {"hub", "direct"}, {"hub", floorKey}}
+	}
+	name := map[string]string{"direct": "direct", floorKey: "floor", "gateway": "gateway", "hub": "hub+gw"}
+	for _, rc := range ratioCols {
+		head, rule = head+" "+name[rc[0]]+" / "+name[rc[1]]+" |", rule+"---:|"
+	}
+	p("%s\n%s\n", head, rule)
+	row := func(label string, f func(roundData, string) float64, fmtv func(float64) string, skip map[string]bool) {
+		p("| %s |", label)
+		for _, k := range keys {
+			if skip[k] {
+				p(" – |")
+				continue
+			}
+			p(" %s |", fmtv(r.med(f, k)))
+		}
+		for _, rc := range ratioCols {
+			if skip[rc[0]] || skip[rc[1]] {
+				p(" |")
+				continue
+			}
+			p(" %s |", measure.X(r.ratioTo(f, rc[0], rc[1])))
+		}
+		p("\n")
+	}
+	rps := func(x float64) string { return fmt.Sprintf("%.0f /s", x) }
+	row("achieved rate", rateRPS, rps, nil)
+	row("p50 latency (from the scheduled send)", rateP50, measure.Sec, nil)
+	row("p99 latency (from the scheduled send)", rateP99, measure.Sec, nil)
+	row("**proxy CPU per request**", proxyCPUR, measure.US, map[string]bool{"direct": true})
+	row("member-b CPU per request", func(rd roundData, k string) float64 { return rd.Rate[k].cpuPerReq(member + "-1") }, measure.US, nil)
+	row("CPU per request, all processes", allCPUR, measure.US, nil)
+	row("gateway heap allocated per request", allocR, measure.KiB, map[string]bool{"direct": true, floorKey: true})
+	p("\nProxy CPU is the floor proxy's for floor and kube-gateway's for gateway alone and hub + gateway. ")
+	p("Heap allocated per request: the gateway's `go_memstats_alloc_bytes_total` before and after the run (minus what one scrape allocates) over the run's requests.\n\n")
+
+	var short []string
+	for i, rd := range r.Rounds {
+		for _, k := range keys {
+			if l := rd.Rate[k]; l.RPS < 0.95*o.Rate {
+				short = append(short, fmt.Sprintf("round %d %s: %.0f/s (longest wait for a free slot %s)", i+1, k, l.RPS, measure.Dur(l.MaxLag)))
+			}
+		}
+	}
+	if len(short) == 0 {
+		p("Every target sustained the rate in every round (achieved within 5 %%).\n\n")
+	} else {
+		p("**Below the rate asked for** (the target, or the machine, could not sustain it): %s.\n\n", strings.Join(short, "; "))
+	}
+	p("Per round, proxy CPU per request at %.0f/s:", o.Rate)
+	for _, k := range keys[1:] {
+		var xs []string
+		for _, rd := range r.Rounds {
+			xs = append(xs, measure.US(proxyCPUR(rd, k)))
+		}
+		p(" %s %s;", name[k], strings.Join(xs, ", "))
+	}
+	p("\n\nCPU per request by process at %.0f/s:\n\n", o.Rate)
+	r.cpuByProcess(p, rateRuns, keys, labels, false, "")
+}

@@ -1,0 +1,446 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/test/bench/internal/measure"
+	"github.com/kubewharf/kube-gateway/test/harness"
+)
+
+const (
+	scaleLabel = "kube-gateway-bench/scale"
+	scaleNS    = "bench-scale" // the hub namespace of the comparison ConfigMaps
+	fieldMgr   = "kube-gateway-bench-scale"
+	ucPath     = "/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters"
+)
+
+var getTarget = "/api/v1/namespaces/" + watchNS + "/configmaps/" + eventName(0)
+
+// clusterResult is everything the cluster phase measured.
+type clusterResult struct {
+	K int
+	// With the harness's two clusters only.
+	Baseline     snapshot
+	BaselineIdle idle
+	BaselineGets measure.Run
+	// The burst.
+	ApplyTook     time.Duration
+	ApplyErrors   int
+	FirstApplyErr string
+	ConnectedTook time.Duration // burst start to a gateway connection to each member-a server per cluster
+	CompiledTook  time.Duration // burst start to every observedGeneration = generation
+	ReadyTook     time.Duration // burst start to every Ready=True
+	Compiled      int
+	Ready         int
+	// With the K clusters.
+	After     snapshot
+	AfterIdle idle
+	Gets      measure.Run
+	// LIST and WATCH through the hub.
+	UpstreamClusters, ConfigMaps listStat
+	Series                       []point
+}
+
+// idle is a steady-state window.
+type idle struct {
+	For          time.Duration
+	GatewayCPU   float64 // seconds of CPU per second
+	Probes       float64 // /readyz requests per second seen by member-a's replicas
+	StatusWrites int     // MODIFIED events of the K UpstreamClusters (0 in the baseline)
+	Err          string
+}
+
+// listStat is the LIST and WATCH of one kind through the hub.
+type listStat struct {
+	Objects int
+	Bytes   int64
+	List    []time.Duration
+	Watch   []time.Duration // until the initial ADDED event of every object
+	Err     string
+}
+
+func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, error) {
+	res := &clusterResult{K: o.Clusters}
+	mcs, err := kubernetes.NewForConfig(s.env.Members[harness.MemberB].Config(harness.UserAdmin, 0))
+	if err != nil {
+		return nil, err
+	}
+	if err := setupWatchObjects(ctx, mcs); err != nil { // the GET's object
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(s.env.HubConfig(harness.UserAdmin))
+	if err != nil {
+		return nil, err
+	}
+	ucs := dyn.Resource(harness.UpstreamClusterGVR)
+
+	// Baseline: the harness's two clusters.
+	if r := s.gateway.Load(ctx, getTarget, 1, 50, 0); r.Errors > 0 {
+		return nil, fmt.Errorf("warm-up GET %s through the gateway: %v", getTarget, r.FirstErr)
+	}
+	res.Baseline = s.take(ctx, "2 clusters", true)
+	baseIdle := max(o.ClusterIdle/3, 5*time.Second)
+	logf("clusters: baseline: %s idle with the harness's 2 clusters", baseIdle)
+	res.BaselineIdle = s.idle(ctx, baseIdle, nil)
+	res.BaselineGets = s.gateway.Load(ctx, getTarget, 1, o.Gets, 0)
+	logf("clusters: baseline: RSS %s, %.0f goroutines, CPU %.1f ms/s, %.1f probes/s, c=1 GET p50 %s",
+		measure.MB(float64(res.Baseline.RSSKB)), res.Baseline.Goroutines, 1e3*res.BaselineIdle.GatewayCPU, res.BaselineIdle.Probes, measure.Dur(res.BaselineGets.Pct(50)))
+
+	// The burst.
+	var ready atomic.Int64
+	sr := startSeries(ctx, s, o.SampleInterval, func() int { return int(ready.Load()) })
+	defer func() {
+		if sr != nil {
+			sr.Stop()
+		}
+	}()
+	sr.setPhase("before")
+	if err := sleep(ctx, 2*o.SampleInterval); err != nil {
+		return nil, err
+	}
+	sr.setPhase("burst")
+	ma := s.env.Members[harness.MemberA]
+	logf("clusters: applying %d UpstreamClusters (member-a's %d servers each), %d at a time", o.Clusters, len(ma.Servers), o.Burst)
+	start := time.Now()
+	res.ApplyErrors, res.FirstApplyErr = applyClusters(ctx, ucs, ma, o.Clusters, o.Burst)
+	res.ApplyTook = time.Since(start)
+	logf("clusters: applied in %s (%d errors%s)", res.ApplyTook.Round(10*time.Millisecond), res.ApplyErrors, firstErr(res.FirstApplyErr))
+
+	sr.setPhase("compiling")
+	sel := metav1.ListOptions{LabelSelector: scaleLabel + "=true"}
+	deadline := start.Add(o.ReadyTimeout)
+	// The gateway compiles a cluster and its transports dial as the first
+	// health probes go out, long before the status writer (rate-limited)
+	// reports it: connections show when the data plane is ready.
+	wantConns := sum(res.Baseline.ToMemberA) + o.Clusters*len(ma.Servers)
+	lastList := time.Time{}
+	for {
+		if res.ConnectedTook == 0 {
+			if conns, err := measure.TCPConns(s.gatewayPID); err == nil {
+				n := 0
+				for _, p := range s.memberAPorts {
+					n += measure.CountConns(conns, p, true)
+				}
+				if n >= wantConns {
+					res.ConnectedTook = time.Since(start)
+				}
+			}
+		}
+		if time.Since(lastList) < time.Second {
+			if err := sleep(ctx, 250*time.Millisecond); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		lastList = time.Now()
+		list, err := ucs.List(ctx, sel)
+		if err == nil {
+			compiled, rdy := countReady(list.Items)
+			ready.Store(int64(rdy))
+			res.Compiled, res.Ready = compiled, rdy
+			if compiled >= o.Clusters && res.CompiledTook == 0 {
+				res.CompiledTook = time.Since(start)
+			}
+			if rdy >= o.Clusters {
+				res.ReadyTook = time.Since(start)
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			logf("clusters: only %d of %d Ready after %s (err %v)", res.Ready, o.Clusters, o.ReadyTimeout, err)
+			break
+		}
+	}
+	logf("clusters: connected in %s, %d compiled in %s, %d Ready in %s", res.ConnectedTook.Round(100*time.Millisecond),
+		res.Compiled, res.CompiledTook.Round(100*time.Millisecond), res.Ready, res.ReadyTook.Round(100*time.Millisecond))
+
+	sr.setPhase("steady")
+	res.After = s.take(ctx, fmt.Sprintf("%d clusters", o.Clusters+2), true)
+	logf("clusters: steady state: %s idle", o.ClusterIdle)
+	res.AfterIdle = s.idle(ctx, o.ClusterIdle, ucs)
+	if err := s.gateway.Load(ctx, getTarget, 1, 50, 0).FirstErr; err != nil {
+		logf("clusters: warm-up GET: %v", err)
+	}
+	res.Gets = s.gateway.Load(ctx, getTarget, 1, o.Gets, 0)
+	logf("clusters: RSS %s, %.0f goroutines, connections to member-a %v, CPU %.1f ms/s, %.1f probes/s, %d status writes in %s, c=1 GET p50 %s",
+		measure.MB(float64(res.After.RSSKB)), res.After.Goroutines, res.After.ToMemberA, 1e3*res.AfterIdle.GatewayCPU, res.AfterIdle.Probes,
+		res.AfterIdle.StatusWrites, res.AfterIdle.For.Round(time.Second), measure.Dur(res.Gets.Pct(50)))
+	res.Series = sr.Stop()
+	sr = nil
+
+	// LIST and WATCH through the hub: the K UpstreamClusters against K
+	// ConfigMaps of the same content on the hub.
+	hcs, err := kubernetes.NewForConfig(s.env.HubConfig(harness.UserAdmin))
+	if err != nil {
+		return nil, err
+	}
+	logf("clusters: creating %d ConfigMaps on the hub to compare LIST and WATCH with", o.Clusters)
+	if err := hubConfigMaps(ctx, hcs, ma, o.Clusters, o.Burst); err != nil {
+		return nil, err
+	}
+	q := "?" + url.Values{"labelSelector": {scaleLabel + "=true"}}.Encode()
+	res.UpstreamClusters = s.listAndWatch(ctx, ucPath+q, o.Clusters, o.ListRepeats)
+	res.ConfigMaps = s.listAndWatch(ctx, "/api/v1/namespaces/"+scaleNS+"/configmaps"+q, o.Clusters, o.ListRepeats)
+	logf("clusters: LIST through the hub: UpstreamClusters %s, ConfigMaps %s; WATCH: %s, %s",
+		measure.Dur(medianDur(res.UpstreamClusters.List)), measure.Dur(medianDur(res.ConfigMaps.List)),
+		measure.Dur(medianDur(res.UpstreamClusters.Watch)), measure.Dur(medianDur(res.ConfigMaps.Watch)))
+	return res, nil
+}
+
+// upstreamCluster is the object of the burst: member-a's servers and Secret.
+func upstreamCluster(name string, ma *harness.Cluster) *unstructured.Unstructured {
+	var servers []any
+	for _, srv := range ma.Servers {
+		servers = append(servers, map[string]any{"endpoint": srv.URL})
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": harness.UpstreamClusterGVR.GroupVersion().String(),
+		"kind":       "UpstreamCluster",
+		"metadata":   map[string]any{"name": name, "labels": map[string]any{scaleLabel: "true"}},
+		"spec": map[string]any{
+			"servers":      servers,
+			"clientConfig": map[string]any{"secretRef": map[string]any{"namespace": harness.GatewayNamespace, "name": harness.MemberA}},
+		},
+	}}
+}
+
+func clusterName(i int) string { return fmt.Sprintf("scale-%05d", i) }
+
+// applyClusters server-side applies n UpstreamClusters, c at a time.
+func applyClusters(ctx context.Context, ucs dynamic.NamespaceableResourceInterface, ma *harness.Cluster, n, c int) (errs int, first string) {
+	var next atomic.Int64
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for w := 0; w < c; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				name := clusterName(i)
+				if _, err := ucs.Apply(ctx, name, upstreamCluster(name, ma), metav1.ApplyOptions{FieldManager: fieldMgr, Force: true}); err != nil {
+					mu.Lock()
+					errs++
+					if first == "" {
+						first = err.Error()
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errs, first
+}
+
+// countReady counts the objects whose status answers their generation
+// (compiled) and those that are also Ready=True.
+func countReady(items []unstructured.Unstructured) (compiled, ready int) {
+	for _, it := range items {
+		og, _, _ := unstructured.NestedInt64(it.Object, "status", "observedGeneration")
+		if og != it.GetGeneration() {
+			continue
+		}
+		compiled++
+		conds, _, _ := unstructured.NestedSlice(it.Object, "status", "conditions")
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if m["type"] == gatewayv1alpha1.ConditionReady && m["status"] == string(metav1.ConditionTrue) {
+				ready++
+				break
+			}
+		}
+	}
+	return compiled, ready
+}
+
+// idle measures a steady-state window of d: the gateway's CPU, the /readyz
+// requests member-a's replicas served and, with ucs, the status writes of the
+// bench's UpstreamClusters (MODIFIED events of a watch from the window's start).
+func (s *scene) idle(ctx context.Context, d time.Duration, ucs dynamic.NamespaceableResourceInterface) idle {
+	var out idle
+	var w watch.Interface
+	if ucs != nil {
+		sel := scaleLabel + "=true"
+		list, err := ucs.List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err == nil {
+			w, err = ucs.Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: list.GetResourceVersion()})
+		}
+		if err != nil {
+			out.Err = err.Error()
+		}
+	}
+	probesBefore, perr := s.memberAProbes(ctx)
+	cpuBefore, _ := measure.CPUTicks(s.gatewayPID)
+	hz, _ := measure.ClockTicks()
+	start := time.Now()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	var events <-chan watch.Event
+	if w != nil {
+		defer w.Stop()
+		events = w.ResultChan()
+	}
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-timer.C:
+			break loop
+		case ev, ok := <-events:
+			if !ok {
+				out.Err = "the status watch ended early"
+				events = nil
+				continue
+			}
+			if ev.Type == watch.Modified {
+				out.StatusWrites++
+			}
+		}
+	}
+	out.For = time.Since(start)
+	cpuAfter, _ := measure.CPUTicks(s.gatewayPID)
+	out.GatewayCPU = float64(cpuAfter-cpuBefore) / hz / out.For.Seconds()
+	probesAfter, perr2 := s.memberAProbes(ctx)
+	if perr == nil && perr2 == nil {
+		out.Probes = (probesAfter - probesBefore) / out.For.Seconds()
+	} else if out.Err == "" {
+		out.Err = fmt.Sprint("member-a metrics: ", perr, perr2)
+	}
+	return out
+}
+
+// memberAProbes adds up the /readyz requests every member-a replica served
+// (its apiserver_request_total).
+func (s *scene) memberAProbes(ctx context.Context) (float64, error) {
+	var sum float64
+	for _, t := range s.memberA {
+		m, err := t.Scrape(ctx, t.Base+"/metrics")
+		if err != nil {
+			return 0, err
+		}
+		v, _ := m.Sum("apiserver_request_total", map[string]string{"subresource": "/readyz"})
+		sum += v
+	}
+	return sum, nil
+}
+
+// hubConfigMaps creates n ConfigMaps in scaleNS on the hub holding what an
+// UpstreamCluster of the burst holds, c at a time.
+func hubConfigMaps(ctx context.Context, cs kubernetes.Interface, ma *harness.Cluster, n, c int) error {
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: scaleNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	spec, err := json.Marshal(upstreamCluster("x", ma).Object["spec"])
+	if err != nil {
+		return err
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, c)
+	for w := 0; w < c; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: clusterName(i), Labels: map[string]string{scaleLabel: "true"}}, Data: map[string]string{"spec": string(spec)}}
+				if _, err := cs.CoreV1().ConfigMaps(scaleNS).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+					errs[w] = err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// listAndWatch LISTs path through the hub repeats times, and as often WATCHes
+// it from no resourceVersion until the initial ADDED event of every one of n
+// objects arrived.
+func (s *scene) listAndWatch(ctx context.Context, path string, n, repeats int) listStat {
+	st := listStat{Objects: n}
+	for i := 0; i < repeats && ctx.Err() == nil; i++ {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		t0 := time.Now()
+		r, err := s.hubRoot.Do(rctx, path)
+		cancel()
+		if err != nil {
+			st.Err = err.Error()
+			return st
+		}
+		st.List = append(st.List, time.Since(t0))
+		st.Bytes = r.Bytes
+
+		rctx, cancel = context.WithTimeout(ctx, 2*time.Minute)
+		t0 = time.Now()
+		got, err := watchInitial(rctx, s.hubRoot, path+"&watch=1", n)
+		el := time.Since(t0)
+		cancel()
+		if err != nil || got < n {
+			st.Err = fmt.Sprintf("watch: %d of %d initial events: %v", got, n, err)
+			return st
+		}
+		st.Watch = append(st.Watch, el)
+	}
+	return st
+}
+
+// watchInitial opens the watch path and reads events until n arrived.
+func watchInitial(ctx context.Context, t *measure.Target, path string, n int) (int, error) {
+	body, err := openWatch(ctx, t, path)
+	if err != nil {
+		return 0, err
+	}
+	defer body.Close()
+	dec := json.NewDecoder(body)
+	got := 0
+	for got < n {
+		var ev struct {
+			Type string `json:"type"`
+		}
+		if err := dec.Decode(&ev); err != nil {
+			return got, err
+		}
+		if ev.Type == string(watch.Added) {
+			got++
+		}
+	}
+	return got, nil
+}
+
+func medianDur(ds []time.Duration) time.Duration {
+	xs := make([]float64, len(ds))
+	for i, d := range ds {
+		xs[i] = float64(d)
+	}
+	return time.Duration(measure.Median(xs))
+}

@@ -1,0 +1,243 @@
+// Command bench-scale measures what the gateway costs per open watch and per
+// registered UpstreamCluster, on the real apiservers of test/harness (etcd,
+// hub, member-a with two replicas, member-b, the gateway), in one run:
+//
+//   - Watches: N idle watches of ConfigMaps in one namespace of member-b
+//     through the gateway alone (the hub's front-proxy certificate and
+//     X-Remote-* headers, as make bench), then M through hub + gateway: the
+//     gateway's RSS, Go heap and stacks, goroutines, open files and TCP
+//     connections to member-b before, with them open and after closing them;
+//     then ConfigMap updates at a fixed rate and the delay until sample
+//     watches through the gateway and directly on member-b receive them.
+//   - Clusters: K UpstreamClusters applied in one burst (each with
+//     member-a's two servers): time until all are Ready, RSS, goroutines and
+//     connections per cluster, health probes the member sees, the gateway's
+//     idle CPU and status writes at steady state, proxy latency with K
+//     clusters against without, and LIST + WATCH of the K objects through the
+//     hub against as many ConfigMaps.
+//
+// It writes report.md, the time series as CSV and their plots as PNG to
+// -out-dir and prints the report. docs/benchmark.md explains the method.
+//
+//	make bench-scale                        # BENCH_SCALE_ARGS="-watches 2000" to pass flags
+//	go run ./test/bench/scale -watches 500 -hub-watches 100 -clusters 50   # a smoke run
+//
+// It is a report, not a test: it exits non-zero only when it cannot measure.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kubewharf/kube-gateway/test/bench/internal/measure"
+	"github.com/kubewharf/kube-gateway/test/harness"
+)
+
+type options struct {
+	Watches         int           // idle watches through the gateway alone
+	HubWatches      int           // idle watches through hub + gateway
+	SampleWatches   int           // watches that record every event, per path
+	OpenConcurrency int           // concurrent watch openers
+	EventRate       float64       // ConfigMap updates per second
+	EventDuration   time.Duration // how long updates are published
+	Settle          time.Duration // longest wait for the gateway to release closed watches
+	Clusters        int           // UpstreamClusters registered in the burst
+	Burst           int           // concurrent applies of the burst
+	ReadyTimeout    time.Duration
+	ClusterIdle     time.Duration // steady-state window with K clusters
+	Gets            int           // c=1 GETs with 2 and with K+2 clusters
+	ListRepeats     int           // LISTs and WATCHes per kind
+	SampleInterval  time.Duration // of the time series
+	OutDir          string
+	Keep            bool
+	GatewayEnv      []string
+	GatewayArgs     []string
+}
+
+var logf = measure.Logger("bench-scale").Printf
+
+func main() {
+	var o options
+	flag.IntVar(&o.Watches, "watches", 10000, "idle watches opened through the gateway alone (0: no watch phase)")
+	flag.IntVar(&o.HubWatches, "hub-watches", 2000, "idle watches opened through hub + gateway, while the others stay open")
+	flag.IntVar(&o.SampleWatches, "sample-watches", 50, "watches through the gateway, and as many directly on member-b, that record every published event (the bench decodes 2 × this × -event-rate events/s; 200 overloads a shared 2-core machine)")
+	flag.IntVar(&o.OpenConcurrency, "open-concurrency", 50, "concurrent watch openers")
+	flag.Float64Var(&o.EventRate, "event-rate", 100, "ConfigMap updates per second published to the watched namespace")
+	flag.DurationVar(&o.EventDuration, "event-duration", 30*time.Second, "how long updates are published")
+	flag.DurationVar(&o.Settle, "settle", 20*time.Second, "longest wait after closing the watches for the gateway's goroutines to come back down")
+	flag.IntVar(&o.Clusters, "clusters", 1000, "UpstreamClusters applied in one burst (0: no cluster phase)")
+	flag.IntVar(&o.Burst, "burst-concurrency", 32, "concurrent server-side applies of the burst")
+	flag.DurationVar(&o.ReadyTimeout, "ready-timeout", 5*time.Minute, "longest wait for every applied UpstreamCluster to be Ready")
+	flag.DurationVar(&o.ClusterIdle, "cluster-idle", 30*time.Second, "steady-state window with the clusters registered (CPU, probes, status writes)")
+	flag.IntVar(&o.Gets, "gets", 500, "c=1 GETs through the gateway alone with the harness's clusters and again with K more")
+	flag.IntVar(&o.ListRepeats, "list-repeats", 3, "LISTs and WATCHes through the hub per kind (UpstreamClusters, ConfigMaps)")
+	flag.DurationVar(&o.SampleInterval, "sample-interval", time.Second, "period of the time series (RSS, goroutines, connections)")
+	flag.StringVar(&o.OutDir, "out-dir", "_output/bench-scale", "directory for report.md, the CSV series and the PNG plots")
+	flag.BoolVar(&o.Keep, "keep", false, "keep the environment's work dir (logs) after a successful run")
+	flag.Func("gateway-env", "KEY=VALUE added to the gateway's environment only (repeatable)", func(v string) error {
+		if !strings.Contains(v, "=") {
+			return fmt.Errorf("%q is not KEY=VALUE", v)
+		}
+		o.GatewayEnv = append(o.GatewayEnv, v)
+		return nil
+	})
+	flag.Func("gateway-arg", "an argument appended to the gateway's command line (repeatable)", func(v string) error {
+		o.GatewayArgs = append(o.GatewayArgs, v)
+		return nil
+	})
+	flag.Parse()
+	os.Exit(runMain(o))
+}
+
+func runMain(o options) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
+		logf("%v", err)
+		return 1
+	}
+	rep := &report{Opts: o, Started: time.Now(), Machine: measure.ThisMachine()}
+	rep.Hz, _ = measure.ClockTicks()
+	// Every watch the bench holds is a stream, not a socket, but the direct
+	// and hub clients, the scrapes and the series add up: take the hard limit.
+	rep.FDLimitBefore, rep.FDLimit = raiseFDLimit()
+	logf("file descriptor limit of the bench: %d (was %d)", rep.FDLimit, rep.FDLimitBefore)
+
+	workDir, err := os.MkdirTemp("", "kube-gateway-bench-scale-")
+	if err != nil {
+		logf("%v", err)
+		return 1
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	env, err := harness.Start(startCtx, harness.Config{WorkDir: workDir, Log: os.Stderr, GatewayEnv: o.GatewayEnv, GatewayArgs: o.GatewayArgs})
+	cancel()
+	if err != nil {
+		logf("starting the environment: %v (work dir %s kept)", err, workDir)
+		return 1
+	}
+	defer env.Stop() // also on a panic; Stop is idempotent
+	rep.EnvStartup = time.Since(rep.Started)
+	logf("environment ready in %s (work dir %s)", rep.EnvStartup.Round(time.Second), workDir)
+
+	err = run(ctx, env, o, rep)
+	if serr := env.Stop(); serr != nil {
+		logf("stopping the environment: %v", serr)
+	}
+	if err != nil {
+		logf("bench-scale failed: %v (work dir with every process log kept: %s)", err, workDir)
+		return 1
+	}
+	if w := rep.Watches; w != nil {
+		if err := writeSeries(o.OutDir, "watches", "watches open through the gateway", w.Series, func(s snapshot) []int { return s.ToMemberB }); err != nil {
+			logf("writing the watch series: %v", err)
+		}
+	}
+	if c := rep.Clusters; c != nil {
+		if err := writeSeries(o.OutDir, "clusters", "Ready clusters", c.Series, func(s snapshot) []int { return s.ToMemberA }); err != nil {
+			logf("writing the cluster series: %v", err)
+		}
+	}
+	rep.Total = time.Since(rep.Started)
+	md := rep.markdown()
+	fmt.Print(md)
+	out := filepath.Join(o.OutDir, "report.md")
+	if err := os.WriteFile(out, []byte(md), 0o644); err != nil {
+		logf("writing %s: %v", out, err)
+		return 1
+	}
+	logf("report written to %s", out)
+	if o.Keep {
+		logf("work dir kept: %s", workDir)
+	} else {
+		_ = os.RemoveAll(workDir)
+	}
+	return 0
+}
+
+// raiseFDLimit sets this process's soft RLIMIT_NOFILE to its hard limit.
+func raiseFDLimit() (before, after uint64) {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return 0, 0
+	}
+	before = l.Cur
+	l.Cur = l.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return before, before
+	}
+	return before, l.Cur
+}
+
+func run(ctx context.Context, env *harness.Env, o options, rep *report) error {
+	s, err := newScene(env)
+	if err != nil {
+		return err
+	}
+	rep.GatewayFDLimit = s.gatewayFDLimit()
+	if o.Watches > 0 || o.HubWatches > 0 {
+		w, err := watchPhase(ctx, s, o)
+		if err != nil {
+			return fmt.Errorf("watches: %w", err)
+		}
+		rep.Watches = w
+	}
+	if o.Clusters > 0 {
+		if rep.Watches != nil {
+			// The watches leave a grown heap that Go returns to the system
+			// only slowly: RSS per cluster needs a fresh process.
+			if s, err = restartGateway(ctx, env); err != nil {
+				return err
+			}
+			rep.Restarted = true
+		}
+		c, err := clusterPhase(ctx, s, o)
+		if err != nil {
+			return fmt.Errorf("clusters: %w", err)
+		}
+		rep.Clusters = c
+	}
+	return nil
+}
+
+// restartGateway restarts the gateway process (same flags, port and data) and
+// waits until it proxies to member-b and the hub serves its API again.
+func restartGateway(ctx context.Context, env *harness.Env) (*scene, error) {
+	logf("restarting the gateway for the cluster phase")
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := env.Gateway.Restart(rctx); err != nil {
+		return nil, fmt.Errorf("restarting the gateway: %w", err)
+	}
+	s, err := newScene(env)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		_, gerr := s.gateway.Do(rctx, "/version")
+		_, herr := s.hubRoot.Do(rctx, ucPath+"?limit=1")
+		if gerr == nil && herr == nil {
+			return s, nil
+		}
+		if err := sleep(rctx, 500*time.Millisecond); err != nil {
+			return nil, fmt.Errorf("the restarted gateway does not serve: %v; through the hub: %v", gerr, herr)
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/kubewharf/kube-gateway/test/bench/internal/measure"
+)
+
+type report struct {
+	Opts           options
+	Started        time.Time
+	EnvStartup     time.Duration
+	Total          time.Duration
+	Hz             float64
+	Machine        measure.Machine
+	FDLimitBefore  uint64
+	FDLimit        uint64
+	GatewayFDLimit uint64
+	Restarted      bool // the gateway was restarted between the phases
+	Watches        *watchResult
+	Clusters       *clusterResult
+}
+
+func (r *report) markdown() string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	m := r.Machine
+	p("# kube-gateway scale benchmark\n\n")
+	p("Run %s on %s. ", r.Started.UTC().Format("2006-01-02 15:04 UTC"), m)
+	if m.Commit != "" {
+		p("Code: %s (the kube-gateway binary `make build` made from it). ", m.Commit)
+	}
+	p("Every process (etcd, hub, member-a ×2, member-b, kube-gateway, this client) on 127.0.0.1 of the same machine, started by test/harness. ")
+	if len(r.Opts.GatewayArgs) > 0 {
+		p("The gateway's command line adds %s. ", strings.Join(r.Opts.GatewayArgs, " "))
+	}
+	if len(r.Opts.GatewayEnv) > 0 {
+		p("The gateway's environment adds %s. ", strings.Join(r.Opts.GatewayEnv, " "))
+	}
+	p("Snapshots of the gateway follow two forced garbage collections (`/debug/pprof/heap?gc=1`; the second empties the sync.Pool victim caches), so heap figures are what is live; RSS is VmRSS from /proc; connections are the established TCP sockets the process holds (/proc/<pid>/fd and /proc/net/tcp).\n\n")
+	if w := r.Watches; w != nil {
+		r.watchSection(p, w)
+	}
+	if c := r.Clusters; c != nil {
+		r.clusterSection(p, c)
+	}
+	p("Environment start-up %s; whole run %s.\n", r.EnvStartup.Round(time.Second), r.Total.Round(time.Second))
+	return b.String()
+}
+
+func ints(xs []int) string {
+	var s []string
+	for _, x := range xs {
+		s = append(s, fmt.Sprint(x))
+	}
+	return strings.Join(s, " + ")
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+func mib(bytes float64) string { return fmt.Sprintf("%.1f MiB", bytes/(1<<20)) }
+
+// per formats the growth from a to b per n of something.
+func per(a, b float64, n int, f func(float64) string) string {
+	if n == 0 {
+		return "–"
+	}
+	return f((b - a) / float64(n))
+}
+
+func (r *report) watchSection(p func(string, ...any), w *watchResult) {
+	o := r.Opts
+	n, mHub := w.Gateway.Opened, w.Hub.Opened
+	p("## Watches\n\n")
+	p("Idle watches of the ConfigMaps of namespace `%s` on member-b (field selector `metadata.name=%s`, a name no object has: they stay open and receive nothing), opened %d at a time: %d through the gateway alone (the hub's front-proxy certificate and `X-Remote-*` headers, as `make bench`), then %d through hub + gateway while those stay open. ",
+		watchNS, idleName, o.OpenConcurrency, o.Watches, o.HubWatches)
+	p("member-b announces %d concurrent HTTP/2 streams per connection, the gateway %d to its callers. ", w.MaxStreams, w.GatewayStrms)
+	p("File descriptors: the bench raised its own limit from %d to %d; the gateway's limit is %d and it held at most %d open.\n\n", r.FDLimitBefore, r.FDLimit, r.GatewayFDLimit, w.PeakOpenFDs)
+
+	p("| state | gateway RSS | Go heap in use | Go stacks in use | goroutines | open files | TCP gateway → member-b | TCP hub → gateway | TCP bench → gateway |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, sn := range []snapshot{w.Before, w.GatewayOpen, w.AllOpen, w.AfterClose} {
+		label := sn.Label
+		switch sn.Label {
+		case "gateway watches open":
+			label = fmt.Sprintf("%d open through the gateway alone", n)
+		case "all open":
+			label = fmt.Sprintf("and %d through hub + gateway", mHub)
+		case "after close":
+			label = fmt.Sprintf("all closed (%s later)", w.SettleTook.Round(100*time.Millisecond))
+		}
+		p("| %s | %s | %s | %s | %.0f | %d | %s | %d | %d |\n", label, measure.MB(float64(sn.RSSKB)), mib(sn.HeapInuse), mib(sn.StackInuse), sn.Goroutines, sn.OpenFiles, ints(sn.ToMemberB), sn.HubToGateway, sn.BenchToGateway)
+	}
+	p("\n")
+	expect := func(watches int) string {
+		if w.MaxStreams == 0 {
+			return "?"
+		}
+		return fmt.Sprint(int(math.Ceil(float64(watches) / float64(w.MaxStreams))))
+	}
+	b, g, a := w.Before, w.GatewayOpen, w.AllOpen
+	kib := func(x float64) string { return measure.KiB(x) }
+	p("| per watch | through the gateway alone (%d) | through hub + gateway (%d more) |\n|---|---:|---:|\n", n, mHub)
+	p("| gateway RSS | %s | %s |\n", per(float64(b.RSSKB)*1024, float64(g.RSSKB)*1024, n, kib), per(float64(g.RSSKB)*1024, float64(a.RSSKB)*1024, mHub, kib))
+	p("| Go heap in use | %s | %s |\n", per(b.HeapInuse, g.HeapInuse, n, kib), per(g.HeapInuse, a.HeapInuse, mHub, kib))
+	p("| Go stacks in use | %s | %s |\n", per(b.StackInuse, g.StackInuse, n, kib), per(g.StackInuse, a.StackInuse, mHub, kib))
+	p("| goroutines | %s | %s |\n", per(b.Goroutines, g.Goroutines, n, func(x float64) string { return fmt.Sprintf("%.2f", x) }), per(g.Goroutines, a.Goroutines, mHub, func(x float64) string { return fmt.Sprintf("%.2f", x) }))
+	p("| TCP connections gateway → member-b with these open, all told (expected ⌈watches open / %d⌉) | %s (%s) | %s (%s) |\n", w.MaxStreams,
+		ints(g.ToMemberB), expect(n), ints(a.ToMemberB), expect(n+mHub))
+	p("| TCP connections into the gateway with these open, all told (from the bench / from the hub) | %d / %d | %d / %d |\n", g.BenchToGateway, g.HubToGateway, a.BenchToGateway, a.HubToGateway)
+	p("| time to open, rate | %s, %.0f/s | %s, %.0f/s |\n", w.Gateway.Took.Round(10*time.Millisecond), float64(n)/w.Gateway.Took.Seconds(), w.Hub.Took.Round(10*time.Millisecond), float64(mHub)/w.Hub.Took.Seconds())
+	p("| failed to open | %d%s | %d%s |\n", w.Gateway.Errors, firstErr(w.Gateway.FirstErr), w.Hub.Errors, firstErr(w.Hub.FirstErr))
+	p("| ended before the bench closed them | %d | %d |\n\n", w.EarlyGateway, w.EarlyHub)
+	p("After closing every watch: RSS %s → %s (%s before), goroutines %.0f (%.0f before), heap in use %s (%s before).\n\n",
+		measure.MB(float64(a.RSSKB)), measure.MB(float64(w.AfterClose.RSSKB)), measure.MB(float64(b.RSSKB)), w.AfterClose.Goroutines, b.Goroutines, mib(w.AfterClose.HeapInuse), mib(b.HeapInuse))
+
+	if w.HeapFile != "" {
+		p("The gateway's heap in use with every watch open, by allocation site (`%s`; `go tool pprof -sample_index=inuse_space -top`):\n\n```\n%s```\n\n", w.HeapFile, measure.TrimPprof(w.HeapTop))
+	}
+
+	e := w.Events
+	if e.Samples > 0 {
+		p("### Event delivery\n\n")
+		p("With every idle watch still open, %d more watches through the gateway alone and %d directly on member-b select the %d ConfigMaps `%s=event`; the bench patches them round-robin at %.0f/s for %s (directly on member-b, `golang.org/x/time/rate`) and matches every event a sample watch receives to its update by resourceVersion. ",
+			e.Samples, e.Samples, eventCMs, roleLabel, o.EventRate, o.EventDuration)
+		p("Delay: from the update's response to the event's receipt (decoded) by the bench, so it can be slightly negative when the event overtakes the response. ")
+		p("The idle watches select no updated object, by name: each of the %d would otherwise carry every event, %.0f deliveries per second, which measures the machine rather than the gateway; and a label selector would still make member-b's watch cache hand every event to every idle watch to filter (measured: with 3,600 such watches at 100 updates/s, direct delivery itself fell seconds behind). ", n+mHub, float64(n+mHub)*o.EventRate)
+		p("Events still arriving after the last update are awaited until the sample watches are quiet for 2 s (%s here).\n\n", e.DrainTook.Round(100*time.Millisecond))
+		p("| | direct | through the gateway alone | gateway − direct |\n|---|---:|---:|---:|\n")
+		d, g := e.Direct, e.Gateway
+		p("| events received / expected | %d / %d | %d / %d | |\n", d.Received, d.Expected, g.Received, g.Expected)
+		for _, q := range []float64{50, 99} {
+			dp, gp := measure.Pct(d.Latencies, q), measure.Pct(g.Latencies, q)
+			p("| p%.0f delay | %s | %s | %s |\n", q, measure.Dur(dp), measure.Dur(gp), measure.Dur(gp-dp))
+		}
+		dm, gm := measure.Pct(d.Latencies, 100), measure.Pct(g.Latencies, 100)
+		p("| max delay | %s | %s | |\n", measure.Dur(dm), measure.Dur(gm))
+		p("| sample watches that ended early | %d | %d | |\n", d.Early, g.Early)
+		p("| how the sample watches' streams ended | %s | %s | |\n\n", fmtEnds(d.Ends), fmtEnds(g.Ends))
+		if d.Early+g.Early > 0 {
+			p("**Sample watches ended before the bench closed them**: an `EOF` is the member ending the stream, which it does to a watcher that does not keep up (its buffer full); the bench decodes every event of %d watches, %.0f events/s, and on a loaded machine it may not. Their delays are then those of an overloaded client: lower `-sample-watches`.\n\n", 2*e.Samples, 2*float64(e.Samples)*e.PublishRate)
+		}
+		p("Published: %d updates (%.0f/s achieved", e.Published, e.PublishRate)
+		if e.PublishErrors > 0 {
+			p(", %d failed: %s", e.PublishErrors, e.FirstPublishErr)
+		}
+		p(")")
+		if e.OpenErrors != "" {
+			p("; sample watches that failed to open: %s", e.OpenErrors)
+		}
+		p(".\n\n")
+	}
+	p("Over time (every %s, no forced GC): `%s` and `%s`.\n\n", o.SampleInterval, filepath.Join(o.OutDir, "watches.csv"), filepath.Join(o.OutDir, "watches.png"))
+}
+
+func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
+	o := r.Opts
+	k := c.K
+	p("## Clusters\n\n")
+	if r.Restarted {
+		p("The gateway was restarted (same flags and data) after the watch phase, so that this phase starts from a fresh process. ")
+	}
+	p("%d UpstreamClusters applied (server-side apply, %d at a time) in one burst, each with member-a's two servers and its Secret, next to the harness's two clusters. ", k, o.Burst)
+	p("Compiled: every object's `status.observedGeneration` equals its generation; Ready: also its `Ready` condition is True (LIST through the hub every second). ")
+	p("Steady state: %s idle after all are Ready; the baseline is %s idle with the harness's two clusters before the burst. ", c.AfterIdle.For.Round(time.Second), c.BaselineIdle.For.Round(time.Second))
+	p("Health probes: `apiserver_request_total{subresource=\"/readyz\"}` of both member-a replicas (every probe of every cluster lands there). Status writes: MODIFIED events of the %d objects on a watch through the hub during the idle window.\n\n", k)
+	p("| metric | 2 clusters (harness) | %d clusters | per added cluster |\n|---|---:|---:|---:|\n", k+2)
+	b, a := c.Baseline, c.After
+	kib := func(x float64) string { return measure.KiB(x) }
+	p("| gateway RSS | %s | %s | %s |\n", measure.MB(float64(b.RSSKB)), measure.MB(float64(a.RSSKB)), per(float64(b.RSSKB)*1024, float64(a.RSSKB)*1024, k, kib))
+	p("| Go heap in use | %s | %s | %s |\n", mib(b.HeapInuse), mib(a.HeapInuse), per(b.HeapInuse, a.HeapInuse, k, kib))
+	p("| goroutines | %.0f | %.0f | %s |\n", b.Goroutines, a.Goroutines, per(b.Goroutines, a.Goroutines, k, func(x float64) string { return fmt.Sprintf("%.2f", x) }))
+	p("| open files | %d | %d | %s |\n", b.OpenFiles, a.OpenFiles, per(float64(b.OpenFiles), float64(a.OpenFiles), k, func(x float64) string { return fmt.Sprintf("%.2f", x) }))
+	p("| TCP gateway → member-a (per replica) | %s | %s | %s |\n", ints(b.ToMemberA), ints(a.ToMemberA), per(float64(sum(b.ToMemberA)), float64(sum(a.ToMemberA)), k, func(x float64) string { return fmt.Sprintf("%.2f", x) }))
+	p("| health probes member-a serves | %.1f /s | %.1f /s | %s |\n", c.BaselineIdle.Probes, c.AfterIdle.Probes, per(c.BaselineIdle.Probes, c.AfterIdle.Probes, k, func(x float64) string { return fmt.Sprintf("%.3f /s", x) }))
+	p("| gateway CPU, idle | %.1f ms/s | %.1f ms/s | %s |\n", 1e3*c.BaselineIdle.GatewayCPU, 1e3*c.AfterIdle.GatewayCPU, per(1e6*c.BaselineIdle.GatewayCPU, 1e6*c.AfterIdle.GatewayCPU, k, func(x float64) string { return fmt.Sprintf("%.1f µs/s", x) }))
+	p("| status writes, idle | – | %d in %s (%.2f /s) | |\n", c.AfterIdle.StatusWrites, c.AfterIdle.For.Round(time.Second), float64(c.AfterIdle.StatusWrites)/c.AfterIdle.For.Seconds())
+	p("| proxy GET p50, c=1, gateway alone | %s | %s | ×%.2f |\n", measure.Dur(c.BaselineGets.Pct(50)), measure.Dur(c.Gets.Pct(50)), ratio(c.Gets.Pct(50), c.BaselineGets.Pct(50)))
+	p("| proxy GET p99, c=1, gateway alone | %s | %s | ×%.2f |\n\n", measure.Dur(c.BaselineGets.Pct(99)), measure.Dur(c.Gets.Pct(99)), ratio(c.Gets.Pct(99), c.BaselineGets.Pct(99)))
+	p("Expected health probes at the default interval (5 s): 2 servers × %d clusters / 5 s = %.0f /s more. ", k, float64(2*k)/5)
+	p("Burst: %d applied in %s (%.0f/s", k, c.ApplyTook.Round(10*time.Millisecond), float64(k)/c.ApplyTook.Seconds())
+	if c.ApplyErrors > 0 {
+		p(", %d failed: %s", c.ApplyErrors, c.FirstApplyErr)
+	}
+	connected := "not within the timeout"
+	if c.ConnectedTook > 0 {
+		connected = c.ConnectedTook.Round(100 * time.Millisecond).String()
+	}
+	p("); from its start, **the gateway held a connection to both member-a servers for every cluster after %s; all compiled per status after %s, all Ready after %s** (%d compiled, %d Ready at the end). ",
+		connected, fmtTook(c.CompiledTook, c.Compiled, k), fmtTook(c.ReadyTook, c.Ready, k), c.Compiled, c.Ready)
+	p("Connections (polled every 250 ms) show when the data plane has every cluster; the status figures also include the gateway's status writer, which is rate-limited. ")
+	p("GETs: %d per run, `%s` on member-b; %d and %d errors.", o.Gets, getTarget, c.BaselineGets.Errors, c.Gets.Errors)
+	for _, e := range []string{c.BaselineIdle.Err, c.AfterIdle.Err} {
+		if e != "" {
+			p(" Not measured: %s.", e)
+		}
+	}
+	p("\n\n")
+
+	p("### LIST and WATCH of %d objects through the hub\n\n", k)
+	p("The %d UpstreamClusters (served by the gateway from its etcd, through the hub's aggregator) against %d ConfigMaps on the hub holding the same spec as JSON; median of %d. WATCH: from no resourceVersion until the initial ADDED event of every object arrived.\n\n", k, k, o.ListRepeats)
+	u, m := c.UpstreamClusters, c.ConfigMaps
+	p("| | UpstreamClusters | ConfigMaps on the hub | UpstreamClusters / ConfigMaps |\n|---|---:|---:|---:|\n")
+	p("| LIST time | %s | %s | ×%.2f |\n", measure.Dur(medianDur(u.List)), measure.Dur(medianDur(m.List)), ratio(medianDur(u.List), medianDur(m.List)))
+	p("| LIST body (JSON, as received) | %s | %s | |\n", measure.KiB(float64(u.Bytes)), measure.KiB(float64(m.Bytes)))
+	p("| WATCH, all initial events | %s | %s | ×%.2f |\n", measure.Dur(medianDur(u.Watch)), measure.Dur(medianDur(m.Watch)), ratio(medianDur(u.Watch), medianDur(m.Watch)))
+	for _, e := range []string{u.Err, m.Err} {
+		if e != "" {
+			p("\nNot measured: %s.\n", e)
+		}
+	}
+	p("\nOver time (every %s, no forced GC; the count is Ready clusters): `%s` and `%s`.\n\n", o.SampleInterval, filepath.Join(o.OutDir, "clusters.csv"), filepath.Join(o.OutDir, "clusters.png"))
+}
+
+func fmtEnds(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var s []string
+	for _, k := range keys {
+		s = append(s, fmt.Sprintf("%s: %d", k, m[k]))
+	}
+	return strings.Join(s, "; ")
+}
+
+func ratio(a, b time.Duration) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+func fmtTook(d time.Duration, got, want int) string {
+	if got < want || d == 0 {
+		return "not within the timeout"
+	}
+	return d.Round(100 * time.Millisecond).String()
+}

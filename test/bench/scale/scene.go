@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/kubewharf/kube-gateway/test/bench/internal/measure"
+	"github.com/kubewharf/kube-gateway/test/harness"
+)
+
+// scene is the environment as the bench sees it: a way in to every server
+// and the processes and ports it reads.
+type scene struct {
+	env *harness.Env
+	// Proxy paths to member-b (watches, the GETs): direct, through the
+	// gateway alone, through hub + gateway. Watches use clients without a
+	// request timeout.
+	direct, gateway, hub *measure.Target
+	// The same clients at the servers' roots: the gateway's /metrics and
+	// /debug/pprof, the hub's APIs, member-a's /metrics per replica.
+	gatewayRoot, hubRoot *measure.Target
+	memberA              []*measure.Target
+	gatewayPID, hubPID   int
+	gatewayPort          int
+	memberBPorts         []int
+	memberAPorts         []int
+}
+
+func newScene(env *harness.Env) (*scene, error) {
+	s := &scene{env: env, gatewayPID: env.Gateway.PID(), hubPID: env.Hub.Servers[0].Process.PID()}
+	var err error
+	if s.direct, s.gateway, s.hub, err = measure.Targets(env, harness.MemberB, 0); err != nil {
+		return nil, err
+	}
+	root := func(t *measure.Target, base string) *measure.Target {
+		c := *t
+		c.Base = base
+		return &c
+	}
+	s.gatewayRoot = root(s.gateway, env.GatewayURL)
+	s.hubRoot = root(s.hub, env.Hub.Servers[0].URL)
+	ma, _, _, err := measure.Targets(env, harness.MemberA, 0)
+	if err != nil {
+		return nil, err
+	}
+	for _, srv := range env.Members[harness.MemberA].Servers {
+		s.memberA = append(s.memberA, root(ma, srv.URL))
+		s.memberAPorts = append(s.memberAPorts, srv.Port)
+	}
+	for _, srv := range env.Members[harness.MemberB].Servers {
+		s.memberBPorts = append(s.memberBPorts, srv.Port)
+	}
+	u, err := url.Parse(env.GatewayURL)
+	if err != nil {
+		return nil, err
+	}
+	if s.gatewayPort, err = strconv.Atoi(u.Port()); err != nil {
+		return nil, fmt.Errorf("gateway URL %s: %w", env.GatewayURL, err)
+	}
+	return s, nil
+}
+
+// gatewayMaxStreams is the HTTP/2 stream limit the gateway announces to its
+// callers (the bench, the hub).
+func (s *scene) gatewayMaxStreams(ctx context.Context) (uint32, error) {
+	ca, err := os.ReadFile(s.env.GatewayCAFile)
+	if err != nil {
+		return 0, err
+	}
+	certFile, keyFile := s.env.FrontProxyClientCert()
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return 0, err
+	}
+	return measure.MaxConcurrentStreams(ctx, s.env.GatewayURL, ca, &cert)
+}
+
+func (s *scene) gatewayFDLimit() uint64 {
+	_, limit, _ := measure.OpenFiles(s.gatewayPID)
+	return limit
+}
+
+// snapshot is the gateway's state at one moment.
+type snapshot struct {
+	Label      string
+	At         time.Time
+	RSSKB      int64
+	HeapInuse  float64 // go_memstats_heap_inuse_bytes
+	StackInuse float64 // go_memstats_stack_inuse_bytes
+	Goroutines float64 // go_goroutines
+	OpenFiles  int
+	// Established TCP connections: from the gateway to each member-b and
+	// member-a server (by port), from the hub to the gateway, and all the
+	// gateway accepted.
+	ToMemberB, ToMemberA []int
+	HubToGateway         int
+	BenchToGateway       int
+	IntoGateway          int
+	Err                  string // what could not be read
+}
+
+// gatewayMetrics reads the gateway's Go runtime figures from its /metrics.
+func (s *scene) gatewayMetrics(ctx context.Context, sn *snapshot) error {
+	m, err := s.gatewayRoot.Scrape(ctx, s.env.GatewayURL+"/metrics")
+	if err != nil {
+		return err
+	}
+	sn.HeapInuse, _ = m.Sum("go_memstats_heap_inuse_bytes", nil)
+	sn.StackInuse, _ = m.Sum("go_memstats_stack_inuse_bytes", nil)
+	sn.Goroutines, _ = m.Sum("go_goroutines", nil)
+	return nil
+}
+
+// forceGC makes the gateway collect garbage twice (its
+// /debug/pprof/heap?gc=1), so that the heap it reports next is what is live:
+// the first collection only moves sync.Pool contents to the pools' victim
+// caches, the second frees them.
+func (s *scene) forceGC(ctx context.Context) error {
+	for range 2 {
+		if err := s.gcOnce(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *scene) gcOnce(ctx context.Context) error {
+	req, err := s.gatewayRoot.NewRequest(ctx, "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return err
+	}
+	resp, err := s.gatewayRoot.Client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /debug/pprof/heap?gc=1: %s", resp.Status)
+	}
+	return nil
+}
+
+// heapProfile saves the gateway's heap profile (what is in use as of its last
+// collection) to file and returns pprof's top sites by bytes in use.
+func (s *scene) heapProfile(ctx context.Context, file string) (string, error) {
+	req, err := s.gatewayRoot.NewRequest(ctx, "/debug/pprof/heap")
+	if err != nil {
+		return "", err
+	}
+	resp, err := s.gatewayRoot.Client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET /debug/pprof/heap: %s", resp.Status)
+	}
+	if err := os.WriteFile(file, data, 0o644); err != nil {
+		return "", err
+	}
+	bin, _ := harness.GatewayBinary(s.env.BinDir)
+	return measure.Pprof(ctx, bin, file, "-sample_index=inuse_space", "-top", "-nodecount=12"), nil
+}
+
+// take reads a snapshot; gc forces a collection first (the series does not).
+func (s *scene) take(ctx context.Context, label string, gc bool) snapshot {
+	sn := snapshot{Label: label, At: time.Now()}
+	var errs []string
+	if gc {
+		if err := s.forceGC(ctx); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	var err error
+	if sn.RSSKB, err = measure.RSSKB(s.gatewayPID); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if err := s.gatewayMetrics(ctx, &sn); err != nil {
+		errs = append(errs, err.Error())
+	}
+	sn.OpenFiles, _, _ = measure.OpenFiles(s.gatewayPID)
+	if conns, err := measure.TCPConns(s.gatewayPID); err != nil {
+		errs = append(errs, err.Error())
+	} else {
+		for _, p := range s.memberBPorts {
+			sn.ToMemberB = append(sn.ToMemberB, measure.CountConns(conns, p, true))
+		}
+		for _, p := range s.memberAPorts {
+			sn.ToMemberA = append(sn.ToMemberA, measure.CountConns(conns, p, true))
+		}
+		sn.IntoGateway = measure.CountConns(conns, s.gatewayPort, false)
+	}
+	if conns, err := measure.TCPConns(s.hubPID); err != nil {
+		errs = append(errs, err.Error())
+	} else {
+		sn.HubToGateway = measure.CountConns(conns, s.gatewayPort, true)
+	}
+	if conns, err := measure.TCPConns(0); err != nil {
+		errs = append(errs, err.Error())
+	} else {
+		sn.BenchToGateway = measure.CountConns(conns, s.gatewayPort, true)
+	}
+	if len(errs) > 0 {
+		sn.Err = fmt.Sprint(errs)
+	}
+	return sn
+}
+
+// point is one sample of a time series.
+type point struct {
+	T     time.Duration // since the series began
+	Phase string
+	snapshot
+	Count int // what the phase counts: open watches, Ready clusters
+}
+
+// series samples the gateway every interval until stopped; count says what
+// the current phase counts.
+type series struct {
+	mu     sync.Mutex
+	phase  string
+	points []point
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+func startSeries(ctx context.Context, s *scene, interval time.Duration, count func() int) *series {
+	sr := &series{stop: make(chan struct{}), done: make(chan struct{})}
+	began := time.Now()
+	go func() {
+		defer close(sr.done)
+		tk := time.NewTicker(interval)
+		defer tk.Stop()
+		for {
+			sn := s.take(ctx, "", false)
+			sr.mu.Lock()
+			sr.points = append(sr.points, point{T: time.Since(began), Phase: sr.phase, snapshot: sn, Count: count()})
+			sr.mu.Unlock()
+			select {
+			case <-sr.stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-tk.C:
+			}
+		}
+	}()
+	return sr
+}
+
+func (sr *series) setPhase(p string) {
+	sr.mu.Lock()
+	sr.phase = p
+	sr.mu.Unlock()
+}
+
+// Stop ends the series and returns its points.
+func (sr *series) Stop() []point {
+	close(sr.stop)
+	<-sr.done
+	return sr.points
+}
