@@ -7,6 +7,7 @@ package clusters
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync/atomic"
 	"time"
 
@@ -239,11 +240,7 @@ func (c *Controller) sync(ctx context.Context, name string) {
 // swap installs next for name (nil removes it) with copy-on-write, then releases
 // the connections of the replaced cluster that the new one does not reuse.
 func (c *Controller) swap(name string, next *entry) {
-	cur := *c.state.Load()
-	m := make(map[string]*entry, len(cur)+1)
-	for k, v := range cur {
-		m[k] = v
-	}
+	m := maps.Clone(*c.state.Load())
 	old := m[name]
 	if next == nil {
 		delete(m, name)

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
@@ -43,22 +44,11 @@ func ensure(ctx context.Context, what string, create func(context.Context) error
 // poll calls cond every 250 ms until it returns true, an error, or the
 // timeout passes; describe explains the last state in the timeout error.
 func poll(ctx context.Context, timeout time.Duration, cond func(context.Context) (bool, error), describe func() string) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		ok, err := cond(ctx)
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("timed out after %s: %s", timeout, describe())
-		case <-time.After(250 * time.Millisecond):
-		}
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, cond)
+	if wait.Interrupted(err) {
+		return fmt.Errorf("timed out after %s: %s", timeout, describe())
 	}
+	return err
 }
 
 type objects struct {
