@@ -2,18 +2,12 @@ package cluster_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"io"
 	"log"
 	"maps"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -32,76 +26,17 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/impersonate"
 	"github.com/kubewharf/kube-gateway/proxy/request"
 	gwtransport "github.com/kubewharf/kube-gateway/proxy/transport"
+	"github.com/kubewharf/kube-gateway/test/testca"
 )
 
 const token = "gateway-token-5f2b9c"
 
-// ca is a test certificate authority.
-type ca struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newCA(t *testing.T, cn string) *ca {
+// issue returns a PEM certificate and key signed by c; sans are IP addresses
+// or DNS names.
+func issue(t *testing.T, c *testca.CA, cn string, usage x509.ExtKeyUsage, sans ...string) (certPEM, keyPEM []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(time.Now().UnixNano()),
-		Subject:               pkix.Name{CommonName: cn},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &ca{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue returns a PEM certificate and key signed by c.
-// sans are IP addresses or DNS names.
-func (c *ca) issue(t *testing.T, cn string, usage x509.ExtKeyUsage, sans ...string) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-	}
-	for _, san := range sans {
-		if ip := net.ParseIP(san); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, san)
-		}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	l := c.Issue(t, testca.Spec{CommonName: cn, Usage: usage, SANs: sans})
+	return l.CertPEM, l.KeyPEM
 }
 
 // seen is what a member server observed of one request.
@@ -127,7 +62,7 @@ func (m *member) conns() (accepted, open int) {
 	return m.accepted, m.open
 }
 
-func newMember(t *testing.T, serverCA, clientCA *ca) *member {
+func newMember(t *testing.T, serverCA, clientCA *testca.CA) *member {
 	t.Helper()
 	m := &member{}
 	m.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -140,13 +75,13 @@ func newMember(t *testing.T, serverCA, clientCA *ca) *member {
 		m.mu.Unlock()
 		_, _ = w.Write([]byte("ok"))
 	}))
-	certPEM, keyPEM := serverCA.issue(t, "member", x509.ExtKeyUsageServerAuth, "127.0.0.1", "member.internal")
+	certPEM, keyPEM := issue(t, serverCA, "member", x509.ExtKeyUsageServerAuth, "127.0.0.1", "member.internal")
 	serving, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
-	pool.AddCert(clientCA.cert)
+	pool.AddCert(clientCA.Cert)
 	m.TLS = &tls.Config{
 		Certificates: []tls.Certificate{serving},
 		ClientAuth:   tls.VerifyClientCertIfGiven,
@@ -241,9 +176,9 @@ func get(t *testing.T, c *cluster.Cluster, endpoint string) error {
 }
 
 func TestCompileCredentials(t *testing.T) {
-	serverCA, clientCA := newCA(t, "server-ca"), newCA(t, "client-ca")
+	serverCA, clientCA := testca.New(t, "server-ca"), testca.New(t, "client-ca")
 	m := newMember(t, serverCA, clientCA)
-	clientCert, clientKey := clientCA.issue(t, "kube-gateway", x509.ExtKeyUsageClientAuth)
+	clientCert, clientKey := issue(t, clientCA, "kube-gateway", x509.ExtKeyUsageClientAuth)
 
 	tests := []struct {
 		name      string
@@ -254,12 +189,12 @@ func TestCompileCredentials(t *testing.T) {
 	}{
 		{
 			name:      "token",
-			data:      map[string][]byte{"token": []byte(token), "ca.crt": serverCA.pem},
+			data:      map[string][]byte{"token": []byte(token), "ca.crt": serverCA.PEM},
 			wantAuthz: "Bearer " + token,
 		},
 		{
 			name:   "client certificate",
-			data:   map[string][]byte{"tls.crt": clientCert, "tls.key": clientKey, "ca.crt": serverCA.pem},
+			data:   map[string][]byte{"tls.crt": clientCert, "tls.key": clientKey, "ca.crt": serverCA.PEM},
 			wantCN: "kube-gateway",
 		},
 		{
@@ -274,7 +209,7 @@ func TestCompileCredentials(t *testing.T) {
 		},
 		{
 			name:    "neither",
-			data:    map[string][]byte{"ca.crt": serverCA.pem},
+			data:    map[string][]byte{"ca.crt": serverCA.PEM},
 			wantErr: []string{"kube-gateway/member-a-cred", "no credential"},
 		},
 		{
@@ -351,14 +286,14 @@ func TestCompileCredentials(t *testing.T) {
 }
 
 // mustSecondKey returns a private key that belongs to another certificate.
-func mustSecondKey(t *testing.T, c *ca) []byte {
-	_, key := c.issue(t, "other", x509.ExtKeyUsageClientAuth)
+func mustSecondKey(t *testing.T, c *testca.CA) []byte {
+	_, key := issue(t, c, "other", x509.ExtKeyUsageClientAuth)
 	return key
 }
 
 func TestCompileCA(t *testing.T) {
-	serverCA, otherCA := newCA(t, "server-ca"), newCA(t, "other-ca")
-	m := newMember(t, serverCA, newCA(t, "client-ca"))
+	serverCA, otherCA := testca.New(t, "server-ca"), testca.New(t, "other-ca")
+	m := newMember(t, serverCA, testca.New(t, "client-ca"))
 
 	tests := []struct {
 		name       string
@@ -367,15 +302,15 @@ func TestCompileCA(t *testing.T) {
 		serverName string
 		wantOK     bool
 	}{
-		{name: "caData only", caData: serverCA.pem, wantOK: true},
-		{name: "Secret ca.crt only", secretCA: serverCA.pem, wantOK: true},
-		{name: "both the same", caData: serverCA.pem, secretCA: serverCA.pem, wantOK: true},
-		{name: "caData right, Secret wrong: both trusted", caData: serverCA.pem, secretCA: otherCA.pem, wantOK: true},
-		{name: "caData wrong, Secret right: both trusted", caData: otherCA.pem, secretCA: serverCA.pem, wantOK: true},
-		{name: "only an unrelated CA", caData: otherCA.pem, secretCA: otherCA.pem, wantOK: false},
+		{name: "caData only", caData: serverCA.PEM, wantOK: true},
+		{name: "Secret ca.crt only", secretCA: serverCA.PEM, wantOK: true},
+		{name: "both the same", caData: serverCA.PEM, secretCA: serverCA.PEM, wantOK: true},
+		{name: "caData right, Secret wrong: both trusted", caData: serverCA.PEM, secretCA: otherCA.PEM, wantOK: true},
+		{name: "caData wrong, Secret right: both trusted", caData: otherCA.PEM, secretCA: serverCA.PEM, wantOK: true},
+		{name: "only an unrelated CA", caData: otherCA.PEM, secretCA: otherCA.PEM, wantOK: false},
 		{name: "no CA: host roots do not know the member", wantOK: false},
-		{name: "serverName in the certificate", caData: serverCA.pem, serverName: "member.internal", wantOK: true},
-		{name: "serverName not in the certificate", caData: serverCA.pem, serverName: "member.example.com", wantOK: false},
+		{name: "serverName in the certificate", caData: serverCA.PEM, serverName: "member.internal", wantOK: true},
+		{name: "serverName not in the certificate", caData: serverCA.PEM, serverName: "member.example.com", wantOK: false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -406,7 +341,7 @@ func TestCompileCA(t *testing.T) {
 }
 
 func TestCompileInsecure(t *testing.T) {
-	m := newMember(t, newCA(t, "server-ca"), newCA(t, "client-ca"))
+	m := newMember(t, testca.New(t, "server-ca"), testca.New(t, "client-ca"))
 	uc := upstreamCluster(m.URL)
 	uc.Spec.ClientConfig.Insecure = true
 	c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}), nil, nil)
@@ -558,8 +493,8 @@ func TestPickReturnsCompiledEndpoint(t *testing.T) {
 // Every configuration problem is a ConfigError with a reason for status and
 // Events, and a message without credential data.
 func TestCompileConfigErrors(t *testing.T) {
-	serverCA, clientCA := newCA(t, "server-ca"), newCA(t, "client-ca")
-	clientCert, clientKey := clientCA.issue(t, "kube-gateway", x509.ExtKeyUsageClientAuth)
+	serverCA, clientCA := testca.New(t, "server-ca"), testca.New(t, "client-ca")
+	clientCert, clientKey := issue(t, clientCA, "kube-gateway", x509.ExtKeyUsageClientAuth)
 	garbageCA := []byte("-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n")
 	tests := []struct {
 		name       string
@@ -570,7 +505,7 @@ func TestCompileConfigErrors(t *testing.T) {
 	}{
 		{name: "Secret missing", wantReason: cluster.ReasonSecretNotFound,
 			wantErr: "its credential Secret kube-gateway/member-a-cred was not found on the hub"},
-		{name: "no credential", data: map[string][]byte{"ca.crt": serverCA.pem}, wantReason: cluster.ReasonInvalidSecret, wantErr: "no credential"},
+		{name: "no credential", data: map[string][]byte{"ca.crt": serverCA.PEM}, wantReason: cluster.ReasonInvalidSecret, wantErr: "no credential"},
 		{name: "two credentials", data: map[string][]byte{"token": []byte(token), "tls.crt": clientCert, "tls.key": clientKey},
 			wantReason: cluster.ReasonInvalidSecret, wantErr: "keep exactly one credential"},
 		{name: "key of another certificate", data: map[string][]byte{"tls.crt": clientCert, "tls.key": mustSecondKey(t, clientCA)},
@@ -582,7 +517,7 @@ func TestCompileConfigErrors(t *testing.T) {
 		{name: "caData garbage (validation bypassed)", mutate: func(uc *gatewayv1alpha1.UpstreamCluster) { uc.Spec.ClientConfig.CAData = garbageCA },
 			data: map[string][]byte{"token": []byte(token)}, wantReason: cluster.ReasonInvalidCAData, wantErr: "spec.clientConfig.caData"},
 		{name: "insecure with ca.crt", mutate: func(uc *gatewayv1alpha1.UpstreamCluster) { uc.Spec.ClientConfig.Insecure = true },
-			data: map[string][]byte{"token": []byte(token), "ca.crt": serverCA.pem}, wantReason: cluster.ReasonInvalidConfiguration, wantErr: "either on or off"},
+			data: map[string][]byte{"token": []byte(token), "ca.crt": serverCA.PEM}, wantReason: cluster.ReasonInvalidConfiguration, wantErr: "either on or off"},
 		{name: "unknown flow-control schema", mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
 			uc.Spec.DispatchPolicies = []gatewayv1alpha1.DispatchPolicy{{Name: "p", Rules: []gatewayv1alpha1.DispatchPolicyRule{{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"pods"}}}, FlowControlSchemaName: "none"}}
 		}, data: map[string][]byte{"token": []byte(token)}, wantReason: cluster.ReasonInvalidConfiguration, wantErr: `unknown flow-control schema "none"`},
@@ -629,9 +564,9 @@ func TestCompileConfigErrors(t *testing.T) {
 // removed one has its idle connections closed at once, and a new credential
 // generation builds new transports for every server.
 func TestTransportsPerServer(t *testing.T) {
-	serverCA := newCA(t, "server-ca")
+	serverCA := testca.New(t, "server-ca")
 	m1, m2 := newMember(t, serverCA, serverCA), newMember(t, serverCA, serverCA)
-	sec := secret(map[string][]byte{"token": []byte(token), "ca.crt": serverCA.pem})
+	sec := secret(map[string][]byte{"token": []byte(token), "ca.crt": serverCA.PEM})
 	sec.UID, sec.ResourceVersion = "uid-1", "1"
 
 	both, err := cluster.Compile(upstreamCluster(m1.URL, m2.URL), sec, nil, nil)

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	proxyutil "k8s.io/apimachinery/pkg/util/proxy"
 	"k8s.io/apiserver/pkg/endpoints/responsewriter"
+	clienttransport "k8s.io/client-go/transport"
 	"k8s.io/klog/v2"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
@@ -27,6 +28,8 @@ type attempt struct {
 	endpoint   *balance.Endpoint
 	transports *transport.Transports
 	path       string // the member path
+	rawQuery   string // the client's query, as it sent it
+	identity   clienttransport.ImpersonationConfig
 	errors     ErrorWriter
 	retryable  bool
 
@@ -37,16 +40,17 @@ type attempt struct {
 
 // upgrade carries an upgrade request (exec, attach, port-forward) through
 // UpgradeAwareHandler: it dials the server itself, over HTTP/1.1, and splices
-// the connections.
-func (a *attempt) upgrade(w *statusRecorder, out *http.Request) {
-	// UpgradeAwareHandler copies the request and its headers before anything is
-	// sent; the client's credentials go from that copy's headers.
+// the connections; its transports add the credential and impersonate the
+// identity in the request's context.
+func (a *attempt) upgrade(w *statusRecorder, req *http.Request) {
+	out := req.WithContext(impersonate.WithIdentity(req.Context(), a.identity))
+	out.Header = req.Header.Clone()
 	impersonate.StripInbound(out.Header)
 	out.Trailer = nil
 	withTraceContext(out.Context(), out.Header)
 	location := *a.endpoint.URL
 	location.Path = a.path
-	location.RawQuery = out.URL.RawQuery
+	location.RawQuery = a.rawQuery
 	h := &proxyutil.UpgradeAwareHandler{
 		Location:         &location,
 		Transport:        a.transports.RoundTripper,

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -30,7 +29,6 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/balance"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/flowcontrol"
-	"github.com/kubewharf/kube-gateway/proxy/impersonate"
 	"github.com/kubewharf/kube-gateway/proxy/metrics"
 	"github.com/kubewharf/kube-gateway/proxy/request"
 )
@@ -111,7 +109,7 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 
 	start := time.Now()
 	recorder := &statusRecorder{ResponseWriter: w}
-	last, ok := f.attempts(recorder, f.outbound(req, r), r, route, &attrs)
+	last, ok := f.attempts(recorder, req, r, route, &attrs)
 	if !ok {
 		f.Metrics.Rejected(r.Cluster.Name, route.Policy, schema, metrics.ReasonNoReadyServer)
 		r.Errors.Error(unavailable(r.Cluster.Name, noServerReason(route)))
@@ -160,22 +158,14 @@ func (f *Forwarder) admit(clusterName string, route *cluster.Route, attrs *reque
 	return schema, release, nil
 }
 
-// outbound is req as members get it, but for the server's address: the member
-// path, the client's raw query, the identity to impersonate in its context.
-// Client credentials are removed from the copy the reverse proxy sends
-// (StripInbound), never from the inbound request.
-func (f *Forwarder) outbound(req *http.Request, r Request) *http.Request {
-	out := req.WithContext(impersonate.WithIdentity(req.Context(), r.Cluster.Impersonation.Identity(r.User)))
-	out.URL = &url.URL{Path: r.Path, RawQuery: r.RawQuery}
-	return out
-}
-
-// attempts sends out to one server after another until one answers, or a
+// attempts sends req to one server after another until one answers, or a
 // failure may not be retried, or no server is left. ok is false when not even
-// one server could be tried.
-func (f *Forwarder) attempts(w *statusRecorder, out *http.Request, r Request, route *cluster.Route, attrs *request.Attributes) (last *attempt, ok bool) {
-	upgrade := httpstream.IsUpgradeRequest(out)
-	retryable := isRetryable(out, attrs, upgrade)
+// one server could be tried. The inbound request is never changed: each
+// attempt sends a copy.
+func (f *Forwarder) attempts(w *statusRecorder, req *http.Request, r Request, route *cluster.Route, attrs *request.Attributes) (last *attempt, ok bool) {
+	upgrade := httpstream.IsUpgradeRequest(req)
+	retryable := isRetryable(req, attrs, upgrade)
+	identity := r.Cluster.Impersonation.Identity(r.User)
 	var failed *balance.Endpoint
 	for n := 0; ; n++ {
 		endpoint := route.Pick(failed)
@@ -190,8 +180,8 @@ func (f *Forwarder) attempts(w *statusRecorder, out *http.Request, r Request, ro
 			f.Metrics.Retried(r.Cluster.Name, failed.URL.String())
 		}
 		last = &attempt{cluster: r.Cluster, endpoint: endpoint, transports: r.Cluster.Transports(endpoint),
-			path: r.Path, errors: r.Errors, retryable: retryable && n == 0}
-		f.try(w, out, last, upgrade, attrs.LongRunning)
+			path: r.Path, rawQuery: r.RawQuery, identity: identity, errors: r.Errors, retryable: retryable && n == 0}
+		f.try(w, req, last, upgrade, attrs.LongRunning)
 		if last.deferred == nil {
 			return last, true
 		}
@@ -209,16 +199,16 @@ func isRetryable(req *http.Request, attrs *request.Attributes, upgrade bool) boo
 	return req.Method == http.MethodGet || req.Method == http.MethodHead || req.Method == http.MethodOptions
 }
 
-// try sends out to a's server and reports the outcome to health checking.
-func (f *Forwarder) try(w *statusRecorder, out *http.Request, a *attempt, upgrade, longRunning bool) {
+// try sends req to a's server and reports the outcome to health checking.
+func (f *Forwarder) try(w *statusRecorder, req *http.Request, a *attempt, upgrade, longRunning bool) {
 	defer a.endpoint.Start()()
 	switch {
 	case upgrade:
-		a.upgrade(w, out)
+		a.upgrade(w, req)
 	case longRunning:
-		f.longRunning.serve(w, out, a)
+		f.longRunning.serve(w, req, a)
 	default:
-		f.proxy.serve(w, out, a)
+		f.proxy.serve(w, req, a)
 	}
 	if !a.failed {
 		a.cluster.ReportSuccess(a.endpoint)

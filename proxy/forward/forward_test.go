@@ -4,19 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -29,17 +25,19 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
+	"github.com/kubewharf/kube-gateway/proxy/cluster/clustertest"
 	"github.com/kubewharf/kube-gateway/proxy/forward"
 	"github.com/kubewharf/kube-gateway/proxy/metrics"
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/kubewharf/kube-gateway/test/testca"
 )
 
 const (
@@ -128,36 +126,8 @@ func newMember(t *testing.T, dnsNames ...string) *member {
 // dnsNames only.
 func servingCert(t *testing.T, dnsNames []string) ([]byte, tls.Certificate) {
 	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "member-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: dnsNames[0]},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames: dnsNames,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
-		tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	ca := testca.New(t, "member-ca")
+	return ca.PEM, ca.Issue(t, testca.Spec{CommonName: dnsNames[0], Usage: x509.ExtKeyUsageServerAuth, SANs: dnsNames}).TLS(t)
 }
 
 func (m *member) serve(w http.ResponseWriter, r *http.Request) {
@@ -225,30 +195,7 @@ func (m *member) only(t *testing.T) received {
 // member's CA.
 func compile(t testing.TB, caPEM []byte, mutate func(*gatewayv1alpha1.UpstreamCluster), endpoints ...string) *cluster.Cluster {
 	t.Helper()
-	uc := &gatewayv1alpha1.UpstreamCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: clusterName},
-		Spec: gatewayv1alpha1.UpstreamClusterSpec{
-			ClientConfig: gatewayv1alpha1.ClientConfig{
-				SecretRef: gatewayv1alpha1.SecretReference{Namespace: "kube-gateway", Name: "member-a"},
-				CAData:    caPEM,
-			},
-		},
-	}
-	for _, e := range endpoints {
-		uc.Spec.Servers = append(uc.Spec.Servers, gatewayv1alpha1.UpstreamServer{Endpoint: e})
-	}
-	if mutate != nil {
-		mutate(uc)
-	}
-	c, err := cluster.Compile(uc, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-gateway", Name: "member-a"},
-		Data:       map[string][]byte{"token": []byte(gatewayToken)},
-	}, nil, nil)
-	if err != nil {
-		t.Fatalf("Compile: %v", err)
-	}
-	t.Cleanup(func() { c.Release(nil) })
-	return c
+	return clustertest.Compile(t, clusterName, gatewayToken, caPEM, mutate, endpoints...)
 }
 
 // errorRecorder is the ErrorWriter: it records errors and answers like the

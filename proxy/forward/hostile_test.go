@@ -29,12 +29,8 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
-	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/forward"
 )
 
@@ -677,7 +673,7 @@ func TestServeVanishingClients(t *testing.T) {
 func FuzzServePath(f *testing.F) {
 	member := newFuzzMember(f)
 	bystander := newHostileSink(f, false, nil)
-	c := compileTB(f, member.caPEM(), member.URL)
+	c := compile(f, member.caPEM(), nil, member.URL)
 	memberHost := member.host()
 
 	f.Fuzz(func(t *testing.T, p string) {
@@ -751,29 +747,4 @@ func (m *fuzzMember) host() string { return strings.TrimPrefix(m.URL, "https://"
 
 func (m *fuzzMember) caPEM() []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: m.Certificate().Raw})
-}
-
-// compileTB is compile for a fuzz target: one endpoint, the gateway's token,
-// the member's CA.
-func compileTB(tb testing.TB, caPEM []byte, endpoint string) *cluster.Cluster {
-	tb.Helper()
-	uc := &gatewayv1alpha1.UpstreamCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: clusterName},
-		Spec: gatewayv1alpha1.UpstreamClusterSpec{
-			Servers: []gatewayv1alpha1.UpstreamServer{{Endpoint: endpoint}},
-			ClientConfig: gatewayv1alpha1.ClientConfig{
-				SecretRef: gatewayv1alpha1.SecretReference{Namespace: "kube-gateway", Name: "member-a"},
-				CAData:    caPEM,
-			},
-		},
-	}
-	c, err := cluster.Compile(uc, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-gateway", Name: "member-a"},
-		Data:       map[string][]byte{"token": []byte(gatewayToken)},
-	}, nil, nil)
-	if err != nil {
-		tb.Fatalf("Compile: %v", err)
-	}
-	tb.Cleanup(func() { c.Release(nil) })
-	return c
 }

@@ -2,10 +2,12 @@ package forward
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,15 +53,19 @@ func newReverseProxy(bufferSize int, stopping context.Context) *reverseProxy {
 	return rp
 }
 
-func (rp *reverseProxy) serve(w http.ResponseWriter, out *http.Request, a *attempt) {
-	rp.proxy.ServeHTTP(w, withAttempt(out, a))
+func (rp *reverseProxy) serve(w http.ResponseWriter, req *http.Request, a *attempt) {
+	rp.proxy.ServeHTTP(w, withAttempt(req, a))
 }
 
-// rewrite turns the reverse proxy's copy of the outbound request (hop-by-hop
-// and X-Forwarded-* headers already removed) into the request to the server.
+// rewrite turns the reverse proxy's copy of the client's request (hop-by-hop
+// and X-Forwarded-* headers already removed) into the request to the server:
+// its address, the member path and the client's raw query, no client
+// credential, the gateway's credential and the identity to impersonate. The
+// headers are set here, after the hop-by-hop headers went: a client naming
+// Impersonate-User in its Connection header cannot make them disappear.
 func rewrite(pr *httputil.ProxyRequest) {
 	a := attemptFrom(pr.Out.Context())
-	pr.Out.URL.Scheme, pr.Out.URL.Host = a.endpoint.URL.Scheme, a.endpoint.URL.Host
+	pr.Out.URL = &url.URL{Scheme: a.endpoint.URL.Scheme, Host: a.endpoint.URL.Host, Path: a.path, RawQuery: a.rawQuery}
 	pr.Out.Host = "" // the server's address, not the gateway's
 	impersonate.StripInbound(pr.Out.Header)
 	// Trailers could carry credentials too; members have no use for a client's.
@@ -74,18 +80,29 @@ func rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Header["User-Agent"] = []string{""} // not Go's default
 	}
 	withTraceContext(pr.Out.Context(), pr.Out.Header)
+	// A copy with the identity's headers; without an identity the request
+	// stays without them, and RoundTrip refuses it.
+	if out, err := impersonate.Apply(pr.Out, a.identity); err == nil {
+		pr.Out = out
+	}
+	a.transports.Authorize(pr.Out.Header)
 }
 
-// RoundTrip sends the request over the pooled transport of the attempt's
-// server, which adds the gateway's credential and the impersonation headers.
+// RoundTrip sends the request over the pooled connections of the attempt's
+// server; rewrite has set the gateway's credential and the identity.
 func (rp *reverseProxy) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := attemptFrom(req.Context()).transports.RoundTripper.RoundTrip(req)
+	if req.Header.Get("Impersonate-User") == "" {
+		return nil, errNoIdentity
+	}
+	resp, err := attemptFrom(req.Context()).transports.Pooled.RoundTrip(req)
 	if err != nil || rp.stopping == nil {
 		return resp, err
 	}
 	resp.Body = newStoppableBody(rp.stopping, resp.Body)
 	return resp, nil
 }
+
+var errNoIdentity = errors.New("refusing to forward a request without an identity to impersonate")
 
 // refuseRedirect replaces a redirect of the member by a 502: following it, or
 // letting the client follow it, could send the request elsewhere.

@@ -1,14 +1,8 @@
 package frontproxy
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net/http"
 	"slices"
 	"sync/atomic"
@@ -21,57 +15,14 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/kubewharf/kube-gateway/test/testca"
 )
 
-type ca struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newCA(t testing.TB, name string) *ca {
+// client issues a front-proxy client certificate signed by c.
+func client(t testing.TB, c *testca.CA, cn string, serial int64) *x509.Certificate {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &ca{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// client issues a client certificate valid for an hour from now.
-func (c *ca) client(t testing.TB, cn string, serial int64) *x509.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert
+	return c.Issue(t, testca.Spec{CommonName: cn, Usage: x509.ExtKeyUsageClientAuth, Serial: serial}).Cert
 }
 
 // swappableCA is a CA content provider whose bundle the test replaces, as a
@@ -80,8 +31,8 @@ type swappableCA struct {
 	opts atomic.Pointer[x509.VerifyOptions]
 }
 
-func (s *swappableCA) set(t testing.TB, c *ca) {
-	p, err := dynamiccertificates.NewStaticCAContent("test", c.pem)
+func (s *swappableCA) set(t testing.TB, c *testca.CA) {
+	p, err := dynamiccertificates.NewStaticCAContent("test", c.PEM)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +69,7 @@ type fixture struct {
 	clock    *clocktesting.FakePassiveClock
 }
 
-func newFixture(t testing.TB, c *ca, allowed ...string) *fixture {
+func newFixture(t testing.TB, c *testca.CA, allowed ...string) *fixture {
 	f := &fixture{full: &recorder{}, caSrc: &swappableCA{}, names: &swappableNames{}, clock: clocktesting.NewFakePassiveClock(time.Now())}
 	f.caSrc.set(t, c)
 	f.names.names.Store(&allowed)
@@ -159,9 +110,9 @@ func (f *fixture) authenticate(t *testing.T, req *http.Request) (string, bool) {
 }
 
 func TestVerifiedCertificateAuthenticatesFromHeaders(t *testing.T) {
-	front := newCA(t, "front-proxy-ca")
+	front := testca.New(t, "front-proxy-ca")
 	f := newFixture(t, front, "front-proxy-client")
-	cert := front.client(t, "front-proxy-client", 2)
+	cert := client(t, front, "front-proxy-client", 2)
 	for i := range 3 { // the first verifies, the others come from the cache
 		req := request(cert)
 		resp, ok, err := f.authn.AuthenticateRequest(req)
@@ -183,13 +134,13 @@ func TestVerifiedCertificateAuthenticatesFromHeaders(t *testing.T) {
 }
 
 func TestEverythingElseIsLeftToTheFullAuthenticator(t *testing.T) {
-	front := newCA(t, "front-proxy-ca")
-	other := newCA(t, "other-ca")
+	front := testca.New(t, "front-proxy-ca")
+	other := testca.New(t, "other-ca")
 	f := newFixture(t, front, "front-proxy-client")
 	for name, req := range map[string]*http.Request{
 		"no client certificate": request(nil),
-		"another CA":            request(other.client(t, "front-proxy-client", 3)),
-		"a name not allowed":    request(front.client(t, "someone-else", 4)),
+		"another CA":            request(client(t, other, "front-proxy-client", 3)),
+		"a name not allowed":    request(client(t, front, "someone-else", 4)),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if got, full := f.authenticate(t, req); got != "from-full" || !full {
@@ -202,10 +153,10 @@ func TestEverythingElseIsLeftToTheFullAuthenticator(t *testing.T) {
 // FromFrontProxy says yes exactly when the request-header step would
 // authenticate the request, and leaves the identity headers for it.
 func TestFromFrontProxy(t *testing.T) {
-	front := newCA(t, "front-proxy-ca")
-	other := newCA(t, "other-ca")
+	front := testca.New(t, "front-proxy-ca")
+	other := testca.New(t, "other-ca")
 	f := newFixture(t, front, "front-proxy-client")
-	cert := front.client(t, "front-proxy-client", 2)
+	cert := client(t, front, "front-proxy-client", 2)
 	noUser := request(cert)
 	noUser.Header.Del("X-Remote-User")
 	bearer := request(nil)
@@ -218,8 +169,8 @@ func TestFromFrontProxy(t *testing.T) {
 		{"the front proxy's certificate and a user", request(cert), true},
 		{"the front proxy's certificate without a user", noUser, false},
 		{"a bearer token and identity headers", bearer, false},
-		{"another CA", request(other.client(t, "front-proxy-client", 3)), false},
-		{"a name not allowed", request(front.client(t, "someone-else", 4)), false},
+		{"another CA", request(client(t, other, "front-proxy-client", 3)), false},
+		{"a name not allowed", request(client(t, front, "someone-else", 4)), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -245,9 +196,9 @@ func TestFromFrontProxy(t *testing.T) {
 }
 
 func TestCachedVerificationEnds(t *testing.T) {
-	front := newCA(t, "front-proxy-ca")
+	front := testca.New(t, "front-proxy-ca")
 	f := newFixture(t, front, "front-proxy-client")
-	cert := front.client(t, "front-proxy-client", 2)
+	cert := client(t, front, "front-proxy-client", 2)
 	if got, full := f.authenticate(t, request(cert)); got != "alice" || full {
 		t.Fatalf("first request: %q, full asked %v", got, full)
 	}
@@ -264,7 +215,7 @@ func TestCachedVerificationEnds(t *testing.T) {
 	}
 
 	t.Run("when the CA bundle changes", func(t *testing.T) {
-		f.caSrc.set(t, newCA(t, "new-front-proxy-ca"))
+		f.caSrc.set(t, testca.New(t, "new-front-proxy-ca"))
 		if got, _ := f.authenticate(t, request(cert)); got != "from-full" {
 			t.Fatalf("a certificate of the replaced CA authenticated %q", got)
 		}
@@ -285,8 +236,8 @@ func TestCachedVerificationEnds(t *testing.T) {
 // BenchmarkAuthenticate compares the library's request-header authenticator,
 // which verifies the chain on every request, with the cached one.
 func BenchmarkAuthenticate(b *testing.B) {
-	front := newCA(b, "front-proxy-ca")
-	cert := front.client(b, "front-proxy-client", 2)
+	front := testca.New(b, "front-proxy-ca")
+	cert := client(b, front, "front-proxy-client", 2)
 	f := newFixture(b, front, "front-proxy-client")
 	rh := &authenticatorfactory.RequestHeaderConfig{
 		CAContentProvider:   f.caSrc,

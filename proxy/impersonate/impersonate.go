@@ -134,25 +134,48 @@ type roundTripper struct {
 }
 
 func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
-	id, ok := req.Context().Value(identityKey{}).(transport.ImpersonationConfig)
-	if !ok || id.UserName == "" {
+	id, _ := req.Context().Value(identityKey{}).(transport.ImpersonationConfig)
+	if hasImpersonation(req.Header) {
+		req = utilnet.CloneRequest(req) // Apply drops stray headers in place
+	}
+	out, err := Apply(req, id)
+	if err != nil {
+		return nil, err
+	}
+	return rt.delegate.RoundTrip(out)
+}
+
+// Apply returns a copy of req that impersonates id, with the headers
+// client-go's impersonating round tripper sets (so that the escaping of extra
+// keys is exactly what a member apiserver expects) and no other Impersonate-*
+// header: stray ones are deleted from req's headers in place, so req must be
+// the caller's own (the forwarder's copy of the client's request). It refuses
+// an empty identity: nothing reaches a member with the gateway's own identity
+// by accident.
+func Apply(req *http.Request, id transport.ImpersonationConfig) (*http.Request, error) {
+	if id.UserName == "" {
 		return nil, fmt.Errorf("refusing to forward a request without an identity to impersonate")
 	}
 	// client-go's round tripper leaves a request that already has
-	// Impersonate-* headers alone: drop stray ones first (the forwarder has
-	// stripped the client's; this is defence in depth). Only then is a copy
-	// needed here: client-go's round tripper copies the request anyway.
-	if hasImpersonation(req.Header) {
-		req = utilnet.CloneRequest(req)
-		for name := range req.Header {
-			if isImpersonation(name) {
-				delete(req.Header, name)
-			}
+	// Impersonate-User alone: drop stray headers first (the forwarder has
+	// stripped the client's; this is defence in depth).
+	for name := range req.Header {
+		if isImpersonation(name) {
+			delete(req.Header, name)
 		}
 	}
-	// client-go's own impersonating round tripper, so the headers (and the
-	// escaping of extra keys) are exactly what a member apiserver expects.
-	return transport.NewImpersonatingRoundTripper(id, rt.delegate).RoundTrip(req)
+	var out *http.Request
+	_, _ = transport.NewImpersonatingRoundTripper(id, capture{&out}).RoundTrip(req)
+	return out, nil
+}
+
+// capture is the end of a round-tripper chain that keeps the request it is
+// given instead of sending it.
+type capture struct{ out **http.Request }
+
+func (c capture) RoundTrip(req *http.Request) (*http.Response, error) {
+	*c.out = req
+	return nil, nil
 }
 
 // WrappedRoundTripper lets apimachinery find the dialer and TLS configuration

@@ -10,7 +10,7 @@ var serverHealthyDesc = prometheus.NewDesc(ServerHealthyName,
 	[]string{"cluster", "endpoint"}, nil)
 
 // ServerSource calls fn for every enabled server of every usable cluster with
-// its current health; clusters.Controller.EachServer is one.
+// its current health; clusterset.Controller.EachServer is one.
 type ServerSource func(fn func(cluster, endpoint string, healthy bool))
 
 // serverHealthCollector reads the health of every server at scrape time: no

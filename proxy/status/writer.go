@@ -78,9 +78,9 @@ const (
 	writeBurst = 200
 )
 
-// StatusStorage is the status subresource storage;
+// Storage is the status subresource storage;
 // registry/upstreamcluster.StatusREST satisfies it.
-type StatusStorage = interface {
+type Storage = interface {
 	rest.Getter
 	rest.Updater
 }
@@ -102,7 +102,7 @@ type problem struct {
 // Writer keeps UpstreamCluster status in line with the observed health, writing
 // only on changes.
 type Writer struct {
-	storage StatusStorage
+	storage Storage
 	clock   clock.PassiveClock
 	limiter flowcontrol.RateLimiter
 
@@ -121,7 +121,7 @@ type Writer struct {
 
 // NewWriter returns a Writer over the status subresource storage. Run must be
 // called (by the leader, see Lead) for anything to be written.
-func NewWriter(statusStorage StatusStorage, clk clock.PassiveClock) *Writer {
+func NewWriter(statusStorage Storage, clk clock.PassiveClock) *Writer {
 	return &Writer{
 		storage:  statusStorage,
 		clock:    clk,

@@ -40,7 +40,7 @@ type fakeStorage struct {
 	blocked   chan struct{} // if set, told when a Get starts waiting
 }
 
-var _ StatusStorage = &fakeStorage{}
+var _ Storage = &fakeStorage{}
 
 func newFakeStorage(names ...string) *fakeStorage {
 	s := &fakeStorage{objects: map[string]*gatewayv1alpha1.UpstreamCluster{}, updates: map[string]int{}, attempts: map[string]int{}}

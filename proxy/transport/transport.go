@@ -55,8 +55,22 @@ type Transports struct {
 	// Probe carries the gateway's own requests, such as health checks: the
 	// gateway's credential, no impersonation, the pooled connections.
 	Probe http.RoundTripper
+	// Pooled carries requests whose credential and identity headers the
+	// caller set on a request of its own (Authorize, impersonate.Apply):
+	// the pooled connections with the gateway's client certificate, if any,
+	// and nothing else.
+	Pooled http.RoundTripper
 
 	pooled, upgrade *http.Transport
+	bearer          string // "Bearer <token>", or "" with a client certificate
+}
+
+// Authorize sets the gateway's bearer token, if it authenticates with one, on
+// h, the headers of a request of the caller's own that goes through Pooled.
+func (t *Transports) Authorize(h http.Header) {
+	if t.bearer != "" {
+		h["Authorization"] = []string{t.bearer}
+	}
 }
 
 // Timeouts of connection set-up. Responses have none: watches and log streams
@@ -117,15 +131,19 @@ func New(cfg Config) (*Transports, error) {
 		return rt
 	}
 	probe := http.RoundTripper(pooled)
+	bearer := ""
 	if hasToken {
+		bearer = "Bearer " + cfg.BearerToken
 		probe = transport.NewBearerAuthRoundTripper(cfg.BearerToken, pooled)
 	}
 	return &Transports{
 		RoundTripper: withIdentity(pooled),
 		Probe:        probe,
 		Upgrade:      proxyutil.NewUpgradeRequestRoundTripper(upgrade, withIdentity(proxyutil.MirrorRequest)),
+		Pooled:       pooled,
 		pooled:       pooled,
 		upgrade:      upgrade,
+		bearer:       bearer,
 	}, nil
 }
 

@@ -1,22 +1,18 @@
 package transport
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"io"
 	"log"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/kubewharf/kube-gateway/test/testca"
 )
 
 const token = "gateway-token-3c9a1e"
@@ -111,7 +107,7 @@ func TestMinimumTLSVersion(t *testing.T) {
 // refused; with Insecure it is reached.
 func TestVerification(t *testing.T) {
 	url, ca := member(t, tls.VersionTLS12, tls.VersionTLS13)
-	otherCA := selfSignedCA(t)
+	otherCA := testca.New(t, "other-ca").PEM
 	for _, tc := range []struct {
 		name   string
 		cfg    Config
@@ -141,23 +137,4 @@ func TestVerification(t *testing.T) {
 			}
 		})
 	}
-}
-
-// selfSignedCA returns the PEM certificate of a CA nobody uses.
-func selfSignedCA(t *testing.T) []byte {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "other-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }

@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -38,7 +37,8 @@ import (
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/chain"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
-	"github.com/kubewharf/kube-gateway/proxy/clusters"
+	"github.com/kubewharf/kube-gateway/proxy/cluster/clustertest"
+	"github.com/kubewharf/kube-gateway/proxy/clusterset"
 	gatewayopenapi "github.com/kubewharf/kube-gateway/registry/upstreamcluster/openapi"
 )
 
@@ -118,7 +118,7 @@ func (h *hostileClusters) Lookup(name string) (*cluster.Cluster, error) {
 	h.lookups = append(h.lookups, name)
 	h.mu.Unlock()
 	if name != h.c.Name {
-		return nil, clusters.ErrUnknown
+		return nil, clusterset.ErrUnknown
 	}
 	return h.c, nil
 }
@@ -136,24 +136,7 @@ type hostileGateway struct {
 
 func newHostileGateway(t *testing.T, member *hostileSink) *hostileGateway {
 	t.Helper()
-	uc := &gatewayv1alpha1.UpstreamCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: "member-a"},
-		Spec: gatewayv1alpha1.UpstreamClusterSpec{
-			Servers: []gatewayv1alpha1.UpstreamServer{{Endpoint: member.URL}},
-			ClientConfig: gatewayv1alpha1.ClientConfig{
-				SecretRef: gatewayv1alpha1.SecretReference{Namespace: "kube-gateway", Name: "cred"},
-				CAData:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: member.Certificate().Raw}),
-			},
-		},
-	}
-	c, err := cluster.Compile(uc, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-gateway", Name: "cred"},
-		Data:       map[string][]byte{"token": []byte("gw-token")},
-	}, nil, nil)
-	if err != nil {
-		t.Fatalf("Compile: %v", err)
-	}
-	t.Cleanup(func() { c.Release(nil) })
+	c := clustertest.Compile(t, "member-a", "gw-token", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: member.Certificate().Raw}), nil, member.URL)
 
 	scheme := runtime.NewScheme()
 	if err := AddToScheme(scheme); err != nil {

@@ -15,11 +15,11 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
-	"github.com/kubewharf/kube-gateway/proxy/clusters"
+	"github.com/kubewharf/kube-gateway/proxy/clusterset"
 	"github.com/kubewharf/kube-gateway/proxy/forward"
 )
 
-// Clusters looks up compiled clusters; clusters.Controller is one.
+// Clusters looks up compiled clusters; clusterset.Controller is one.
 type Clusters interface {
 	Lookup(name string) (*cluster.Cluster, error)
 }
@@ -102,7 +102,7 @@ func (r *ProxyREST) Serve(w http.ResponseWriter, req *http.Request, name, path s
 
 func (r *ProxyREST) lookup(ctx context.Context, name string) (*cluster.Cluster, error) {
 	c, err := r.clusters.Lookup(name)
-	if errors.Is(err, clusters.ErrUnknown) {
+	if errors.Is(err, clusterset.ErrUnknown) {
 		if _, getErr := r.objects.Get(ctx, name, &metav1.GetOptions{}); getErr != nil {
 			return nil, getErr // NotFound for an unknown cluster
 		}
@@ -141,7 +141,7 @@ func NewProxyHandler(r *ProxyREST, admit admission.Interface, gate *ConnectAdmis
 
 // ServeProxy implements chain.ProxyFunc.
 func (h *ProxyHandler) ServeProxy(w http.ResponseWriter, req *http.Request, name, path string) {
-	errs := &statusWriter{w: w, req: req, serializer: h.serializer}
+	errs := &errorResponder{w: w, req: req, serializer: h.serializer}
 	if err := h.admitConnect(req.Context(), name, path); err != nil {
 		errs.Error(err)
 		return
@@ -174,14 +174,14 @@ func (h *ProxyHandler) admitConnect(ctx context.Context, name, path string) erro
 	return nil
 }
 
-// statusWriter writes errors as a metav1.Status in the encoding the client
+// errorResponder writes errors as a metav1.Status in the encoding the client
 // asked for.
-type statusWriter struct {
+type errorResponder struct {
 	w          http.ResponseWriter
 	req        *http.Request
 	serializer runtime.NegotiatedSerializer
 }
 
-func (s *statusWriter) Error(err error) {
+func (s *errorResponder) Error(err error) {
 	responsewriters.ErrorNegotiated(err, s.serializer, gatewayv1alpha1.SchemeGroupVersion, s.w, s.req)
 }

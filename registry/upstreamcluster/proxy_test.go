@@ -13,7 +13,6 @@ import (
 	"sync"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -25,7 +24,8 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
-	"github.com/kubewharf/kube-gateway/proxy/clusters"
+	"github.com/kubewharf/kube-gateway/proxy/cluster/clustertest"
+	"github.com/kubewharf/kube-gateway/proxy/clusterset"
 	"github.com/kubewharf/kube-gateway/proxy/forward"
 	"github.com/kubewharf/kube-gateway/proxy/metrics"
 )
@@ -91,28 +91,28 @@ func TestProxyRESTLookup(t *testing.T) {
 	}{
 		{
 			name:     "unknown and absent: the getter's NotFound",
-			clusters: &fakeClusters{err: clusters.ErrUnknown},
+			clusters: &fakeClusters{err: clusterset.ErrUnknown},
 			getter:   &fakeGetter{err: notFound},
 			wantErr:  notFound,
 			wantGets: 1,
 		},
 		{
 			name:     "wrapped unknown and absent",
-			clusters: &fakeClusters{err: fmt.Errorf("lookup: %w", clusters.ErrUnknown)},
+			clusters: &fakeClusters{err: fmt.Errorf("lookup: %w", clusterset.ErrUnknown)},
 			getter:   &fakeGetter{err: notFound},
 			wantErr:  notFound,
 			wantGets: 1,
 		},
 		{
 			name:     "unknown and the object cannot be read: that error",
-			clusters: &fakeClusters{err: clusters.ErrUnknown},
+			clusters: &fakeClusters{err: clusterset.ErrUnknown},
 			getter:   &fakeGetter{err: etcdDown},
 			wantErr:  etcdDown,
 			wantGets: 1,
 		},
 		{
 			name:     "unknown but present: retry",
-			clusters: &fakeClusters{err: clusters.ErrUnknown},
+			clusters: &fakeClusters{err: clusterset.ErrUnknown},
 			getter:   &fakeGetter{obj: &gatewayv1alpha1.UpstreamCluster{ObjectMeta: metav1.ObjectMeta{Name: "member-a"}}},
 			wantCode: http.StatusServiceUnavailable,
 			wantMsg:  []string{`"member-a"`, "retry"},
@@ -217,24 +217,7 @@ func TestProxyRESTHandler(t *testing.T) {
 	}))
 	defer member.Close()
 
-	uc := &gatewayv1alpha1.UpstreamCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: "member-a"},
-		Spec: gatewayv1alpha1.UpstreamClusterSpec{
-			Servers: []gatewayv1alpha1.UpstreamServer{{Endpoint: member.URL}},
-			ClientConfig: gatewayv1alpha1.ClientConfig{
-				SecretRef: gatewayv1alpha1.SecretReference{Namespace: "kube-gateway", Name: "cred"},
-				CAData:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: member.Certificate().Raw}),
-			},
-		},
-	}
-	c, err := cluster.Compile(uc, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-gateway", Name: "cred"},
-		Data:       map[string][]byte{"token": []byte("gw-token")},
-	}, nil, nil)
-	if err != nil {
-		t.Fatalf("Compile: %v", err)
-	}
-	defer c.Release(nil)
+	c := clustertest.Compile(t, "member-a", "gw-token", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: member.Certificate().Raw}), nil, member.URL)
 
 	tests := []struct {
 		name     string

@@ -4,18 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/binary"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/url"
@@ -33,6 +27,8 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
 	"k8s.io/client-go/util/exec"
+
+	"github.com/kubewharf/kube-gateway/test/testca"
 )
 
 const testTimeout = 30 * time.Second
@@ -483,49 +479,12 @@ type testPKI struct {
 
 func newTestPKI(t *testing.T) *testPKI {
 	t.Helper()
-	caKey := newKey(t)
-	caTemplate := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "stand-in kubelet test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTemplate, caTemplate, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	issue := func(serial int64, template x509.Certificate) (certPEM, keyPEM []byte) {
-		key := newKey(t)
-		template.SerialNumber = big.NewInt(serial)
-		template.NotBefore, template.NotAfter = ca.NotBefore, ca.NotAfter
-		template.KeyUsage = x509.KeyUsageDigitalSignature
-		der, err := x509.CreateCertificate(rand.Reader, &template, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		keyDER, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-	}
-	serverCertPEM, serverKeyPEM := issue(2, x509.Certificate{
-		Subject:     pkix.Name{CommonName: "stand-in kubelet"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	})
-	p := &testPKI{caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})}
-	p.clientCertPEM, p.clientKeyPEM = issue(3, x509.Certificate{
-		Subject:     pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"kubeadm:cluster-admins"}},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	})
+	ca := testca.New(t, "stand-in kubelet test CA")
+	server := ca.Issue(t, testca.Spec{CommonName: "stand-in kubelet", Usage: x509.ExtKeyUsageServerAuth, SANs: []string{"127.0.0.1"}})
+	serverCertPEM, serverKeyPEM := server.CertPEM, server.KeyPEM
+	client := ca.Issue(t, testca.Spec{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"kubeadm:cluster-admins"},
+		Usage: x509.ExtKeyUsageClientAuth})
+	p := &testPKI{caPEM: ca.PEM, clientCertPEM: client.CertPEM, clientKeyPEM: client.KeyPEM}
 	dir := t.TempDir()
 	write := func(name string, data []byte) string {
 		path := filepath.Join(dir, name)
@@ -538,13 +497,4 @@ func newTestPKI(t *testing.T) *testPKI {
 	p.serverCert = write("kubelet.crt", serverCertPEM)
 	p.serverKey = write("kubelet.key", serverKeyPEM)
 	return p
-}
-
-func newKey(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key
 }

@@ -20,7 +20,7 @@ import (
 	"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1/validation"
 	"github.com/kubewharf/kube-gateway/proxy/chain"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
-	"github.com/kubewharf/kube-gateway/proxy/clusters"
+	"github.com/kubewharf/kube-gateway/proxy/clusterset"
 	"github.com/kubewharf/kube-gateway/proxy/forward"
 	"github.com/kubewharf/kube-gateway/proxy/metrics"
 	"github.com/kubewharf/kube-gateway/proxy/status"
@@ -98,7 +98,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	// Every replica observes health; the leader writes it to status.
 	statusWriter := status.NewWriter(storage.Status, clock.RealClock{})
 	statusWriter.RecordEvents(c.hub.CoreV1()) // Events on the hub, by the leader only
-	controller, err := clusters.NewController(storage.UpstreamCluster.ListWatch(), secrets, clusters.Hooks{
+	controller, err := clusterset.NewController(storage.UpstreamCluster.ListWatch(), secrets, clusterset.Hooks{
 		Removed: func(name string) {
 			proxyMetrics.ForgetCluster(name)
 			statusWriter.Forget(name)

@@ -1,8 +1,8 @@
-// Package clusters keeps the compiled form of every UpstreamCluster. A controller
+// Package clusterset keeps the compiled form of every UpstreamCluster. A controller
 // watches UpstreamClusters and the credential Secrets they reference, compiles a
 // cluster when its generation or its Secret changes, and swaps it in atomically.
 // Requests only read: a lookup is one atomic load and a map read.
-package clusters
+package clusterset
 
 import (
 	"context"
