@@ -1,6 +1,6 @@
 package forward_test
 
-// Hostile input at forward.Serve (issue 5, "Hostile input"): member paths that
+// Hostile input at forward.Serve: member paths that
 // try to leave the member's root or the member, redirects from the member,
 // oversized headers, slow and vanishing clients.
 //

@@ -103,17 +103,7 @@ func main() {
 	flag.StringVar(&o.Out, "out", "", "also write the markdown report to this file (default <out-dir>/report.md)")
 	flag.BoolVar(&o.Keep, "keep", false, "keep the environment's work dir (logs) after a successful run")
 	flag.BoolVar(&o.Floor, "floor", true, "also measure GETs through test/bench/floorproxy, a minimal Go reverse proxy (the floor of proxying cost)")
-	flag.Func("gateway-env", "KEY=VALUE added to the gateway's environment only, e.g. GOGC=400 (repeatable)", func(v string) error {
-		if !strings.Contains(v, "=") {
-			return fmt.Errorf("%q is not KEY=VALUE", v)
-		}
-		o.GatewayEnv = append(o.GatewayEnv, v)
-		return nil
-	})
-	flag.Func("gateway-arg", "an argument appended to the gateway's command line, e.g. --disable-http2-serving (repeatable)", func(v string) error {
-		o.GatewayArgs = append(o.GatewayArgs, v)
-		return nil
-	})
+	measure.GatewayFlags(flag.CommandLine, &o.GatewayEnv, &o.GatewayArgs)
 	flag.Parse()
 	os.Exit(runMain(o))
 }

@@ -36,31 +36,44 @@ func (r *report) headline(p func(string, ...any)) {
 	if o.Rate > 0 {
 		p("CPU and heap per GET come from the fixed-rate run (%.0f GETs/s for every target, an open loop: section \"Fixed rate\"). ", o.Rate)
 	}
-	p("\n\n| metric | gateway alone | floor | gateway / floor | gateway − floor | direct | gateway / direct |\n|---|---:|---:|---:|---:|---:|---:|\n")
-	row := func(name string, f func(roundData, string) float64, fmtv func(float64) string, withDirect bool) {
-		fl, ratio, diff := "–", "–", "–"
+	p("The target column is the gateway's goal, a ratio to the floor measured in the same rounds (or, for the heap, an amount).\n\n")
+	p("| metric | gateway alone | floor | gateway / floor | gateway − floor | direct | gateway / direct | target |\n|---|---:|---:|---:|---:|---:|---:|---|\n")
+	// target is the goal for gateway / floor: at most (or, with atLeast, at
+	// least) goal; 0 means none.
+	row := func(name string, f func(roundData, string) float64, fmtv func(float64) string, withDirect bool, goal float64, atLeast bool) {
+		fl, ratio, diff, verdictCell := "–", "–", "–", ""
 		if floor {
 			rt, d := r.vs(func(rd roundData) float64 { return f(rd, "gateway") }, func(rd roundData) float64 { return f(rd, floorKey) })
 			fl, ratio, diff = fmtv(r.med(f, floorKey)), measure.X(rt), fmtv(d)
+			switch {
+			case goal > 0 && atLeast:
+				verdictCell = fmt.Sprintf("≥ %s: %s", measure.X(goal), verdict(rt >= goal))
+			case goal > 0:
+				verdictCell = fmt.Sprintf("≤ %s: %s", measure.X(goal), verdict(rt <= goal))
+			}
 		}
 		dv, dr := "–", "–"
 		if withDirect {
 			dv, dr = fmtv(r.med(f, "direct")), measure.X(r.ratio(f, "gateway"))
 		}
-		p("| %s | %s | %s | %s | %s | %s | %s |\n", name, fmtv(r.med(f, "gateway")), fl, ratio, diff, dv, dr)
+		p("| %s | %s | %s | %s | %s | %s | %s | %s |\n", name, fmtv(r.med(f, "gateway")), fl, ratio, diff, dv, dr, verdictCell)
 	}
+	const heapGoal = 8 << 10 // bytes per proxied GET
 	if o.Rate > 0 {
-		row(fmt.Sprintf("**proxy CPU per GET at %.0f/s**", o.Rate), proxyCPUR, measure.US, false)
-		row(fmt.Sprintf("CPU per GET of all processes at %.0f/s", o.Rate), allCPUR, measure.US, true)
-		p("| **heap allocated per proxied GET at %.0f/s** | %s | – | | | – | |\n", o.Rate, measure.KiB(r.med(allocR, "gateway")))
+		row(fmt.Sprintf("**proxy CPU per GET at %.0f/s**", o.Rate), proxyCPUR, measure.US, false, 1.25, false)
+		row(fmt.Sprintf("CPU per GET of all processes at %.0f/s", o.Rate), allCPUR, measure.US, true, 0, false)
+		heap := r.med(allocR, "gateway")
+		p("| **heap allocated per proxied GET at %.0f/s** | %s | – | | | – | | ≤ %s: %s |\n", o.Rate, measure.KiB(heap), measure.KiB(heapGoal), verdict(heap <= heapGoal))
 	}
 	if a := r.profileAllocPerReq(o.Concurrency); a > 0 {
-		p("| heap allocated per proxied GET, c=%d (allocation profile) | %s | – | | | – | |\n", o.Concurrency, measure.KiB(a))
+		p("| heap allocated per proxied GET, c=%d (allocation profile) | %s | – | | | – | | |\n", o.Concurrency, measure.KiB(a))
 	}
-	row("**p50 latency, c=1**", c1P50, measure.Sec, true)
-	row("**p99 latency, c=1**", c1P99, measure.Sec, true)
+	row(fmt.Sprintf("proxy CPU per GET, c=%d", o.Concurrency), proxyCPUN, measure.US, false, 1.25, false)
+	row(fmt.Sprintf("throughput, c=%d", o.Concurrency), cnRPS, func(x float64) string { return fmt.Sprintf("%.0f /s", x) }, true, 0.9, true)
+	row("**p50 latency, c=1**", c1P50, measure.Sec, true, 1.08, false)
+	row("**p99 latency, c=1**", c1P99, measure.Sec, true, 1.15, false)
 	if o.Rate > 0 {
-		row(fmt.Sprintf("p99 latency at %.0f/s (from the scheduled send)", o.Rate), rateP99, measure.Sec, true)
+		row(fmt.Sprintf("p99 latency at %.0f/s (from the scheduled send)", o.Rate), rateP99, measure.Sec, true, 0, false)
 	}
 	p("\nProxy CPU is the floor proxy process's for floor and kube-gateway's for gateway alone; all processes adds member-b, the hub, etcd and the bench client. ")
 	p("Heap allocated is the gateway's `go_memstats_alloc_bytes_total` over the run divided by its requests (the floor has no /metrics).\n\n")

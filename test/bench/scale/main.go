@@ -32,7 +32,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -81,17 +80,7 @@ func main() {
 	flag.DurationVar(&o.SampleInterval, "sample-interval", time.Second, "period of the time series (RSS, goroutines, connections)")
 	flag.StringVar(&o.OutDir, "out-dir", "_output/bench-scale", "directory for report.md, the CSV series and the PNG plots")
 	flag.BoolVar(&o.Keep, "keep", false, "keep the environment's work dir (logs) after a successful run")
-	flag.Func("gateway-env", "KEY=VALUE added to the gateway's environment only (repeatable)", func(v string) error {
-		if !strings.Contains(v, "=") {
-			return fmt.Errorf("%q is not KEY=VALUE", v)
-		}
-		o.GatewayEnv = append(o.GatewayEnv, v)
-		return nil
-	})
-	flag.Func("gateway-arg", "an argument appended to the gateway's command line (repeatable)", func(v string) error {
-		o.GatewayArgs = append(o.GatewayArgs, v)
-		return nil
-	})
+	measure.GatewayFlags(flag.CommandLine, &o.GatewayEnv, &o.GatewayArgs)
 	flag.Parse()
 	os.Exit(runMain(o))
 }
