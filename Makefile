@@ -6,10 +6,11 @@ ROOT := $(CURDIR)
 BIN := $(ROOT)/_output/bin
 export KUBE_GATEWAY_BIN_DIR := $(BIN)
 
-# Packages of the main module without the end-to-end suite and its harness.
-UNIT_PKGS = $$(go list ./... | grep -v -e /test/e2e -e /test/harness)
+# Packages of the main module without the end-to-end suite, its harness and the
+# chart checks (which need helm from `make tools`).
+UNIT_PKGS = $$(go list ./... | grep -v -e /test/e2e -e /test/harness -e /test/chart)
 
-.PHONY: all build tools test test-unit test-e2e bench bench-scale verify update-codegen local-up local-down clean image image-names
+.PHONY: all build tools test test-unit test-chart test-e2e bench bench-scale verify update-codegen local-up local-down clean image image-names
 
 # Images of `make image`; the tag is the chart's appVersion, so that the chart's
 # default image.repository/tag (and etcd.bundled.image) name exactly these.
@@ -28,13 +29,17 @@ build:
 tools:
 	hack/build-tools.sh
 
-## test: verification, unit tests, then the end-to-end suite on real apiservers
-test: verify test-unit test-e2e
+## test: verification, unit tests, the chart checks, then the end-to-end suite on real apiservers
+test: verify test-unit test-chart test-e2e
 
 test-unit:
 	go test -race -count=1 $(UNIT_PKGS)
 	# allocation guards (alloc_test.go files): meaningless under the race detector
 	go test -count=1 -run Allocates ./proxy/forward/
+
+## test-chart: helm lint and template of charts/ (test/chart); needs only helm
+test-chart: tools
+	go test -count=1 -v ./test/chart/...
 
 test-e2e: build tools
 	go test -count=1 -timeout 45m -v ./test/harness/... ./test/e2e/...

@@ -225,11 +225,10 @@ func statusOf(resp *http.Response) string {
 
 // serverHealth checks what the status of cluster says about endpoint.
 func serverHealth(ctx context.Context, t *testing.T, cluster, endpoint string, healthy bool) error {
-	u, err := upstreamClusters(t).Get(ctx, cluster, metav1.GetOptions{})
+	uc, err := upstreamClusters(t).Get(ctx, cluster, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
-	uc := fromUnstructured(t, u)
 	for _, s := range uc.Status.Servers {
 		if s.Endpoint == endpoint {
 			if s.Healthy != healthy {

@@ -14,12 +14,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
-	"errors"
 	"fmt"
-	"io"
 	"math/big"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -36,13 +33,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/kubewharf/kube-gateway/test/chart"
 	"github.com/kubewharf/kube-gateway/test/harness"
 )
 
@@ -51,160 +48,33 @@ import (
 // a member. The tests lint and render both with the helm that `make tools` builds
 // (hack/tools/helm), check what matters in the rendered objects, send every object
 // to the real hub with a server-side dry run, and install the member chart for
-// real on member-b, whose token then serves a registered UpstreamCluster.
+// real on member-b, whose token then serves a registered UpstreamCluster. The
+// checks that need helm only (the member chart's lint, invalid values, the
+// default images) are in test/chart, whose helpers these tests share.
 
-const (
-	chartRelease   = "kube-gateway"
-	apiServiceName = "v1alpha1.gateway.kubewharf.io"
-)
+const apiServiceName = "v1alpha1.gateway.kubewharf.io"
 
-func chartPath(t *testing.T, name string) string {
-	t.Helper()
-	root, err := harness.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(root, "charts", name)
-}
-
-// helmCmd returns helm from the tools dir with private cache, config and data
-// dirs and no KUBECONFIG from the caller's environment.
-func helmCmd(ctx context.Context, t *testing.T, args ...string) *exec.Cmd {
-	t.Helper()
-	bin := filepath.Join(env.BinDir, "helm")
-	if st, err := os.Stat(bin); err != nil || st.IsDir() {
-		t.Fatalf("no helm in %s: run `make tools` (builds it from hack/tools/helm)", env.BinDir)
-	}
-	home := filepath.Join(env.WorkDir, "helm")
-	cmd := exec.CommandContext(ctx, bin, args...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "KUBECONFIG=") && !strings.HasPrefix(kv, "HELM_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env,
-		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
-		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
-		"HELM_DATA_HOME="+filepath.Join(home, "data"))
-	return cmd
-}
-
-func runHelm(ctx context.Context, t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	cmd := helmCmd(ctx, t, args...)
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("helm %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
-	}
-	return out.String(), nil
-}
-
-// manifest is a rendered chart.
-type manifest struct {
-	yaml string
-	objs []*unstructured.Unstructured
-}
-
-func parseManifest(t *testing.T, y string) *manifest {
-	t.Helper()
-	m := &manifest{yaml: y}
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(y), 4096)
-	for {
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			if errors.Is(err, io.EOF) {
-				return m
-			}
-			t.Fatalf("rendered manifest: %v", err)
-		}
-		if s := strings.TrimSpace(string(raw)); s == "" || s == "null" {
-			continue
-		}
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(raw); err != nil {
-			t.Fatalf("rendered object: %v\n%s", err, raw)
-		}
-		m.objs = append(m.objs, u)
-	}
-}
-
-func (m *manifest) all(kind string) []*unstructured.Unstructured {
-	var out []*unstructured.Unstructured
-	for _, o := range m.objs {
-		if o.GetKind() == kind {
-			out = append(out, o)
-		}
-	}
-	return out
-}
-
-func (m *manifest) find(kind, namespace, name string) *unstructured.Unstructured {
-	for _, o := range m.all(kind) {
-		if o.GetName() == name && o.GetNamespace() == namespace {
-			return o
-		}
-	}
-	return nil
-}
-
-func (m *manifest) get(t *testing.T, kind, namespace, name string) *unstructured.Unstructured {
-	t.Helper()
-	if o := m.find(kind, namespace, name); o != nil {
-		return o
-	}
-	var have []string
-	for _, o := range m.objs {
-		have = append(have, o.GetKind()+" "+o.GetNamespace()+"/"+o.GetName())
-	}
-	t.Fatalf("no %s %s/%s rendered; have %v", kind, namespace, name, have)
-	return nil
-}
-
-// one returns the only object of kind.
-func (m *manifest) one(t *testing.T, kind string) *unstructured.Unstructured {
-	t.Helper()
-	if objs := m.all(kind); len(objs) == 1 {
-		return objs[0]
-	}
-	t.Fatalf("want exactly one %s, have %d", kind, len(m.all(kind)))
-	return nil
-}
-
-func convert[T any](t *testing.T, u *unstructured.Unstructured) *T {
-	t.Helper()
-	var out T
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, &out, true); err != nil {
-		t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
-	}
-	return &out
-}
-
-// renderChart runs helm template for release chartRelease in namespace ns.
-func renderChart(ctx context.Context, t *testing.T, chart, ns string, args ...string) *manifest {
-	t.Helper()
-	out, err := runHelm(ctx, t, append([]string{"template", chartRelease, chartPath(t, chart), "--namespace", ns}, args...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return parseManifest(t, out)
+// helm is the helm of the environment's tools dir, with its cache, config and
+// data dirs in the work dir.
+func helm() chart.Helm {
+	return chart.Helm{Bin: filepath.Join(env.BinDir, "helm"), Home: filepath.Join(env.WorkDir, "helm")}
 }
 
 // dryRunOnHub sends every rendered object to the hub with
 // `kubectl apply --dry-run=server` (strict field validation) and wants each
 // one accepted.
-func dryRunOnHub(ctx context.Context, t *testing.T, m *manifest) {
+func dryRunOnHub(ctx context.Context, t *testing.T, m *chart.Manifest) {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "manifest.yaml")
-	if err := os.WriteFile(file, []byte(m.yaml), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte(m.YAML), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, _, err := env.Kubectl(ctx, "hub-admin", "apply", "--dry-run=server", "--validate=strict", "-f", file)
 	if err != nil {
 		t.Fatalf("the hub refused the rendered chart: %v\n%s", err, out)
 	}
-	if n := strings.Count(out, "(server dry run)"); n != len(m.objs) {
-		t.Fatalf("the hub accepted %d of %d objects:\n%s", n, len(m.objs), out)
+	if n := strings.Count(out, "(server dry run)"); n != len(m.Objs) {
+		t.Fatalf("the hub accepted %d of %d objects:\n%s", n, len(m.Objs), out)
 	}
 }
 
@@ -254,7 +124,7 @@ func verifyChain(t *testing.T, what string, caPEM, certPEM, keyPEM []byte, dnsNa
 // secretData returns the decoded data of a rendered Secret.
 func secretData(t *testing.T, u *unstructured.Unstructured) map[string][]byte {
 	t.Helper()
-	return convert[corev1.Secret](t, u).Data
+	return chart.Convert[corev1.Secret](t, u).Data
 }
 
 // testCA makes a CA and a serving certificate for dnsName signed by it, as a
@@ -302,7 +172,7 @@ func testCA(t *testing.T, dnsName string) (caPEM, certPEM, keyPEM []byte) {
 
 // gateway is a rendered gateway chart with its main objects decoded.
 type gateway struct {
-	m          *manifest
+	m          *chart.Manifest
 	ns         string
 	deploy     *appsv1.Deployment
 	container  corev1.Container
@@ -345,10 +215,10 @@ func (g *gateway) env(name string) *corev1.EnvVar {
 	return nil
 }
 
-func checkGateway(t *testing.T, m *manifest, ns string) *gateway {
+func checkGateway(t *testing.T, m *chart.Manifest, ns string) *gateway {
 	t.Helper()
 	g := &gateway{m: m, ns: ns, args: map[string]string{}}
-	g.deploy = convert[appsv1.Deployment](t, m.one(t, "Deployment"))
+	g.deploy = chart.Convert[appsv1.Deployment](t, m.One(t, "Deployment"))
 	pod := g.deploy.Spec.Template.Spec
 	if g.deploy.Namespace != ns || len(pod.Containers) != 1 {
 		t.Fatalf("Deployment %s/%s with %d containers", g.deploy.Namespace, g.deploy.Name, len(pod.Containers))
@@ -410,18 +280,18 @@ func checkGateway(t *testing.T, m *manifest, ns string) *gateway {
 
 	// Service account, and the hub RBAC of docs/security.md bound to it.
 	sa := pod.ServiceAccountName
-	if m.find("ServiceAccount", ns, sa) == nil {
+	if m.Find("ServiceAccount", ns, sa) == nil {
 		t.Fatalf("the pods run as ServiceAccount %q, which is not rendered", sa)
 	}
 	secretNs := g.args["--secret-namespace"]
 	checkRBAC(t, m, ns, sa, secretNs)
 
 	// Service and APIService.
-	g.service = convert[corev1.Service](t, m.get(t, "Service", ns, g.deploy.Name))
+	g.service = chart.Convert[corev1.Service](t, m.Get(t, "Service", ns, g.deploy.Name))
 	if !labels.SelectorFromSet(g.service.Spec.Selector).Matches(podLabels) || len(g.service.Spec.Ports) != 1 || g.service.Spec.Ports[0].TargetPort.String() != "https" {
 		t.Fatalf("Service %s does not send its one port to the pods' https port: %+v", g.service.Name, g.service.Spec)
 	}
-	g.apiService = m.get(t, "APIService", "", apiServiceName)
+	g.apiService = m.Get(t, "APIService", "", apiServiceName)
 	spec := g.apiService.Object["spec"].(map[string]any)
 	svc := spec["service"].(map[string]any)
 	if spec["group"] != "gateway.kubewharf.io" || spec["version"] != "v1alpha1" ||
@@ -446,8 +316,8 @@ func checkGateway(t *testing.T, m *manifest, ns string) *gateway {
 
 	// A PodDisruptionBudget for the gateway's pods.
 	var pdbOK bool
-	for _, u := range m.all("PodDisruptionBudget") {
-		pdb := convert[policyv1.PodDisruptionBudget](t, u)
+	for _, u := range m.All("PodDisruptionBudget") {
+		pdb := chart.Convert[policyv1.PodDisruptionBudget](t, u)
 		if s, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector); err == nil && s.Matches(podLabels) {
 			pdbOK = true
 		}
@@ -475,12 +345,12 @@ func hasRule(rules []rbacv1.PolicyRule, group, resource string, verbs ...string)
 }
 
 // checkRBAC wants the hub rights of docs/security.md for ServiceAccount ns/sa.
-func checkRBAC(t *testing.T, m *manifest, ns, sa, secretNs string) {
+func checkRBAC(t *testing.T, m *chart.Manifest, ns, sa, secretNs string) {
 	t.Helper()
 	subject := rbacv1.Subject{Kind: "ServiceAccount", Name: sa, Namespace: ns}
 	boundClusterRoles := map[string]bool{}
-	for _, u := range m.all("ClusterRoleBinding") {
-		b := convert[rbacv1.ClusterRoleBinding](t, u)
+	for _, u := range m.All("ClusterRoleBinding") {
+		b := chart.Convert[rbacv1.ClusterRoleBinding](t, u)
 		if slices.Contains(b.Subjects, subject) && b.RoleRef.Kind == "ClusterRole" {
 			boundClusterRoles[b.RoleRef.Name] = true
 		}
@@ -489,8 +359,8 @@ func checkRBAC(t *testing.T, m *manifest, ns, sa, secretNs string) {
 		t.Fatal("no ClusterRoleBinding of system:auth-delegator to the gateway")
 	}
 	var reader, secrets, events bool
-	for _, u := range m.all("RoleBinding") {
-		b := convert[rbacv1.RoleBinding](t, u)
+	for _, u := range m.All("RoleBinding") {
+		b := chart.Convert[rbacv1.RoleBinding](t, u)
 		if !slices.Contains(b.Subjects, subject) || b.RoleRef.Kind != "Role" {
 			continue
 		}
@@ -498,7 +368,7 @@ func checkRBAC(t *testing.T, m *manifest, ns, sa, secretNs string) {
 			reader = true
 		}
 		if b.Namespace == secretNs {
-			role := convert[rbacv1.Role](t, m.get(t, "Role", secretNs, b.RoleRef.Name))
+			role := chart.Convert[rbacv1.Role](t, m.Get(t, "Role", secretNs, b.RoleRef.Name))
 			secrets = hasRule(role.Rules, "", "secrets", "get", "list", "watch") &&
 				hasRule(role.Rules, "coordination.k8s.io", "leases", "get", "create", "update") &&
 				!hasRule(role.Rules, "", "secrets", "create") && !hasRule(role.Rules, "", "secrets", "update")
@@ -506,7 +376,7 @@ func checkRBAC(t *testing.T, m *manifest, ns, sa, secretNs string) {
 		// The status writer records Events about cluster-scoped UpstreamClusters,
 		// which client-go puts in namespace default.
 		if b.Namespace == "default" {
-			role := convert[rbacv1.Role](t, m.get(t, "Role", "default", b.RoleRef.Name))
+			role := chart.Convert[rbacv1.Role](t, m.Get(t, "Role", "default", b.RoleRef.Name))
 			events = hasRule(role.Rules, "", "events", "create", "patch") && len(role.Rules) == 1
 		}
 	}
@@ -521,8 +391,8 @@ func checkRBAC(t *testing.T, m *manifest, ns, sa, secretNs string) {
 	}
 	var readers bool
 	for name := range boundClusterRoles {
-		if cr := m.find("ClusterRole", "", name); cr != nil {
-			rules := convert[rbacv1.ClusterRole](t, cr).Rules
+		if cr := m.Find("ClusterRole", "", name); cr != nil {
+			rules := chart.Convert[rbacv1.ClusterRole](t, cr).Rules
 			readers = readers || (hasRule(rules, "", "namespaces", "get", "list", "watch") &&
 				hasRule(rules, "admissionregistration.k8s.io", "validatingadmissionpolicies", "get", "list", "watch"))
 		}
@@ -539,7 +409,7 @@ func checkGeneratedServingCert(t *testing.T, g *gateway) {
 	if g.caBundle == nil {
 		t.Fatal("the APIService has no caBundle")
 	}
-	data := secretData(t, g.m.get(t, "Secret", g.ns, g.volumeSecret(t, "serving-cert")))
+	data := secretData(t, g.m.Get(t, "Secret", g.ns, g.volumeSecret(t, "serving-cert")))
 	if string(data["ca.crt"]) != string(g.caBundle) {
 		t.Fatal("the serving Secret's ca.crt is not the APIService caBundle")
 	}
@@ -551,11 +421,11 @@ func checkGeneratedServingCert(t *testing.T, g *gateway) {
 // (when generated) server and client certificates from one CA.
 func checkBundledEtcd(t *testing.T, g *gateway, replicas int, generatedCerts bool) *appsv1.StatefulSet {
 	t.Helper()
-	sts := convert[appsv1.StatefulSet](t, g.m.one(t, "StatefulSet"))
+	sts := chart.Convert[appsv1.StatefulSet](t, g.m.One(t, "StatefulSet"))
 	if sts.Spec.Replicas == nil || int(*sts.Spec.Replicas) != replicas {
 		t.Fatalf("etcd StatefulSet replicas %v, want %d", sts.Spec.Replicas, replicas)
 	}
-	headless := convert[corev1.Service](t, g.m.get(t, "Service", g.ns, sts.Spec.ServiceName))
+	headless := chart.Convert[corev1.Service](t, g.m.Get(t, "Service", g.ns, sts.Spec.ServiceName))
 	if headless.Spec.ClusterIP != corev1.ClusterIPNone || !headless.Spec.PublishNotReadyAddresses {
 		t.Fatalf("etcd Service %s is not headless with unready addresses published", headless.Name)
 	}
@@ -602,8 +472,8 @@ func checkBundledEtcd(t *testing.T, g *gateway, replicas int, generatedCerts boo
 				serverSecret = v.Secret.SecretName
 			}
 		}
-		server := secretData(t, g.m.get(t, "Secret", g.ns, serverSecret))
-		client := secretData(t, g.m.get(t, "Secret", g.ns, g.volumeSecret(t, "etcd-client")))
+		server := secretData(t, g.m.Get(t, "Secret", g.ns, serverSecret))
+		client := secretData(t, g.m.Get(t, "Secret", g.ns, g.volumeSecret(t, "etcd-client")))
 		for i := range replicas {
 			verifyChain(t, "etcd server certificate", server["ca.crt"], server["tls.crt"], server["tls.key"],
 				fmt.Sprintf("%s-%d.%s", sts.Name, i, domain), x509.ExtKeyUsageServerAuth)
@@ -644,7 +514,7 @@ func checkCertManager(t *testing.T, g *gateway, issuer cmIssuerRef) {
 	if ns != g.ns {
 		t.Fatalf("cert-manager.io/inject-ca-from=%q is not in the release namespace", ref)
 	}
-	cert := g.m.get(t, "Certificate", g.ns, name)
+	cert := g.m.Get(t, "Certificate", g.ns, name)
 	spec := cert.Object["spec"].(map[string]any)
 	if spec["secretName"] != g.volumeSecret(t, "serving-cert") {
 		t.Fatalf("Certificate %s writes %v, the pods mount %s", name, spec["secretName"], g.volumeSecret(t, "serving-cert"))
@@ -653,7 +523,7 @@ func checkCertManager(t *testing.T, g *gateway, issuer cmIssuerRef) {
 	if !slices.Contains(dnsNames, g.servingDNS) {
 		t.Fatalf("Certificate %s dnsNames %v miss %s", name, dnsNames, g.servingDNS)
 	}
-	for _, c := range g.m.all("Certificate") {
+	for _, c := range g.m.All("Certificate") {
 		got := cmIssuerRef{}
 		got.Name, _, _ = unstructured.NestedString(c.Object, "spec", "issuerRef", "name")
 		got.Kind, _, _ = unstructured.NestedString(c.Object, "spec", "issuerRef", "kind")
@@ -803,10 +673,10 @@ func gatewayChartCases(ctx context.Context) []gatewayChartCase {
 				}
 				checkGeneratedServingCert(t, g)
 				checkBundledEtcd(t, g, 1, true)
-				if len(g.m.all("NetworkPolicy")) != 1 {
+				if len(g.m.All("NetworkPolicy")) != 1 {
 					t.Fatal("no NetworkPolicy in front of the bundled etcd")
 				}
-				if len(g.m.all("Certificate")) != 0 || len(g.m.all("Issuer")) != 0 {
+				if len(g.m.All("Certificate")) != 0 || len(g.m.All("Issuer")) != 0 {
 					t.Fatal("cert-manager objects without cert-manager mode")
 				}
 				checkNoDirectAccess(t, g)
@@ -821,8 +691,8 @@ func gatewayChartCases(ctx context.Context) []gatewayChartCase {
 					t.Fatalf("etcd pod management %q: members must start together to form a quorum", sts.Spec.PodManagementPolicy)
 				}
 				var etcdPDB bool
-				for _, u := range g.m.all("PodDisruptionBudget") {
-					pdb := convert[policyv1.PodDisruptionBudget](t, u)
+				for _, u := range g.m.All("PodDisruptionBudget") {
+					pdb := chart.Convert[policyv1.PodDisruptionBudget](t, u)
 					s, _ := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
 					etcdPDB = etcdPDB || (s.Matches(labels.Set(sts.Spec.Template.Labels)) && pdb.Spec.MaxUnavailable.IntValue() == 1)
 				}
@@ -841,7 +711,7 @@ func gatewayChartCases(ctx context.Context) []gatewayChartCase {
 					"--set", "etcd.prefix=/gateway"}
 			},
 			check: func(t *testing.T, g *gateway) {
-				if len(g.m.all("StatefulSet")) != 0 || len(g.m.all("NetworkPolicy")) != 0 {
+				if len(g.m.All("StatefulSet")) != 0 || len(g.m.All("NetworkPolicy")) != 0 {
 					t.Fatal("a bundled etcd rendered with external etcd")
 				}
 				if want := "https://etcd-0.etcd.example:2379,https://etcd-1.etcd.example:2379"; g.args["--etcd-servers"] != want {
@@ -860,15 +730,15 @@ func gatewayChartCases(ctx context.Context) []gatewayChartCase {
 			check: func(t *testing.T, g *gateway) {
 				full := g.deploy.Name
 				checkCertManager(t, g, cmIssuerRef{full + "-ca", "Issuer"})
-				g.m.get(t, "Issuer", g.ns, full+"-selfsigned")
-				g.m.get(t, "Issuer", g.ns, full+"-ca")
-				ca := g.m.get(t, "Certificate", g.ns, full+"-ca")
+				g.m.Get(t, "Issuer", g.ns, full+"-selfsigned")
+				g.m.Get(t, "Issuer", g.ns, full+"-ca")
+				ca := g.m.Get(t, "Certificate", g.ns, full+"-ca")
 				if isCA, _, _ := unstructured.NestedBool(ca.Object, "spec", "isCA"); !isCA {
 					t.Fatal("the chart's CA Certificate is not a CA")
 				}
 				// The bundled etcd's certificates come from cert-manager too.
 				checkBundledEtcd(t, g, 1, false)
-				if len(g.m.all("Secret")) != 0 {
+				if len(g.m.All("Secret")) != 0 {
 					t.Fatal("Secrets rendered in cert-manager mode")
 				}
 			},
@@ -882,7 +752,7 @@ func gatewayChartCases(ctx context.Context) []gatewayChartCase {
 			},
 			check: func(t *testing.T, g *gateway) {
 				checkCertManager(t, g, cmIssuerRef{"corp-ca", "ClusterIssuer"})
-				if len(g.m.all("Issuer")) != 0 {
+				if len(g.m.All("Issuer")) != 0 {
 					t.Fatal("a self-signed Issuer rendered although issuerRef is set")
 				}
 			},
@@ -890,7 +760,7 @@ func gatewayChartCases(ctx context.Context) []gatewayChartCase {
 		{
 			name: "user-certs",
 			setup: func(t *testing.T, ns string) []string {
-				caPEM, certPEM, keyPEM := testCA(t, chartRelease+"."+ns+".svc")
+				caPEM, certPEM, keyPEM := testCA(t, chart.Release+"."+ns+".svc")
 				// As a user would: the Secret exists before the install.
 				if _, err := hubAdmin(t).CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
 					ObjectMeta: metav1.ObjectMeta{Name: "my-serving-cert"},
@@ -910,7 +780,7 @@ func gatewayChartCases(ctx context.Context) []gatewayChartCase {
 				if g.volumeSecret(t, "serving-cert") != "my-serving-cert" {
 					t.Fatalf("the pods mount %s, not the user's Secret", g.volumeSecret(t, "serving-cert"))
 				}
-				if g.m.find("Secret", g.ns, "my-serving-cert") != nil {
+				if g.m.Find("Secret", g.ns, "my-serving-cert") != nil {
 					t.Fatal("the chart renders the user's own Secret")
 				}
 				s, err := hubAdmin(t).CoreV1().Secrets(g.ns).Get(ctx, "my-serving-cert", metav1.GetOptions{})
@@ -990,7 +860,7 @@ etcd:
 				if pvc.StorageClassName == nil || *pvc.StorageClassName != "fast-ssd" || pvc.Resources.Requests.Storage().String() != "20Gi" {
 					t.Fatalf("etcd volume claim %+v", pvc)
 				}
-				if len(g.m.all("NetworkPolicy")) != 0 {
+				if len(g.m.All("NetworkPolicy")) != 0 {
 					t.Fatal("NetworkPolicy rendered although disabled")
 				}
 				checkGeneratedServingCert(t, g)
@@ -1006,7 +876,7 @@ etcd:
 			},
 			check: func(t *testing.T, g *gateway) {
 				checkDirectAccess(t, g, true)
-				svc := convert[corev1.Service](t, g.m.get(t, "Service", g.ns, g.deploy.Name+"-direct"))
+				svc := chart.Convert[corev1.Service](t, g.m.Get(t, "Service", g.ns, g.deploy.Name+"-direct"))
 				p := svc.Spec.Ports[0]
 				if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || p.Port != 6443 || p.NodePort != 31443 ||
 					!slices.Equal(svc.Spec.LoadBalancerSourceRanges, []string{"10.0.0.0/8"}) || svc.Annotations["example.invalid/lb"] != "internal" {
@@ -1022,7 +892,7 @@ etcd:
 			},
 			check: func(t *testing.T, g *gateway) {
 				checkDirectAccess(t, g, false)
-				svc := convert[corev1.Service](t, g.m.get(t, "Service", g.ns, g.deploy.Name+"-direct"))
+				svc := chart.Convert[corev1.Service](t, g.m.Get(t, "Service", g.ns, g.deploy.Name+"-direct"))
 				if svc.Spec.Type != corev1.ServiceTypeClusterIP || svc.Spec.Ports[0].Port != 443 || svc.Spec.Ports[0].NodePort != 0 {
 					t.Fatalf("direct Service %+v, want ClusterIP port 443", svc.Spec)
 				}
@@ -1040,13 +910,13 @@ func checkNoDirectAccess(t *testing.T, g *gateway) {
 			t.Fatalf("%s set by default", flag)
 		}
 	}
-	for _, svc := range g.m.all("Service") {
+	for _, svc := range g.m.All("Service") {
 		if svc.GetName() != g.service.Name && !strings.HasPrefix(svc.GetName(), g.deploy.Name+"-etcd") {
 			t.Fatalf("Service %s by default, want the APIService's (and the bundled etcd's) only", svc.GetName())
 		}
 	}
-	if len(g.m.all("ConfigMap")) != 0 {
-		t.Fatalf("%d ConfigMaps by default, want none", len(g.m.all("ConfigMap")))
+	if len(g.m.All("ConfigMap")) != 0 {
+		t.Fatalf("%d ConfigMaps by default, want none", len(g.m.All("ConfigMap")))
 	}
 }
 
@@ -1058,7 +928,7 @@ func checkDirectAccess(t *testing.T, g *gateway, audit bool) {
 	if v, ok := g.args["--direct-access"]; !ok || v != "" {
 		t.Fatalf("--direct-access: %q (set: %v)", v, ok)
 	}
-	svc := convert[corev1.Service](t, g.m.get(t, "Service", g.ns, g.deploy.Name+"-direct"))
+	svc := chart.Convert[corev1.Service](t, g.m.Get(t, "Service", g.ns, g.deploy.Name+"-direct"))
 	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(g.deploy.Spec.Template.Labels)) ||
 		len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.String() != "https" {
 		t.Fatalf("direct Service does not send its one port to the pods' https port: %+v", svc.Spec)
@@ -1066,7 +936,7 @@ func checkDirectAccess(t *testing.T, g *gateway, audit bool) {
 	if svc.Name == g.service.Name {
 		t.Fatal("the direct Service is the APIService's")
 	}
-	cm := g.m.find("ConfigMap", g.ns, g.deploy.Name+"-audit-policy")
+	cm := g.m.Find("ConfigMap", g.ns, g.deploy.Name+"-audit-policy")
 	if !audit {
 		if cm != nil || g.args["--audit-policy-file"] != "" || g.args["--audit-log-path"] != "" {
 			t.Fatalf("audit rendered with directAccess.audit.enabled=false: %v", g.args)
@@ -1081,7 +951,7 @@ func checkDirectAccess(t *testing.T, g *gateway, audit bool) {
 		Kind       string           `json:"kind"`
 		Rules      []map[string]any `json:"rules"`
 	}
-	data := convert[corev1.ConfigMap](t, cm).Data["policy.yaml"]
+	data := chart.Convert[corev1.ConfigMap](t, cm).Data["policy.yaml"]
 	if err := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(data), 4096).Decode(&policy); err != nil {
 		t.Fatalf("audit policy: %v\n%s", err, data)
 	}
@@ -1103,18 +973,6 @@ func checkDirectAccess(t *testing.T, g *gateway, audit bool) {
 	}
 }
 
-// The member chart passes `helm lint --strict` for both kinds of identity (the
-// gateway chart is linted for each value set in TestChartGatewayOnTheHub).
-func TestChartMemberLint(t *testing.T) {
-	ctx := testContext(t, 5*time.Minute)
-	for _, set := range [][]string{nil, {"--set", "identity.type=user", "--set", "identity.user.name=gateway.example"}} {
-		args := append([]string{"lint", "--strict", chartPath(t, "kube-gateway-member"), "--namespace", "kube-gateway"}, set...)
-		if out, err := runHelm(ctx, t, args...); err != nil {
-			t.Fatalf("member chart %v: %v\n%s", set, err, out)
-		}
-	}
-}
-
 // The gateway chart passes `helm lint --strict` and renders, for default and
 // non-default values, into objects that hold what matters (probes, security
 // context, RBAC, caBundle matching the serving certificate, etcd flags), and the
@@ -1128,59 +986,15 @@ func TestChartGatewayOnTheHub(t *testing.T) {
 			ns := "chart-" + c.name
 			createHubNamespace(ctx, t, ns)
 			args := c.setup(t, ns)
-			lint := append([]string{"lint", "--strict", chartPath(t, "kube-gateway"), "--namespace", ns}, args...)
-			if out, err := runHelm(ctx, t, lint...); err != nil {
+			lint := append([]string{"lint", "--strict", chart.Path(t, "kube-gateway"), "--namespace", ns}, args...)
+			if out, err := helm().Run(ctx, t, lint...); err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}
-			m := renderChart(ctx, t, "kube-gateway", ns, args...)
+			m := helm().Render(ctx, t, "kube-gateway", ns, args...)
 			g := checkGateway(t, m, ns)
 			c.check(t, g)
 			dryRunOnHub(ctx, t, m)
 		})
-	}
-}
-
-// Invalid values fail before anything is rendered: the schema refuses unknown
-// keys and wrong types, the templates refuse inconsistent choices.
-func TestChartRejectsInvalidValues(t *testing.T) {
-	ctx := testContext(t, 5*time.Minute)
-	const schemaErr = "don't meet the specifications of the schema"
-	for _, c := range []struct {
-		chart string
-		args  []string
-		want  []string
-	}{
-		{"kube-gateway", []string{"--set", "replicaCout=3"}, []string{schemaErr, "replicaCout"}},
-		{"kube-gateway", []string{"--set-string", "replicaCount=x"}, []string{schemaErr, "/replicaCount"}},
-		{"kube-gateway", []string{"--set", "image.reposity=x"}, []string{schemaErr, "reposity"}},
-		{"kube-gateway", []string{"--set", "etcd.bundled.replicas=2"}, []string{schemaErr, "/etcd/bundled/replicas"}},
-		{"kube-gateway", []string{"--set", "certificates.mode=selfSigned"}, []string{schemaErr, "/certificates/mode"}},
-		{"kube-gateway", []string{"--set", "certificates.mode=secret", "--set", "certificates.secret.name=x"}, []string{schemaErr, "caBundle"}},
-		{"kube-gateway", []string{"--set", "etcd.mode=external"}, []string{schemaErr, "/etcd/external/endpoints"}},
-		{"kube-gateway", []string{"--set", "etcd.mode=external", "--set", "etcd.external.endpoints={etcd:2379}"}, []string{schemaErr, "/etcd/external/endpoints/0"}},
-		{"kube-gateway", []string{"--set", "apiService.insecureSkipTLSVerify=true"}, []string{schemaErr, "insecureSkipTLSVerify"}},
-		{"kube-gateway", []string{"--set", "resources.requests.cpu=lots"}, []string{schemaErr, "/resources/requests/cpu"}},
-		{"kube-gateway", []string{"--set", "gateway.goGC=-1"}, []string{schemaErr, "/gateway/goGC"}},
-		{"kube-gateway", []string{"--set", "directAccess.enable=true"}, []string{schemaErr, "enable"}},
-		{"kube-gateway", []string{"--set", "directAccess.service.type=ExternalName"}, []string{schemaErr, "/directAccess/service/type"}},
-		{"kube-gateway", []string{"--set", "directAccess.audit.policy.kind=Config"}, []string{schemaErr, "/directAccess/audit/policy/kind"}},
-		// Past the schema, the templates:
-		{"kube-gateway", []string{"--set", "etcd.mode=external", "--set", "etcd.external.endpoints={https://etcd:2379}"}, []string{"etcd.external.tls.secretName", "required for https"}},
-		{"kube-gateway", []string{"--set", "certificates.mode=secret", "--set", "certificates.secret.name=x", "--set", "certificates.secret.caBundle=not-pem"}, []string{"caBundle must be PEM"}},
-		{"kube-gateway-member", []string{"--set", "identity.type=token"}, []string{schemaErr, "/identity/type"}},
-		{"kube-gateway-member", []string{"--set", "identity.user.nam=x"}, []string{schemaErr, "nam"}},
-		{"kube-gateway-member", []string{"--set", "name=Not_A_Name"}, []string{schemaErr, "/name"}},
-	} {
-		args := append([]string{"template", chartRelease, chartPath(t, c.chart), "--namespace", "kube-gateway"}, c.args...)
-		out, err := runHelm(ctx, t, args...)
-		if err == nil {
-			t.Fatalf("%s %v rendered:\n%s", c.chart, c.args, out)
-		}
-		for _, w := range c.want {
-			if !strings.Contains(err.Error(), w) {
-				t.Fatalf("%s %v: error does not mention %q: %v", c.chart, c.args, w, err)
-			}
-		}
 	}
 }
 
@@ -1192,15 +1006,15 @@ func TestChartKeepsGeneratedCertificatesOnUpgrade(t *testing.T) {
 	ctx := testContext(t, 5*time.Minute)
 	ns := "chart-upgrade"
 	createHubNamespace(ctx, t, ns)
-	first := renderChart(ctx, t, "kube-gateway", ns)
-	second := renderChart(ctx, t, "kube-gateway", ns)
+	first := helm().Render(ctx, t, "kube-gateway", ns)
+	second := helm().Render(ctx, t, "kube-gateway", ns)
 	g1, g2 := checkGateway(t, first, ns), checkGateway(t, second, ns)
 	if string(g1.caBundle) == string(g2.caBundle) {
 		t.Fatal("two renders without a cluster made the same CA")
 	}
 	// The Secrets of the first install exist.
 	list := map[string]any{"apiVersion": "v1", "kind": "List", "items": []any{}}
-	for _, s := range first.all("Secret") {
+	for _, s := range first.All("Secret") {
 		list["items"] = append(list["items"].([]any), s.Object)
 	}
 	data, err := json.Marshal(list)
@@ -1216,46 +1030,18 @@ func TestChartKeepsGeneratedCertificatesOnUpgrade(t *testing.T) {
 	}
 	// The hub already has the APIService (the harness's): --take-ownership lets
 	// the dry run render over it without changing anything.
-	upgrade := renderChart(ctx, t, "kube-gateway", ns, "--dry-run=server", "--take-ownership", "--kubeconfig", env.Kubeconfig("hub-admin"))
+	upgrade := helm().Render(ctx, t, "kube-gateway", ns, "--dry-run=server", "--take-ownership", "--kubeconfig", env.Kubeconfig("hub-admin"))
 	g3 := checkGateway(t, upgrade, ns)
 	if string(g3.caBundle) != string(g1.caBundle) {
 		t.Fatal("the caBundle changed although the serving Secret exists")
 	}
-	for _, s := range first.all("Secret") {
-		if !reflect.DeepEqual(secretData(t, s), secretData(t, upgrade.get(t, "Secret", ns, s.GetName()))) {
+	for _, s := range first.All("Secret") {
+		if !reflect.DeepEqual(secretData(t, s), secretData(t, upgrade.Get(t, "Secret", ns, s.GetName()))) {
 			t.Fatalf("Secret %s was regenerated", s.GetName())
 		}
 	}
 	checkGeneratedServingCert(t, g3)
 	checkBundledEtcd(t, g3, 1, true)
-}
-
-// The images `make image` tags are the chart's defaults.
-func TestChartDefaultImagesAreWhatMakeImageBuilds(t *testing.T) {
-	ctx := testContext(t, 2*time.Minute)
-	root, err := harness.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.CommandContext(ctx, "make", "-s", "--no-print-directory", "-C", root, "image-names")
-	for _, kv := range os.Environ() { // not a sub-make of the make that may run this test
-		if !strings.HasPrefix(kv, "MAKEFLAGS=") && !strings.HasPrefix(kv, "MAKELEVEL=") && !strings.HasPrefix(kv, "MFLAGS=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("make image-names: %v", err)
-	}
-	want := strings.Fields(string(out))
-	m := renderChart(ctx, t, "kube-gateway", "kube-gateway")
-	got := []string{
-		convert[appsv1.Deployment](t, m.one(t, "Deployment")).Spec.Template.Spec.Containers[0].Image,
-		convert[appsv1.StatefulSet](t, m.one(t, "StatefulSet")).Spec.Template.Spec.Containers[0].Image,
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("chart images %v, make image tags %v", got, want)
-	}
 }
 
 // legacyServiceAccountToken signs the token of a kubernetes.io/service-account-token
@@ -1328,13 +1114,13 @@ func TestChartMemberIdentityImpersonates(t *testing.T) {
 	const ns, name, cluster = "kube-gateway", "kube-gateway-e2e", "chart-member"
 	member := env.Members[harness.MemberB]
 	memberKC := env.Kubeconfig(harness.MemberB + "-admin")
-	if _, err := runHelm(ctx, t, "install", "kube-gateway-member", chartPath(t, "kube-gateway-member"),
+	if _, err := helm().Run(ctx, t, "install", "kube-gateway-member", chart.Path(t, "kube-gateway-member"),
 		"--kubeconfig", memberKC, "--namespace", ns, "--create-namespace", "--set", "name="+name); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		ctx := context.Background()
-		if _, err := runHelm(ctx, t, "uninstall", "kube-gateway-member", "--kubeconfig", memberKC, "--namespace", ns); err != nil {
+		if _, err := helm().Run(ctx, t, "uninstall", "kube-gateway-member", "--kubeconfig", memberKC, "--namespace", ns); err != nil {
 			t.Errorf("helm uninstall: %v", err)
 		}
 		_ = memberB(t).CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})

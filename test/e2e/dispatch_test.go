@@ -334,13 +334,12 @@ func updateNodeStatus(ctx context.Context, c *kubernetes.Clientset) error {
 func setPolicies(t *testing.T, cluster string, policies []gatewayv1alpha1.DispatchPolicy, fc *gatewayv1alpha1.FlowControl) {
 	t.Helper()
 	ctx := testContext(t, 30*time.Second)
-	u, err := upstreamClusters(t).Get(ctx, cluster, metav1.GetOptions{})
+	uc, err := upstreamClusters(t).Get(ctx, cluster, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	uc := fromUnstructured(t, u)
 	uc.Spec.DispatchPolicies, uc.Spec.FlowControl = policies, fc
-	if _, err := upstreamClusters(t).Update(ctx, toUnstructured(t, uc), metav1.UpdateOptions{}); err != nil {
+	if _, err := upstreamClusters(t).Update(ctx, uc, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -353,7 +352,7 @@ func TestInvalidPolicyIsRejected(t *testing.T) {
 		Rules:                 []gatewayv1alpha1.DispatchPolicyRule{{Verbs: []string{"get", "-list"}, APIGroups: []string{""}, Resources: []string{"pods"}}},
 		FlowControlSchemaName: "missing",
 	}}
-	_, err := upstreamClusters(t).Create(ctx, toUnstructured(t, uc), metav1.CreateOptions{})
+	_, err := upstreamClusters(t).Create(ctx, uc, metav1.CreateOptions{})
 	if !apierrors.IsInvalid(err) {
 		t.Fatalf("got %v, want 422", err)
 	}

@@ -9,9 +9,10 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	"github.com/kubewharf/kube-gateway/apis/client/clientset/versioned"
+	gatewayclient "github.com/kubewharf/kube-gateway/apis/client/clientset/versioned/typed/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/test/harness"
 )
 
@@ -30,15 +31,15 @@ func (w withAdminHeaders) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // directClusters is a client for UpstreamClusters of the gateway at url itself,
 // not through the hub (whose APIService points at the first gateway).
-func directClusters(t *testing.T, url string) dynamic.ResourceInterface {
+func directClusters(t *testing.T, url string) gatewayclient.UpstreamClusterInterface {
 	t.Helper()
 	httpClient := gatewayClient(t, true)
 	httpClient.Transport = withAdminHeaders{httpClient.Transport}
-	c, err := dynamic.NewForConfigAndClient(&rest.Config{Host: url}, httpClient)
+	c, err := versioned.NewForConfigAndClient(&rest.Config{Host: url}, httpClient)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c.Resource(harness.UpstreamClusterGVR)
+	return c.GatewayV1alpha1().UpstreamClusters()
 }
 
 func leaseHolder(ctx context.Context, t *testing.T) (string, error) {
@@ -108,16 +109,15 @@ func TestStatusLeaderElection(t *testing.T) {
 	uc := newCluster("leader-check", closed)
 	uc.Spec.HealthCheck = fastHealthCheck
 	clusters := directClusters(t, standbyURL)
-	if _, err := clusters.Create(ctx, toUnstructured(t, uc), metav1.CreateOptions{}); err != nil {
+	if _, err := clusters.Create(ctx, uc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = clusters.Delete(context.Background(), uc.Name, metav1.DeleteOptions{}) })
 	eventually(t, 30*time.Second, func(ctx context.Context) error {
-		u, err := clusters.Get(ctx, uc.Name, metav1.GetOptions{})
+		got, err := clusters.Get(ctx, uc.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		got := fromUnstructured(t, u)
 		for _, s := range got.Status.Servers {
 			if s.Endpoint == closed && !s.Healthy {
 				return nil

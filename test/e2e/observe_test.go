@@ -174,11 +174,11 @@ func TestEventsOnUpstreamClusters(t *testing.T) {
 	created := createCluster(t, uc)
 	waitDescribed(t, name, corev1.EventTypeWarning, "SecretNotFound", "credential Secret kube-gateway/observed-cred was not found")
 	eventually(t, 30*time.Second, func(ctx context.Context) error {
-		u, err := upstreamClusters(t).Get(ctx, name, metav1.GetOptions{})
+		uc, err := upstreamClusters(t).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		r := meta.FindStatusCondition(fromUnstructured(t, u).Status.Conditions, gatewayv1alpha1.ConditionReady)
+		r := meta.FindStatusCondition(uc.Status.Conditions, gatewayv1alpha1.ConditionReady)
 		if r == nil || r.Status != metav1.ConditionFalse || r.Reason != "SecretNotFound" {
 			return errorf("Ready: %+v, want False SecretNotFound", r)
 		}
@@ -208,25 +208,24 @@ func TestEventsOnUpstreamClusters(t *testing.T) {
 	// 4. insecure: true is allowed, reported in a condition naming the server
 	// and in a Warning Event; requests still work.
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		u, err := upstreamClusters(t).Get(ctx, name, metav1.GetOptions{})
+		cur, err := upstreamClusters(t).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		cur := fromUnstructured(t, u)
 		cur.Spec.ClientConfig.CAData = nil
 		cur.Spec.ClientConfig.Insecure = true
-		_, err = upstreamClusters(t).Update(ctx, toUnstructured(t, cur), metav1.UpdateOptions{})
+		_, err = upstreamClusters(t).Update(ctx, cur, metav1.UpdateOptions{})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	waitDescribed(t, name, corev1.EventTypeWarning, "InsecureTransport", "certificates of "+endpoint+" are not verified")
 	eventually(t, 30*time.Second, func(ctx context.Context) error {
-		u, err := upstreamClusters(t).Get(ctx, name, metav1.GetOptions{})
+		uc, err := upstreamClusters(t).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		st := fromUnstructured(t, u).Status
+		st := uc.Status
 		c := meta.FindStatusCondition(st.Conditions, gatewayv1alpha1.ConditionInsecureTransport)
 		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != "InsecureSkipVerify" || !strings.Contains(c.Message, endpoint) {
 			return errorf("InsecureTransport: %+v, want True naming %s", c, endpoint)

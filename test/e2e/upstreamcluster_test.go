@@ -13,44 +13,25 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/kubewharf/kube-gateway/apis/client/clientset/versioned"
+	gatewayclient "github.com/kubewharf/kube-gateway/apis/client/clientset/versioned/typed/gateway/v1alpha1"
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/test/harness"
 )
 
-// upstreamClusters is the hub admin's client for UpstreamClusters.
-func upstreamClusters(t *testing.T) dynamic.ResourceInterface {
+// upstreamClusters is the hub admin's client for UpstreamClusters: the
+// project's generated clientset.
+func upstreamClusters(t *testing.T) gatewayclient.UpstreamClusterInterface {
 	t.Helper()
-	c, err := dynamic.NewForConfig(env.HubConfig(harness.UserAdmin))
+	c, err := versioned.NewForConfig(env.HubConfig(harness.UserAdmin))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c.Resource(harness.UpstreamClusterGVR)
-}
-
-func toUnstructured(t *testing.T, uc *gatewayv1alpha1.UpstreamCluster) *unstructured.Unstructured {
-	t.Helper()
-	uc.APIVersion, uc.Kind = gatewayv1alpha1.SchemeGroupVersion.String(), "UpstreamCluster"
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(uc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &unstructured.Unstructured{Object: m}
-}
-
-func fromUnstructured(t *testing.T, u *unstructured.Unstructured) *gatewayv1alpha1.UpstreamCluster {
-	t.Helper()
-	var uc gatewayv1alpha1.UpstreamCluster
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &uc); err != nil {
-		t.Fatal(err)
-	}
-	return &uc
+	return c.GatewayV1alpha1().UpstreamClusters()
 }
 
 func newCluster(name string, endpoints ...string) *gatewayv1alpha1.UpstreamCluster {
@@ -66,14 +47,14 @@ func newCluster(name string, endpoints ...string) *gatewayv1alpha1.UpstreamClust
 func createCluster(t *testing.T, uc *gatewayv1alpha1.UpstreamCluster) *gatewayv1alpha1.UpstreamCluster {
 	t.Helper()
 	ctx := testContext(t, 30*time.Second)
-	created, err := upstreamClusters(t).Create(ctx, toUnstructured(t, uc), metav1.CreateOptions{})
+	created, err := upstreamClusters(t).Create(ctx, uc, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = upstreamClusters(t).Delete(context.Background(), uc.Name, metav1.DeleteOptions{})
 	})
-	return fromUnstructured(t, created)
+	return created
 }
 
 // Invalid UpstreamClusters are refused with 422 and the paths of the bad fields.
@@ -81,7 +62,7 @@ func TestInvalidUpstreamClusterIsRejected(t *testing.T) {
 	ctx := testContext(t, 30*time.Second)
 	uc := newCluster("invalid", "http://127.0.0.1:6443", "https://127.0.0.1:6443/prefix", "https://127.0.0.1:6443", "https://127.0.0.1:6443")
 	uc.Spec.ClientConfig.SecretRef.Namespace = "default"
-	_, err := upstreamClusters(t).Create(ctx, toUnstructured(t, uc), metav1.CreateOptions{})
+	_, err := upstreamClusters(t).Create(ctx, uc, metav1.CreateOptions{})
 	if !apierrors.IsInvalid(err) {
 		t.Fatalf("got %v, want 422 Invalid", err)
 	}
@@ -132,17 +113,13 @@ func TestUpstreamClusterLifecycle(t *testing.T) {
 	// gateway writes status concurrently, so read-modify-write with retries.
 	var updated *gatewayv1alpha1.UpstreamCluster
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		u, err := client.Get(ctx, "lifecycle", metav1.GetOptions{})
+		uc, err := client.Get(ctx, "lifecycle", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		uc := fromUnstructured(t, u)
 		uc.Spec.Servers[0].Disabled = true
 		uc.Status.ObservedGeneration = 42
-		u, err = client.Update(ctx, toUnstructured(t, uc), metav1.UpdateOptions{})
-		if err == nil {
-			updated = fromUnstructured(t, u)
-		}
+		updated, err = client.Update(ctx, uc, metav1.UpdateOptions{})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -155,17 +132,13 @@ func TestUpstreamClusterLifecycle(t *testing.T) {
 	// The status endpoint writes the status only.
 	var statusUpdated *gatewayv1alpha1.UpstreamCluster
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		u, err := client.Get(ctx, "lifecycle", metav1.GetOptions{})
+		uc, err := client.Get(ctx, "lifecycle", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		uc := fromUnstructured(t, u)
 		uc.Status.ObservedGeneration = 7
 		uc.Spec.Servers[0].Disabled = false
-		u, err = client.UpdateStatus(ctx, toUnstructured(t, uc), metav1.UpdateOptions{})
-		if err == nil {
-			statusUpdated = fromUnstructured(t, u)
-		}
+		statusUpdated, err = client.UpdateStatus(ctx, uc, metav1.UpdateOptions{})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -180,7 +153,7 @@ func TestUpstreamClusterLifecycle(t *testing.T) {
 	}
 	names := map[string]bool{}
 	for _, item := range list.Items {
-		names[item.GetName()] = true
+		names[item.Name] = true
 	}
 	if !names["lifecycle"] || !names[harness.MemberA] || !names[harness.MemberB] {
 		t.Fatalf("list: %v", names)
@@ -207,8 +180,8 @@ func expectEvent(t *testing.T, w watch.Interface, typ watch.EventType, generatio
 			if !ok {
 				t.Fatalf("watch ended; saw %v", seen)
 			}
-			u, isObj := ev.Object.(*unstructured.Unstructured)
-			if isObj && ev.Type == typ && u.GetGeneration() == generation {
+			uc, isObj := ev.Object.(*gatewayv1alpha1.UpstreamCluster)
+			if isObj && ev.Type == typ && uc.Generation == generation {
 				return
 			}
 			seen = append(seen, string(ev.Type))
@@ -271,11 +244,10 @@ spec:
 	apply("")
 	t.Cleanup(func() { _ = upstreamClusters(t).Delete(context.Background(), "applied", metav1.DeleteOptions{}) })
 	apply("  - endpoint: https://127.0.0.1:2\n")
-	u, err := upstreamClusters(t).Get(ctx, "applied", metav1.GetOptions{})
+	uc, err := upstreamClusters(t).Get(ctx, "applied", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	uc := fromUnstructured(t, u)
 	if len(uc.Spec.Servers) != 2 || uc.Generation != 2 || !managedBy(uc.ManagedFields, "e2e", metav1.ManagedFieldsOperationApply) {
 		t.Fatalf("after two applies: servers %v generation %d managedFields %+v", uc.Spec.Servers, uc.Generation, uc.ManagedFields)
 	}

@@ -1,0 +1,111 @@
+package chart
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/kubewharf/kube-gateway/test/harness"
+)
+
+// The checks here need helm and nothing else; the gateway chart's renderings,
+// which the hub checks in a server-side dry run, are in test/e2e.
+
+func testContext(t *testing.T, timeout time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// The member chart passes `helm lint --strict` for both kinds of identity (the
+// gateway chart is linted for each value set in test/e2e's TestChartGatewayOnTheHub).
+func TestMemberLint(t *testing.T) {
+	ctx := testContext(t, 5*time.Minute)
+	helm := DefaultHelm(t)
+	for _, set := range [][]string{nil, {"--set", "identity.type=user", "--set", "identity.user.name=gateway.example"}} {
+		args := append([]string{"lint", "--strict", Path(t, "kube-gateway-member"), "--namespace", "kube-gateway"}, set...)
+		if out, err := helm.Run(ctx, t, args...); err != nil {
+			t.Fatalf("member chart %v: %v\n%s", set, err, out)
+		}
+	}
+}
+
+// Invalid values fail before anything is rendered: the schema refuses unknown
+// keys and wrong types, the templates refuse inconsistent choices.
+func TestRejectsInvalidValues(t *testing.T) {
+	ctx := testContext(t, 5*time.Minute)
+	helm := DefaultHelm(t)
+	const schemaErr = "don't meet the specifications of the schema"
+	for _, c := range []struct {
+		chart string
+		args  []string
+		want  []string
+	}{
+		{"kube-gateway", []string{"--set", "replicaCout=3"}, []string{schemaErr, "replicaCout"}},
+		{"kube-gateway", []string{"--set-string", "replicaCount=x"}, []string{schemaErr, "/replicaCount"}},
+		{"kube-gateway", []string{"--set", "image.reposity=x"}, []string{schemaErr, "reposity"}},
+		{"kube-gateway", []string{"--set", "etcd.bundled.replicas=2"}, []string{schemaErr, "/etcd/bundled/replicas"}},
+		{"kube-gateway", []string{"--set", "certificates.mode=selfSigned"}, []string{schemaErr, "/certificates/mode"}},
+		{"kube-gateway", []string{"--set", "certificates.mode=secret", "--set", "certificates.secret.name=x"}, []string{schemaErr, "caBundle"}},
+		{"kube-gateway", []string{"--set", "etcd.mode=external"}, []string{schemaErr, "/etcd/external/endpoints"}},
+		{"kube-gateway", []string{"--set", "etcd.mode=external", "--set", "etcd.external.endpoints={etcd:2379}"}, []string{schemaErr, "/etcd/external/endpoints/0"}},
+		{"kube-gateway", []string{"--set", "apiService.insecureSkipTLSVerify=true"}, []string{schemaErr, "insecureSkipTLSVerify"}},
+		{"kube-gateway", []string{"--set", "resources.requests.cpu=lots"}, []string{schemaErr, "/resources/requests/cpu"}},
+		{"kube-gateway", []string{"--set", "gateway.goGC=-1"}, []string{schemaErr, "/gateway/goGC"}},
+		{"kube-gateway", []string{"--set", "directAccess.enable=true"}, []string{schemaErr, "enable"}},
+		{"kube-gateway", []string{"--set", "directAccess.service.type=ExternalName"}, []string{schemaErr, "/directAccess/service/type"}},
+		{"kube-gateway", []string{"--set", "directAccess.audit.policy.kind=Config"}, []string{schemaErr, "/directAccess/audit/policy/kind"}},
+		// Past the schema, the templates:
+		{"kube-gateway", []string{"--set", "etcd.mode=external", "--set", "etcd.external.endpoints={https://etcd:2379}"}, []string{"etcd.external.tls.secretName", "required for https"}},
+		{"kube-gateway", []string{"--set", "certificates.mode=secret", "--set", "certificates.secret.name=x", "--set", "certificates.secret.caBundle=not-pem"}, []string{"caBundle must be PEM"}},
+		{"kube-gateway-member", []string{"--set", "identity.type=token"}, []string{schemaErr, "/identity/type"}},
+		{"kube-gateway-member", []string{"--set", "identity.user.nam=x"}, []string{schemaErr, "nam"}},
+		{"kube-gateway-member", []string{"--set", "name=Not_A_Name"}, []string{schemaErr, "/name"}},
+	} {
+		args := append([]string{"template", Release, Path(t, c.chart), "--namespace", "kube-gateway"}, c.args...)
+		out, err := helm.Run(ctx, t, args...)
+		if err == nil {
+			t.Fatalf("%s %v rendered:\n%s", c.chart, c.args, out)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Fatalf("%s %v: error does not mention %q: %v", c.chart, c.args, w, err)
+			}
+		}
+	}
+}
+
+// The images `make image` tags are the chart's defaults.
+func TestDefaultImagesAreWhatMakeImageBuilds(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, "make", "-s", "--no-print-directory", "-C", root, "image-names")
+	for _, kv := range os.Environ() { // not a sub-make of the make that may run this test
+		if !strings.HasPrefix(kv, "MAKEFLAGS=") && !strings.HasPrefix(kv, "MAKELEVEL=") && !strings.HasPrefix(kv, "MFLAGS=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("make image-names: %v", err)
+	}
+	want := strings.Fields(string(out))
+	m := DefaultHelm(t).Render(ctx, t, "kube-gateway", "kube-gateway")
+	got := []string{
+		Convert[appsv1.Deployment](t, m.One(t, "Deployment")).Spec.Template.Spec.Containers[0].Image,
+		Convert[appsv1.StatefulSet](t, m.One(t, "StatefulSet")).Spec.Template.Spec.Containers[0].Image,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("chart images %v, make image tags %v", got, want)
+	}
+}
