@@ -1,9 +1,9 @@
 package e2e
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -37,20 +37,7 @@ func gatewayClient(t *testing.T, frontProxy bool) *http.Client {
 
 func gatewayGet(t *testing.T, c *http.Client, path string, header http.Header) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, env.GatewayURL+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range header {
-		req.Header[k] = v
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
+	return gatewayDo(context.Background(), t, c, env.GatewayURL, path, header)
 }
 
 // gatewayCounter scrapes the gateway's /metrics as the hub's admin and returns
