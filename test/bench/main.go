@@ -8,6 +8,8 @@
 //	hub       client -> hub kube-apiserver -> kube-gateway -> member-b (hub admin token)
 //	floor     client -> test/bench/floorproxy -> member-b (a minimal Go reverse
 //	          proxy that adds the member admin token; -floor=false drops it)
+//	direct-mode  client -> kube-gateway -> member-b (hub admin token sent straight
+//	          to a gateway started with --direct-access; only with -direct-mode)
 //
 // It starts the test environment of test/harness (etcd, hub, members, gateway)
 // in a temporary directory, creates ConfigMap bench/target and 10,000
@@ -36,6 +38,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,6 +74,7 @@ type options struct {
 	GatewayEnv     []string
 	GatewayArgs    []string
 	Floor          bool // the floor target (test/bench/floorproxy)
+	DirectMode     bool // the gateway runs with --direct-access; the direct-mode target
 }
 
 const (
@@ -103,8 +107,13 @@ func main() {
 	flag.StringVar(&o.Out, "out", "", "also write the markdown report to this file (default <out-dir>/report.md)")
 	flag.BoolVar(&o.Keep, "keep", false, "keep the environment's work dir (logs) after a successful run")
 	flag.BoolVar(&o.Floor, "floor", true, "also measure GETs through test/bench/floorproxy, a minimal Go reverse proxy (the floor of proxying cost)")
+	flag.BoolVar(&o.DirectMode, "direct-mode", false, "start the gateway with --direct-access (for every target) and also measure GETs with the hub admin token sent straight to the gateway, without the hub")
 	measure.GatewayFlags(flag.CommandLine, &o.GatewayEnv, &o.GatewayArgs)
 	flag.Parse()
+	if o.DirectMode && !slices.Contains(o.GatewayArgs, directAccessArg) {
+		// The report's header lists the gateway's added flags.
+		o.GatewayArgs = append(o.GatewayArgs, directAccessArg)
+	}
 	os.Exit(runMain(o))
 }
 
@@ -188,7 +197,7 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 		return nil, err
 	}
 
-	targets, gw, err := makeTargets(env)
+	targets, gw, err := makeTargets(env, o.DirectMode)
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +223,7 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 	procs := []measure.Proc{
 		{Name: "kube-gateway", PID: env.Gateway.PID()},
 		{Name: member + "-1", PID: env.Members[member].Servers[0].Process.PID()},
-		{Name: "hub-1", PID: env.Hub.Servers[0].Process.PID()},
+		{Name: hubProc, PID: env.Hub.Servers[0].Process.PID()},
 		{Name: "etcd", PID: env.Etcd.PID()},
 		{Name: "bench client", PID: 0}, // this process
 	}
@@ -235,7 +244,8 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 	rep.IdleFor = time.Since(t0)
 
 	// Warm-up: connections, caches (the gateway's SubjectAccessReview cache,
-	// the hub's), the Go heaps, the LIST path.
+	// the hub's, and in direct mode the gateway's TokenReview cache), the Go
+	// heaps, the LIST path.
 	logf("warm-up")
 	for _, t := range targets {
 		if r := t.Load(ctx, getPath, 1, 300, 0); r.Errors > 0 {
@@ -244,8 +254,8 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 		if r := t.Load(ctx, getPath, o.Concurrency, 0, 2*time.Second); r.Errors > 0 {
 			return nil, fmt.Errorf("warm-up %s: %d errors, first: %v", t.Key, r.Errors, r.FirstErr)
 		}
-		if t.Key == floorKey {
-			continue // GETs only: the LIST measurements leave the floor out
+		if getsOnly(t.Key) {
+			continue // the LIST measurements leave the floor and direct mode out
 		}
 		for _, enc := range encodings {
 			// The first LISTs a process ever serves show what a cold heap
@@ -283,7 +293,7 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 		for i := 0; i < o.ListPerRound; i++ {
 			for _, enc := range encodings {
 				for _, t := range order {
-					if t.Key == floorKey {
+					if getsOnly(t.Key) {
 						continue
 					}
 					lr, err := measureList(ctx, t, procs, rep.Hz, gwPID, enc, gw)
@@ -303,6 +313,13 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 				logf("  %-8s c=1 p50 %-9s p99 %-9s | c=%d %6.0f req/s | floor proxy CPU %s/req | at %.0f/s: %.0f/s, p99 %s, floor proxy CPU %s/req",
 					t.Key, measure.Dur(c1.P50), measure.Dur(c1.P99), o.Concurrency, cn.RPS,
 					measure.US(cn.cpuPerReq(floorProc)), o.Rate, fr.RPS, measure.Dur(fr.P99), measure.US(fr.cpuPerReq(floorProc)))
+				continue
+			}
+			if t.Key == measure.DirectModeKey {
+				logf("  %-8s c=1 p50 %-9s p99 %-9s | c=%d %6.0f req/s | gateway CPU %s/req, hub %s/req | at %.0f/s: %.0f/s, p99 %s, gateway CPU %s/req, hub %s/req",
+					t.Key, measure.Dur(c1.P50), measure.Dur(c1.P99), o.Concurrency, cn.RPS,
+					measure.US(cn.cpuPerReq("kube-gateway")), measure.US(cn.cpuPerReq(hubProc)), o.Rate, fr.RPS, measure.Dur(fr.P99),
+					measure.US(fr.cpuPerReq("kube-gateway")), measure.US(fr.cpuPerReq(hubProc)))
 				continue
 			}
 			logf("  %-8s c=1 p50 %-9s p99 %-9s | c=%d %6.0f req/s | gateway CPU %s/req | at %.0f/s: %.0f/s, p99 %s, gateway CPU %s/req | LIST %s",
@@ -408,14 +425,33 @@ func setupObjects(ctx context.Context, cs kubernetes.Interface, o options, rep *
 	return nil
 }
 
-// makeTargets builds the three ways to member-b, each with its own client.
-// It also returns the gateway target for /debug/pprof and /metrics.
-func makeTargets(env *harness.Env) ([]*measure.Target, *measure.Target, error) {
+// makeTargets builds the three ways to member-b (four with directMode), each
+// with its own client. It also returns the gateway target for /debug/pprof
+// and /metrics.
+func makeTargets(env *harness.Env, directMode bool) ([]*measure.Target, *measure.Target, error) {
 	direct, gw, hub, err := measure.Targets(env, member, 2*time.Minute)
 	if err != nil {
 		return nil, nil, err
 	}
-	return []*measure.Target{direct, gw, hub}, gw, nil
+	ts := []*measure.Target{direct, gw, hub}
+	if directMode {
+		dm, err := measure.DirectModeTarget(env, member, 2*time.Minute)
+		if err != nil {
+			return nil, nil, err
+		}
+		ts = append(ts, dm)
+	}
+	return ts, gw, nil
+}
+
+// getsOnly reports whether target key takes part in the GET measurements
+// only (no LIST): the floor and direct mode.
+func getsOnly(key string) bool { return key == floorKey || key == measure.DirectModeKey }
+
+// crossesGateway reports whether the requests of target key go through the
+// gateway (its allocations are then measured).
+func crossesGateway(key string) bool {
+	return key == "gateway" || key == "hub" || key == measure.DirectModeKey
 }
 
 // sameObject checks that the targets return the very same bytes for the
@@ -492,7 +528,7 @@ func measureLoad(ctx context.Context, t *measure.Target, procs []measure.Proc, h
 // the gateway allocated per request.
 func measureRate(ctx context.Context, t *measure.Target, procs []measure.Proc, hz float64, o options, gw *measure.Target) loadRun {
 	var am *allocMeter
-	if t.Key == "gateway" || t.Key == "hub" {
+	if crossesGateway(t.Key) {
 		am = startAlloc(ctx, gw)
 	}
 	a := measure.SnapCPU(procs)

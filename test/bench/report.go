@@ -239,6 +239,9 @@ func (r *report) markdown() string {
 	if r.hasFloor() {
 		r.floorSection(p)
 	}
+	if r.hasDirectMode() {
+		r.directModeSection(p)
+	}
 	if o.Rate > 0 {
 		r.rateSection(p)
 	}

@@ -18,7 +18,7 @@ import (
 // reused HTTP client (keep-alive, HTTP/2 when offered) and the headers that
 // authenticate the caller.
 type Target struct {
-	Key    string // direct | gateway | hub | floor
+	Key    string // direct | gateway | hub | floor | direct-mode
 	Label  string
 	Base   string // the member path is appended to it
 	Client *http.Client
@@ -65,11 +65,7 @@ func Targets(env *harness.Env, member string, timeout time.Duration) (direct, ga
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	gwCA, err := os.ReadFile(env.GatewayCAFile)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	gc, err := NewClient(gwCA, &cert, timeout)
+	gc, err := gatewayClient(env, &cert, timeout)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -86,6 +82,33 @@ func Targets(env *harness.Env, member string, timeout time.Duration) (direct, ga
 	hub = &Target{Key: "hub", Label: "hub + gateway", Base: env.Hub.Servers[0].URL + harness.ProxyPath(member), Client: hc,
 		Header: http.Header{"Authorization": {"Bearer " + env.Hub.Tokens[harness.UserAdmin]}}}
 	return direct, gateway, hub, nil
+}
+
+// DirectModeTarget is the way to member through a gateway that runs with
+// --direct-access, without the hub: the hub admin token sent straight to the
+// gateway, which checks it with the hub (TokenReview, and SubjectAccessReview
+// for users outside system:masters; both cached). The client trusts the
+// gateway's CA and has no client certificate.
+func DirectModeTarget(env *harness.Env, member string, timeout time.Duration) (*Target, error) {
+	c, err := gatewayClient(env, nil, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &Target{Key: DirectModeKey, Label: "gateway (direct mode)", Base: env.GatewayURL + harness.ProxyPath(member), Client: c,
+		Header: http.Header{"Authorization": {"Bearer " + env.Hub.Tokens[harness.UserAdmin]}}}, nil
+}
+
+// DirectModeKey is the Key of DirectModeTarget.
+const DirectModeKey = "direct-mode"
+
+// gatewayClient returns a client that trusts the gateway's serving CA and
+// presents cert (none when nil).
+func gatewayClient(env *harness.Env, cert *tls.Certificate, timeout time.Duration) (*http.Client, error) {
+	ca, err := os.ReadFile(env.GatewayCAFile)
+	if err != nil {
+		return nil, err
+	}
+	return NewClient(ca, cert, timeout)
 }
 
 // Result of one request.
