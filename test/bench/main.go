@@ -23,7 +23,7 @@
 // docs/benchmark.md explains the method and reads a run.
 //
 //	make bench                                   # BENCH_ARGS="-rounds 3" to pass flags
-//	go run ./test/bench -out-dir _output/bench [-rounds 5] [-requests 1500] [-duration 6s] [-rate 200]
+//	go run ./test/bench -out-dir _output/bench [-rounds 5] [-requests 1500] [-duration 6s] [-rate 200] [-direct-mode]
 //
 // It is a report, not a test: it exits non-zero only when it cannot measure.
 package main
