@@ -114,19 +114,21 @@ type Route struct {
 	Schema *flowcontrol.Schema
 }
 
-// Pick returns the server for one request among the healthy candidates other
-// than exclude (a server that just failed it; may be nil), or nil when there is
-// none.
+// Pick returns the server for one request: a healthy candidate other than
+// exclude (a server that just failed it; may be nil). When no candidate is
+// healthy it picks among all of them but exclude, as Envoy does below its
+// panic threshold: a member whose readiness check fails can often still answer
+// (discovery, /version, reads from its cache), and its own answer, even an
+// error, tells the client more than the gateway's 503. Health checking and
+// status still say unhealthy. nil when no other candidate exists.
 func (r *Route) Pick(exclude *balance.Endpoint) *balance.Endpoint {
 	candidates := r.Candidates
 	for _, e := range r.Candidates {
 		if e == exclude || !e.Healthy() {
 			// The uncommon case: build the list of the usable ones.
-			candidates = make([]*balance.Endpoint, 0, len(r.Candidates))
-			for _, e := range r.Candidates {
-				if e != exclude && e.Healthy() {
-					candidates = append(candidates, e)
-				}
+			candidates = usable(r.Candidates, exclude, true)
+			if len(candidates) == 0 {
+				candidates = usable(r.Candidates, exclude, false)
 			}
 			break
 		}
@@ -135,6 +137,18 @@ func (r *Route) Pick(exclude *balance.Endpoint) *balance.Endpoint {
 		return nil
 	}
 	return r.Picker.Pick(candidates)
+}
+
+// usable returns the candidates other than exclude, only the healthy ones if
+// healthyOnly.
+func usable(candidates []*balance.Endpoint, exclude *balance.Endpoint, healthyOnly bool) []*balance.Endpoint {
+	out := make([]*balance.Endpoint, 0, len(candidates))
+	for _, e := range candidates {
+		if e != exclude && (e.Healthy() || !healthyOnly) {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // Route returns the route of a request: its first matching policy, or the

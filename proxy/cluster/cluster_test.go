@@ -658,3 +658,49 @@ func waitConns(t *testing.T, m *member, want int) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// Healthy servers take the requests while any is healthy; with none healthy,
+// every enabled server does (the member's own answer beats the gateway's 503),
+// but never the one that just failed the request.
+func TestPickWhenNoServerIsHealthy(t *testing.T) {
+	uc := upstreamCluster("https://192.0.2.10:6443", "https://192.0.2.11:6443")
+	c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}), nil, nil)
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	route := c.Route(&request.Attributes{Verb: "get", Path: "/version"})
+	a, b := c.Endpoints[0], c.Endpoints[1]
+
+	a.SetHealthy(false)
+	for range 4 {
+		if got := route.Pick(nil); got != b {
+			t.Fatalf("one healthy server: Pick() = %v, want %v", got.URL, b.URL)
+		}
+	}
+	b.SetHealthy(false)
+	seen := map[string]bool{}
+	for range 20 {
+		e := route.Pick(nil)
+		if e == nil {
+			t.Fatal("no healthy server: Pick() = nil, want any enabled server")
+		}
+		seen[e.URL.Host] = true
+	}
+	if len(seen) != 2 {
+		t.Errorf("no healthy server: picked %v, want both servers in turn", seen)
+	}
+	if got := route.Pick(a); got != b {
+		t.Errorf("no healthy server, a just failed: Pick(a) = %v, want %v", got, b.URL)
+	}
+	one := upstreamCluster("https://192.0.2.10:6443")
+	c1, err := cluster.Compile(one, secret(map[string][]byte{"token": []byte(token)}), nil, nil)
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	only := c1.Endpoints[0]
+	only.SetHealthy(false)
+	r1 := c1.Route(&request.Attributes{Verb: "get", Path: "/version"})
+	if got := r1.Pick(only); got != nil {
+		t.Errorf("the only server just failed: Pick = %v, want nil (no other server to try)", got.URL)
+	}
+}

@@ -21,11 +21,14 @@ import (
 // retryAfterSeconds is what clients are told to wait when no server answered.
 const retryAfterSeconds = 1
 
+// noServerReason says why a route has no server to try: every server is
+// disabled, or the policy's subset names no enabled one. (Unhealthy servers are
+// still tried when no healthy one is left: cluster.Route.Pick.)
 func noServerReason(route *cluster.Route) string {
 	if route.Policy == "" {
-		return "none of its enabled servers is healthy"
+		return "it has no enabled server (spec.servers)"
 	}
-	return fmt.Sprintf("none of the enabled servers of dispatch policy %q is healthy", route.Policy)
+	return fmt.Sprintf("dispatch policy %q names no enabled server (upstreamSubset)", route.Policy)
 }
 
 // tooManyRequests is the 429 of a request its flow-control schema refused.

@@ -108,7 +108,7 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 	defer inFlight.Dec()
 
 	start := time.Now()
-	recorder := &statusRecorder{ResponseWriter: w}
+	recorder := &statusRecorder{ResponseWriter: w, client: req.Context()}
 	last, ok := f.attempts(recorder, req, r, route, &attrs)
 	if !ok {
 		f.Metrics.Rejected(r.Cluster.Name, route.Policy, schema, metrics.ReasonNoReadyServer)

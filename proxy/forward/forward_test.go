@@ -1223,3 +1223,57 @@ func TestServeForwardedFor(t *testing.T) {
 		}
 	}
 }
+
+// A client that closes its watch is normal operation: the forwarded request
+// ends, and the handler returns without aborting (an aborted handler is logged
+// as an error by the apiserver's panic recovery).
+func TestServeClientGoneEndsWithoutAbort(t *testing.T) {
+	memberDone := make(chan struct{})
+	member := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"type":"ADDED"}` + "\n"))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+		close(memberDone)
+	}))
+	t.Cleanup(member.Close)
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: member.Certificate().Raw})
+	c := compile(t, caPEM, nil, member.URL)
+	aborted := make(chan any, 1)
+	handlerDone := make(chan struct{})
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		defer close(handlerDone)
+		defer func() {
+			if p := recover(); p != nil {
+				aborted <- p
+			}
+		}()
+		rt := byPrefix(req)
+		testForwarder.Serve(w, req, forward.Request{Cluster: c, Path: rt.path, RawQuery: rt.rawQuery, User: hubUser(), Errors: responseErrors{rec: &errorRecorder{}, w: w}})
+	}))
+	t.Cleanup(gw.Close)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, gw.URL+proxyPrefix+"/api/v1/pods?watch=true", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+		t.Fatalf("first event: %v", err)
+	}
+	cancel() // the client closes its watch
+	_ = resp.Body.Close()
+	for _, done := range []chan struct{}{memberDone, handlerDone} {
+		select {
+		case <-done:
+		case <-time.After(testTimeout):
+			t.Fatal("the watch did not end after its client went away")
+		}
+	}
+	select {
+	case p := <-aborted:
+		t.Fatalf("the handler aborted (%v) after its client went away", p)
+	default:
+	}
+}

@@ -13,9 +13,9 @@ import (
 func TestStoppableBodyNeedsNoGoroutine(t *testing.T) {
 	stopping, stop := context.WithCancel(context.Background())
 	before := runtime.NumGoroutine()
-	bodies := make([]*stoppableBody, 100)
+	bodies := make([]*body, 100)
 	for i := range bodies {
-		bodies[i] = newStoppableBody(stopping, io.NopCloser(strings.NewReader("event\n")))
+		bodies[i] = newBody(context.Background(), io.NopCloser(strings.NewReader("event\n")), stopping)
 	}
 	if after := runtime.NumGoroutine(); after > before {
 		t.Fatalf("%d goroutines for %d waiting bodies, want none", after-before, len(bodies))

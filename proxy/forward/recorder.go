@@ -2,13 +2,17 @@ package forward
 
 import (
 	"bufio"
+	"context"
 	"net"
 	"net/http"
 )
 
-// statusRecorder remembers the status code written to the client.
+// statusRecorder remembers the status code written to the client. Once the
+// client went away, writes succeed without effect: the copy then ends when the
+// member's body does (see body), not with an aborted handler.
 type statusRecorder struct {
 	http.ResponseWriter
+	client   context.Context // the client's request
 	status   int
 	hijacked bool
 }
@@ -24,7 +28,11 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 	if s.status == 0 {
 		s.status = http.StatusOK
 	}
-	return s.ResponseWriter.Write(b)
+	n, err := s.ResponseWriter.Write(b)
+	if err != nil && s.client.Err() != nil {
+		return len(b), nil
+	}
+	return n, err
 }
 
 // Hijack records an upgrade: the member's answer then goes to the raw

@@ -95,10 +95,10 @@ func (rp *reverseProxy) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, errNoIdentity
 	}
 	resp, err := attemptFrom(req.Context()).transports.Pooled.RoundTrip(req)
-	if err != nil || rp.stopping == nil {
-		return resp, err
+	if err != nil {
+		return nil, err
 	}
-	resp.Body = newStoppableBody(rp.stopping, resp.Body)
+	resp.Body = newBody(req.Context(), resp.Body, rp.stopping)
 	return resp, nil
 }
 
@@ -133,34 +133,44 @@ func newBufferPool(size int) *bufferPool {
 func (p *bufferPool) Get() []byte  { return *p.pool.Get().(*[]byte) }
 func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 
-// stoppableBody is the body of a long-running response: once stopping is done
-// it ends as if the member had finished it, so that the client gets a complete
-// response (for a watch: the end of the stream) rather than a cut connection,
-// and reconnects. It needs no goroutine of its own while it waits.
-type stoppableBody struct {
+// body is a member's response body as the reverse proxy copies it. The copy
+// ends cleanly, as if the member had finished, when the client went away
+// (nobody is left to answer, and an aborted handler is logged as an error) or,
+// for a long-running response, when the gateway stops (the client gets a
+// complete response, for a watch the end of the stream, and reconnects
+// elsewhere). Any other read error still aborts the response, so that a
+// truncated body never looks complete. It needs no goroutine of its own.
+type body struct {
 	io.ReadCloser
-	stopped  atomic.Bool
-	unsubscr func() bool
+	client      context.Context // the client's request
+	stopped     atomic.Bool
+	unsubscribe func() bool // ends the subscription to stopping; nil without one
 }
 
-func newStoppableBody(stopping context.Context, body io.ReadCloser) *stoppableBody {
-	b := &stoppableBody{ReadCloser: body}
-	b.unsubscr = context.AfterFunc(stopping, func() {
-		b.stopped.Store(true)
-		_ = body.Close() // unblocks a pending Read
-	})
+// newBody wraps the response body of the client's request; stopping, if not
+// nil, ends it when done.
+func newBody(client context.Context, rc io.ReadCloser, stopping context.Context) *body {
+	b := &body{ReadCloser: rc, client: client}
+	if stopping != nil {
+		b.unsubscribe = context.AfterFunc(stopping, func() {
+			b.stopped.Store(true)
+			_ = rc.Close() // unblocks a pending Read
+		})
+	}
 	return b
 }
 
-func (b *stoppableBody) Read(p []byte) (int, error) {
+func (b *body) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err != nil && b.stopped.Load() {
+	if err != nil && err != io.EOF && (b.stopped.Load() || b.client.Err() != nil) {
 		return n, io.EOF
 	}
 	return n, err
 }
 
-func (b *stoppableBody) Close() error {
-	b.unsubscr()
+func (b *body) Close() error {
+	if b.unsubscribe != nil {
+		b.unsubscribe()
+	}
 	return b.ReadCloser.Close()
 }

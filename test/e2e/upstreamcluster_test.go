@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -347,4 +349,82 @@ func TestOpenAPINamesServedVersionOnly(t *testing.T) {
 			return nil
 		})
 	}
+}
+
+// A member whose readiness check fails can often still answer. When no server
+// of a cluster is healthy the gateway forwards anyway: what the member serves
+// reaches the client, while status keeps saying the server is unhealthy.
+func TestForwardsWhenNoServerIsHealthy(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	uc := newCluster("no-healthy-server", env.Members[harness.MemberB].Servers[0].URL)
+	// A path the member does not serve: every probe fails with 404.
+	uc.Spec.HealthCheck = &gatewayv1alpha1.HealthCheck{Path: "/no-such-health-path", IntervalSeconds: 2, TimeoutSeconds: 1,
+		UnhealthyThreshold: 1, HealthyThreshold: 1}
+	createCluster(t, uc)
+	unhealthy := func(ctx context.Context) error {
+		got, err := upstreamClusters(t).Get(ctx, uc.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(got.Status.Servers) != 1 || got.Status.Servers[0].Healthy {
+			return errorf("servers %+v, want the one server unhealthy", got.Status.Servers)
+		}
+		if ready := meta.FindStatusCondition(got.Status.Conditions, gatewayv1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionFalse {
+			return errorf("Ready %+v, want False", ready)
+		}
+		return nil
+	}
+	eventually(t, time.Minute, unhealthy)
+
+	out, stderr, err := env.Kubectl(ctx, "hub-admin", "get", "--raw", harness.ProxyPath(uc.Name)+"/version")
+	if err != nil || !strings.Contains(out, "gitVersion") {
+		t.Fatalf("/version of a member whose readiness check fails: %q %q %v, want the member's answer", out, stderr, err)
+	}
+	if err := unhealthy(ctx); err != nil {
+		t.Fatalf("after a request the member answered: %v", err)
+	}
+}
+
+// The credential Secret deleted: 503 naming the cluster and the Secret; put
+// back: traffic resumes, without a restart.
+func TestCredentialSecretDeletedAndRestored(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	secrets := hubAdmin(t).CoreV1().Secrets(harness.GatewayNamespace)
+	source, err := secrets.Get(ctx, harness.MemberB, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "restorable"}, Data: source.Data}
+	if _, err := secrets.Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = secrets.Delete(context.Background(), secret.Name, metav1.DeleteOptions{}) })
+	uc := newCluster("restorable", env.Members[harness.MemberB].Servers[0].URL)
+	uc.Spec.ClientConfig.SecretRef.Name = secret.Name
+	createCluster(t, uc)
+	served := func(ctx context.Context) error {
+		out, stderr, err := env.Kubectl(ctx, "hub-admin", "get", "--raw", harness.ProxyPath(uc.Name)+"/version")
+		if err != nil || !strings.Contains(out, "gitVersion") {
+			return errorf("/version: %q %q %v", out, stderr, err)
+		}
+		return nil
+	}
+	eventually(t, time.Minute, served)
+
+	if err := secrets.Delete(ctx, secret.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, func(ctx context.Context) error {
+		status, code := proxyStatus(ctx, t, uc.Name, "/version")
+		if code != http.StatusServiceUnavailable || !strings.Contains(status.Message, `upstream cluster "restorable"`) ||
+			!strings.Contains(status.Message, harness.GatewayNamespace+"/restorable was not found") {
+			return errorf("after deleting the Secret: %d %q", code, status.Message)
+		}
+		return nil
+	})
+
+	if _, err := secrets.Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, served)
 }
