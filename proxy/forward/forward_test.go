@@ -1042,17 +1042,7 @@ func TestServeRetriesIdempotentRequestsElsewhere(t *testing.T) {
 // Stop ends proxied long-running requests (a gateway shutting down must not be
 // held by watches), and leaves other requests alone.
 func TestStopEndsStreams(t *testing.T) {
-	memberDone := make(chan struct{})
-	member := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"type":"ADDED"}` + "\n"))
-		w.(http.Flusher).Flush()
-		<-r.Context().Done() // a watch: open until the client or the gateway ends it
-		close(memberDone)
-	}))
-	t.Cleanup(member.Close)
-	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: member.Certificate().Raw})
-	c := compile(t, caPEM, nil, member.URL)
+	c, memberDone := watchMember(t)
 	f := forward.NewForwarder(metrics.New())
 	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		rt := byPrefix(req)
@@ -1228,17 +1218,7 @@ func TestServeForwardedFor(t *testing.T) {
 // ends, and the handler returns without aborting (an aborted handler is logged
 // as an error by the apiserver's panic recovery).
 func TestServeClientGoneEndsWithoutAbort(t *testing.T) {
-	memberDone := make(chan struct{})
-	member := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"type":"ADDED"}` + "\n"))
-		w.(http.Flusher).Flush()
-		<-r.Context().Done()
-		close(memberDone)
-	}))
-	t.Cleanup(member.Close)
-	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: member.Certificate().Raw})
-	c := compile(t, caPEM, nil, member.URL)
+	c, memberDone := watchMember(t)
 	aborted := make(chan any, 1)
 	handlerDone := make(chan struct{})
 	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -1276,4 +1256,22 @@ func TestServeClientGoneEndsWithoutAbort(t *testing.T) {
 		t.Fatalf("the handler aborted (%v) after its client went away", p)
 	default:
 	}
+}
+
+// watchMember starts a member that answers every request like a watch: one
+// event, then open until the request ends, which closes done. It returns the
+// compiled cluster of that member.
+func watchMember(t *testing.T) (c *cluster.Cluster, done chan struct{}) {
+	t.Helper()
+	done = make(chan struct{})
+	member := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"type":"ADDED"}` + "\n"))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+		close(done)
+	}))
+	t.Cleanup(member.Close)
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: member.Certificate().Raw})
+	return compile(t, caPEM, nil, member.URL), done
 }
