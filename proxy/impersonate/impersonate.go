@@ -166,6 +166,9 @@ func Apply(req *http.Request, id transport.ImpersonationConfig) (*http.Request, 
 	}
 	var out *http.Request
 	_, _ = transport.NewImpersonatingRoundTripper(id, capture{&out}).RoundTrip(req)
+	if out == nil {
+		return nil, fmt.Errorf("impersonation headers could not be set")
+	}
 	return out, nil
 }
 
