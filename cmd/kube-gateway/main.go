@@ -3,6 +3,9 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"io"
 	"os"
 
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -12,6 +15,18 @@ import (
 )
 
 func main() {
-	ctx := genericapiserver.SetupSignalContext()
-	os.Exit(cli.Run(app.NewCommand(ctx)))
+	os.Exit(run(genericapiserver.SetupSignalContext(), os.Args[1:], os.Stderr))
+}
+
+// run runs the command with args and returns the exit code. An error is one
+// plain line on stderr, whatever the subcommand: a person reads it (and a log
+// collector takes it as it is), so it carries no log-line decoration.
+func run(ctx context.Context, args []string, stderr io.Writer) int {
+	cmd := app.NewCommand(ctx)
+	cmd.SetArgs(args)
+	if err := cli.RunNoErrOutput(cmd); err != nil {
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return 1
+	}
+	return 0
 }
