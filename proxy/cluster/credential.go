@@ -24,7 +24,11 @@ const (
 func transportConfig(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret) (transport.Config, error) {
 	cc := uc.Spec.ClientConfig
 	cfg := transport.Config{ServerName: cc.ServerName, Insecure: cc.Insecure}
-	secretCA := secret.Data[SecretKeyCA]
+	secretCA, hasCA := secret.Data[SecretKeyCA]
+	if hasCA && len(secretCA) == 0 {
+		return cfg, configError(ReasonInvalidCAData, "%q of credential Secret %s/%s is empty: put the member's CA bundle (PEM) in it, or remove the key",
+			SecretKeyCA, secret.Namespace, secret.Name)
+	}
 	// Checked here so that the problem is named; the messages never repeat the
 	// data (x509 errors do not either).
 	if len(cc.CAData) > 0 {
@@ -47,6 +51,12 @@ func transportConfig(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret)
 	cfg.CAData = append(append(append([]byte{}, cc.CAData...), '\n'), secretCA...)
 	if len(cc.CAData) == 0 && len(secretCA) == 0 {
 		cfg.CAData = nil
+	}
+	for _, k := range []string{SecretKeyToken, SecretKeyTLSCert, SecretKeyTLSKey} {
+		if v, ok := secret.Data[k]; ok && len(v) == 0 {
+			return cfg, configError(ReasonInvalidSecret, "%q of credential Secret %s/%s is empty: set it, or remove the key",
+				k, secret.Namespace, secret.Name)
+		}
 	}
 	token, crt, key := secret.Data[SecretKeyToken], secret.Data[SecretKeyTLSCert], secret.Data[SecretKeyTLSKey]
 	switch {
