@@ -116,10 +116,13 @@ func canonicalEndpoint(endpoint string) string {
 // fragment or user info would silently change where requests go.
 func ValidateEndpoint(endpoint string) error {
 	u, err := url.Parse(endpoint)
-	if err != nil {
-		return fmt.Errorf("must be a URL: %v", err)
-	}
 	switch {
+	case (err != nil && !strings.Contains(endpoint, "://")) || (err == nil && u.Scheme == ""):
+		// url.Parse fails on "192.0.2.10:6443" with an error that does not say
+		// what is expected, and reads "member.example.com" as a path.
+		return fmt.Errorf("must be an https URL such as https://192.0.2.10:6443: the scheme is missing")
+	case err != nil:
+		return fmt.Errorf("must be an https URL such as https://192.0.2.10:6443: %v", err)
 	case u.Scheme != "https":
 		return fmt.Errorf("must be an https URL such as https://192.0.2.10:6443")
 	case u.Host == "" || u.Hostname() == "":
