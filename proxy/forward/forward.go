@@ -67,18 +67,19 @@ type Forwarder struct {
 	// proxy carries requests that are not long-running, longRunning the others:
 	// they differ in the size of their pooled copy buffers only.
 	proxy, longRunning *reverseProxy
-	// stopping is canceled by Stop: long-running responses end.
-	stopping context.Context
-	stop     context.CancelFunc
+	// stop ends the long-running responses of longRunning.
+	stop context.CancelFunc
 }
 
 // NewForwarder returns a Forwarder recording into m.
 func NewForwarder(m *metrics.Metrics) *Forwarder {
-	f := &Forwarder{Metrics: m}
-	f.stopping, f.stop = context.WithCancel(context.Background())
-	f.proxy = newReverseProxy(shortBufferSize, nil)
-	f.longRunning = newReverseProxy(longRunningBufferSize, f.stopping)
-	return f
+	stopping, stop := context.WithCancel(context.Background())
+	return &Forwarder{
+		Metrics:     m,
+		proxy:       newReverseProxy(shortBufferSize, nil),
+		longRunning: newReverseProxy(longRunningBufferSize, stopping),
+		stop:        stop,
+	}
 }
 
 // Stop ends every proxied long-running request (watches, log streams) cleanly,

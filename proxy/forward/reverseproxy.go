@@ -2,7 +2,6 @@ package forward
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -92,7 +91,7 @@ func rewrite(pr *httputil.ProxyRequest) {
 // server; rewrite has set the gateway's credential and the identity.
 func (rp *reverseProxy) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Header.Get("Impersonate-User") == "" {
-		return nil, errNoIdentity
+		return nil, impersonate.ErrNoIdentity
 	}
 	resp, err := attemptFrom(req.Context()).transports.Pooled.RoundTrip(req)
 	if err != nil {
@@ -101,8 +100,6 @@ func (rp *reverseProxy) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp.Body = newBody(req.Context(), resp.Body, rp.stopping)
 	return resp, nil
 }
-
-var errNoIdentity = errors.New("refusing to forward a request without an identity to impersonate")
 
 // refuseRedirect replaces a redirect of the member by a 502: following it, or
 // letting the client follow it, could send the request elsewhere.

@@ -5,6 +5,7 @@ package impersonate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/textproto"
@@ -154,7 +155,7 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 // by accident.
 func Apply(req *http.Request, id transport.ImpersonationConfig) (*http.Request, error) {
 	if id.UserName == "" {
-		return nil, fmt.Errorf("refusing to forward a request without an identity to impersonate")
+		return nil, ErrNoIdentity
 	}
 	// client-go's round tripper leaves a request that already has
 	// Impersonate-User alone: drop stray headers first (the forwarder has
@@ -171,6 +172,10 @@ func Apply(req *http.Request, id transport.ImpersonationConfig) (*http.Request, 
 	}
 	return out, nil
 }
+
+// ErrNoIdentity refuses a request that would reach a member with the gateway's
+// own identity.
+var ErrNoIdentity = errors.New("refusing to forward a request without an identity to impersonate")
 
 // capture is the end of a round-tripper chain that keeps the request it is
 // given instead of sending it.

@@ -230,7 +230,7 @@ func (o *Options) connectAdmissionPlugins() []string {
 	disabled := sets.New(a.DisablePlugins...)
 	enabled := []string{}
 	for _, p := range a.RecommendedPluginOrder {
-		if !disabled.Has(p) && !a.DefaultOffPlugins.Has(p) || slices.Contains(a.EnablePlugins, p) {
+		if (!disabled.Has(p) && !a.DefaultOffPlugins.Has(p)) || slices.Contains(a.EnablePlugins, p) {
 			enabled = append(enabled, p)
 		}
 	}
