@@ -297,7 +297,8 @@ func (c *Cluster) lastTransition(endpoint string) (health.ServerHealth, bool) {
 }
 
 // Servers returns the observed state of every server of spec.servers, in order.
-// Disabled servers are not healthy, with reason Disabled.
+// Disabled servers are not healthy, with reason Disabled; a server no transition
+// was seen for yet is Unknown (it takes requests meanwhile).
 func (c *Cluster) Servers() []health.ServerHealth {
 	out := make([]health.ServerHealth, 0, len(c.servers))
 	for _, srv := range c.servers {
@@ -305,14 +306,13 @@ func (c *Cluster) Servers() []health.ServerHealth {
 		switch t, seen := c.lastTransition(srv.endpoint); {
 		case srv.enabled == nil:
 			h.Reason, h.Message = gatewayv1alpha1.ServerReasonDisabled, "disabled in spec.servers"
-		case seen && t.Healthy == srv.enabled.Healthy():
+		case seen:
+			// The latest delivered change; one still on its way is delivered,
+			// and observed, next.
 			h = t
 		default:
-			h.Healthy = srv.enabled.Healthy()
-			h.Reason = "NotChecked"
-			if h.Healthy {
-				h.Message = "no failure seen yet"
-			}
+			h.Healthy, h.Unknown = srv.enabled.Healthy(), true
+			h.Reason, h.Message = health.ReasonNotChecked, "no probe has answered yet; it takes requests meanwhile"
 		}
 		out = append(out, h)
 	}

@@ -23,6 +23,7 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
+	"github.com/kubewharf/kube-gateway/proxy/health"
 	"github.com/kubewharf/kube-gateway/proxy/impersonate"
 	"github.com/kubewharf/kube-gateway/proxy/request"
 	gwtransport "github.com/kubewharf/kube-gateway/proxy/transport"
@@ -708,5 +709,55 @@ func TestPickWhenNoServerIsHealthy(t *testing.T) {
 	r1 := c1.Route(&request.Attributes{Verb: "get", Path: "/version"})
 	if got := r1.Pick(only); got != nil {
 		t.Errorf("the only server just failed: Pick = %v, want nil (no other server to try)", got.URL)
+	}
+}
+
+// A server's status is Unknown until its health checker judges it, and a
+// recompilation that keeps the server keeps what was judged.
+func TestServersUnknownUntilJudged(t *testing.T) {
+	member := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(member.Close)
+	uc := upstreamCluster(member.URL, "https://192.0.2.11:6443")
+	uc.Spec.Servers[1].Disabled = true
+	uc.Spec.ClientConfig.Insecure = true
+	cred := secret(map[string][]byte{"token": []byte(token)})
+	judged := make(chan health.ServerHealth, 10)
+	onTransition := func(_ *cluster.Cluster, h health.ServerHealth) { judged <- h }
+	c, err := cluster.Compile(uc, cred, nil, onTransition)
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers := c.Servers()
+	if s := servers[0]; !s.Unknown || !s.Healthy || s.Reason != health.ReasonNotChecked {
+		t.Errorf("server before its first probe: %+v, want Unknown and taking requests", s)
+	}
+	if s := servers[1]; s.Unknown || s.Healthy || s.Reason != gatewayv1alpha1.ServerReasonDisabled {
+		t.Errorf("disabled server: %+v", s)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Health.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case h := <-judged:
+		if h.Endpoint != member.URL || !h.Healthy || h.Reason != health.ReasonProbeSucceeded {
+			t.Fatalf("transition %+v", h)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no transition after the first probe")
+	}
+	if s := c.Servers()[0]; s.Unknown || !s.Healthy || s.Reason != health.ReasonProbeSucceeded {
+		t.Errorf("server after its first probe: %+v", s)
+	}
+
+	uc.Generation++
+	uc.Spec.DispatchPolicies = nil // any spec change recompiles
+	next, err := cluster.Compile(uc, cred, c, onTransition)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := next.Servers()[0]; s.Unknown || !s.Healthy {
+		t.Errorf("server after a recompilation: %+v, want what was judged before", s)
 	}
 }

@@ -5,9 +5,11 @@
 // and takes reports from the data plane about real requests (passive checking:
 // connection and transport failures). An endpoint goes out of rotation after
 // UnhealthyThreshold consecutive failures, probes and passive failures alike, and
-// comes back after HealthyThreshold consecutive successful probes. Every change is
-// recorded on the endpoint (balance.Endpoint.SetHealthy), where the balancer reads
-// it, and handed to a callback, which writes status.
+// comes back after HealthyThreshold consecutive successful probes. A new endpoint
+// takes requests at once, but its health is unknown until its first probe
+// answers or a failure streak takes it out: the first answer is a change too.
+// Every change is recorded on the endpoint (balance.Endpoint.SetHealthy), where
+// the balancer reads it, and handed to a callback, which writes status.
 package health
 
 import (
@@ -31,7 +33,11 @@ import (
 
 // Reasons of transitions, CamelCase as in status.servers[].reason.
 const (
-	// ReasonProbeSucceeded: enough consecutive probes answered 200.
+	// ReasonNotChecked: no probe has answered yet and no failure streak has
+	// taken the server out; it takes requests meanwhile.
+	ReasonNotChecked = "NotChecked"
+	// ReasonProbeSucceeded: enough consecutive probes answered 200 (the first
+	// one, for a server whose health was not known yet).
 	ReasonProbeSucceeded = "ProbeSucceeded"
 	// ReasonProbeFailed: the last failure was a probe that got another status or
 	// could not be sent (connection refused, TLS error, ...).
@@ -112,6 +118,10 @@ type ServerHealth struct {
 	Endpoint string
 	// Healthy says whether the server takes requests.
 	Healthy bool
+	// Unknown says that the server's health was not judged yet (see
+	// ReasonNotChecked); Healthy then says whether it takes requests (it does,
+	// unless a change is on its way). Transitions are never Unknown.
+	Unknown bool
 	// Reason is one of the Reason* constants: what the last observation was.
 	Reason string
 	// Message is a short human-readable detail, e.g.
@@ -126,14 +136,14 @@ type ServerHealth struct {
 // Checker probes the endpoints of one compiled cluster and takes passive
 // reports from the data plane.
 //
-// Callbacks: onTransition is called from a single goroutine of the checker, one
-// call at a time, in the order in which the changes happened, with no lock of the
-// checker held. A slow callback delays later callbacks, never probes nor requests,
-// but Run does not return before the callback in progress returns. Transitions
-// still queued when Run's context ends are dropped.
+// Callbacks: onTransition is called on Run's goroutine, one call at a time, in
+// the order in which the changes happened, with no lock of the checker held. A
+// slow callback delays later callbacks and the start of probes, never requests;
+// Run does not return before the callback in progress returns. Transitions still
+// queued when Run's context ends are dropped.
 type Checker struct {
 	cfg          Config
-	clk          clock.WithTicker
+	clk          clock.Clock
 	onTransition func(ServerHealth)
 
 	endpoints []*endpointState
@@ -149,6 +159,9 @@ type Checker struct {
 	// probed, when set (by tests, before Run), is called by the probe goroutine
 	// after the result of every probe has been recorded.
 	probed func(e *balance.Endpoint, ok bool)
+	// scheduled, when set (by tests, before Run), is called by Run with the
+	// time the next probe of e is due, after each probe.
+	scheduled func(e *balance.Endpoint, at time.Time)
 }
 
 // endpointState holds the streaks of one endpoint.
@@ -161,6 +174,9 @@ type endpointState struct {
 	mu        sync.Mutex
 	failures  atomic.Int64 // written under mu; read without it by ReportSuccess
 	successes int          // consecutive successful probes, under mu
+	judged    bool         // a transition of this checker said how e is, under mu
+
+	probes int // probes started, by Run's goroutine only
 }
 
 // NewChecker returns a checker of endpoints, the servers of one cluster. probe returns what
@@ -168,7 +184,7 @@ type endpointState struct {
 // credential, no impersonation, the endpoint's pooled connections);
 // clk paces them; onTransition (may be nil) is told of every change of health,
 // see Checker. Nothing runs before Run.
-func NewChecker(endpoints []*balance.Endpoint, probe func(*balance.Endpoint) http.RoundTripper, cfg Config, clk clock.WithTicker, onTransition func(ServerHealth)) *Checker {
+func NewChecker(endpoints []*balance.Endpoint, probe func(*balance.Endpoint) http.RoundTripper, cfg Config, clk clock.Clock, onTransition func(ServerHealth)) *Checker {
 	c := &Checker{
 		cfg:          cfg.normalized(),
 		clk:          clk,
@@ -193,21 +209,88 @@ func NewChecker(endpoints []*balance.Endpoint, probe func(*balance.Endpoint) htt
 // Run probes every endpoint every Interval, the first time at once, until ctx
 // ends, and delivers transitions. It returns when every goroutine it started has
 // ended; from then on reports are ignored. Call it once.
+//
+// Run's goroutine schedules the probes and delivers the transitions; a probe
+// has a goroutine of its own only while it is in flight, so that an idle
+// cluster holds one goroutine rather than one per server.
 func (c *Checker) Run(ctx context.Context) {
 	if !c.started.CompareAndSwap(false, true) {
 		panic("health: Checker.Run called twice")
 	}
 	defer c.stopped.Store(true)
-	var wg sync.WaitGroup
+
+	type finished struct {
+		s          *endpointState
+		start, end time.Time
+	}
+	done := make(chan finished, len(c.endpoints)) // never blocks: one probe per endpoint at a time
+	due := make(map[*endpointState]time.Time, len(c.endpoints))
+	now := c.clk.Now()
 	for _, s := range c.endpoints {
-		wg.Go(func() { c.probeLoop(ctx, s) })
+		due[s] = now
 	}
-	// Deliveries run on Run's own goroutine: a thousand idle clusters should
-	// not hold a thousand goroutines more than they need.
-	if c.onTransition != nil {
-		c.deliver(ctx)
+	inFlight := 0
+	timer := c.clk.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now = c.clk.Now()
+		var next time.Time
+		for s, at := range due {
+			if at.After(now) {
+				if next.IsZero() || at.Before(next) {
+					next = at
+				}
+				continue
+			}
+			delete(due, s)
+			s.probes++
+			inFlight++
+			go func() {
+				start := c.clk.Now()
+				c.probeOnce(ctx, s)
+				done <- finished{s, start, c.clk.Now()}
+			}()
+		}
+		timer.Stop()
+		if !next.IsZero() {
+			timer.Reset(next.Sub(now))
+			// The timer counts from its Reset: if the clock passed next since
+			// now was read, start those probes instead of waiting another round.
+			if !c.clk.Now().Before(next) {
+				continue
+			}
+		}
+		select {
+		case <-ctx.Done():
+			for ; inFlight > 0; inFlight-- {
+				<-done
+			}
+			return
+		case f := <-done:
+			inFlight--
+			due[f.s] = c.nextProbe(f.s, f.start, f.end)
+			if c.scheduled != nil {
+				c.scheduled(f.s.e, due[f.s])
+			}
+		case <-timer.C():
+		case <-c.signal:
+			c.deliver(ctx)
+		}
 	}
-	wg.Wait()
+}
+
+// nextProbe is when the probe of s after the one from start to end is due:
+// Interval after the start of the last one, or at once if that took longer.
+// With Spread, the second probe comes at a random point of the first Interval,
+// which sets the endpoint's phase for good.
+func (c *Checker) nextProbe(s *endpointState, start, end time.Time) time.Time {
+	if s.probes == 1 && c.cfg.Spread {
+		return end.Add(time.Duration(rand.Int64N(int64(c.cfg.Interval))))
+	}
+	if next := start.Add(c.cfg.Interval); next.After(end) {
+		return next
+	}
+	return end
 }
 
 // ReportFailure records that a real request to e failed to connect or lost its
@@ -247,6 +330,7 @@ func (c *Checker) failure(s *endpointState, reason, msg string) {
 	defer s.mu.Unlock()
 	s.successes = 0
 	if n := s.failures.Add(1); n >= int64(c.cfg.UnhealthyThreshold) && s.e.SetHealthy(false) {
+		s.judged = true
 		c.enqueue(ServerHealth{Endpoint: s.name, Healthy: false, Reason: reason, Message: msg, Since: c.clk.Now()})
 	}
 }
@@ -256,7 +340,12 @@ func (c *Checker) probeSuccess(s *endpointState, msg string) {
 	defer s.mu.Unlock()
 	s.failures.Store(0)
 	s.successes++
-	if s.successes >= c.cfg.HealthyThreshold && s.e.SetHealthy(true) {
+	// A server that takes requests but was never judged by this checker (a new
+	// one, or one whose connection settings changed) is confirmed by its first
+	// answer; one that was taken out needs HealthyThreshold of them.
+	confirmed := !s.judged && s.e.Healthy()
+	if confirmed || s.successes >= c.cfg.HealthyThreshold && s.e.SetHealthy(true) {
+		s.judged = true
 		c.enqueue(ServerHealth{Endpoint: s.name, Healthy: true, Reason: ReasonProbeSucceeded, Message: msg, Since: c.clk.Now()})
 	}
 }
@@ -276,46 +365,17 @@ func (c *Checker) enqueue(t ServerHealth) {
 	}
 }
 
+// deliver hands the queued transitions to onTransition.
 func (c *Checker) deliver(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
+	c.qmu.Lock()
+	batch := c.queue
+	c.queue = nil
+	c.qmu.Unlock()
+	for _, t := range batch {
+		if ctx.Err() != nil {
 			return
-		case <-c.signal:
 		}
-		c.qmu.Lock()
-		batch := c.queue
-		c.queue = nil
-		c.qmu.Unlock()
-		for _, t := range batch {
-			if ctx.Err() != nil {
-				return
-			}
-			c.onTransition(t)
-		}
-	}
-}
-
-func (c *Checker) probeLoop(ctx context.Context, s *endpointState) {
-	if c.cfg.Spread {
-		c.probeOnce(ctx, s) // at once: a new server is judged soon
-		phase := c.clk.NewTimer(time.Duration(rand.Int64N(int64(c.cfg.Interval))))
-		select {
-		case <-ctx.Done():
-			phase.Stop()
-			return
-		case <-phase.C():
-		}
-	}
-	ticker := c.clk.NewTicker(c.cfg.Interval)
-	defer ticker.Stop()
-	for {
-		c.probeOnce(ctx, s)
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C():
-		}
+		c.onTransition(t)
 	}
 }
 

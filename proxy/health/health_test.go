@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/utils/clock"
 	testclock "k8s.io/utils/clock/testing"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
@@ -74,9 +73,13 @@ func (m *member) serve(w http.ResponseWriter, r *http.Request) {
 	if status == 0 {
 		select {
 		case <-release:
+			return
 		case <-r.Context().Done():
+			// Never an answer to a probe the client gave up on: returning
+			// would send 200 OK, which a racing client read could take as a
+			// success.
+			panic(http.ErrAbortHandler)
 		}
-		return
 	}
 	w.WriteHeader(status)
 	if status == http.StatusOK {
@@ -164,9 +167,16 @@ func newHarness(t *testing.T, cfg Config, members ...*member) *harness {
 	return h
 }
 
-// start runs the checker and waits for the first round of probes.
+// start runs the checker, waits for the first round of probes and takes the
+// transitions of the servers that answered (their health was unknown before).
 func (h *harness) start() {
 	h.t.Helper()
+	h.run()
+	h.expectConfirmed(h.awaitProbes(len(h.members)))
+}
+
+// run runs the checker until the test ends.
+func (h *harness) run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	go func() {
@@ -174,7 +184,29 @@ func (h *harness) start() {
 		h.c.Run(ctx)
 	}()
 	h.t.Cleanup(h.stop)
-	h.awaitProbes(len(h.members))
+}
+
+// expectConfirmed takes one ProbeSucceeded transition, in any order, for each
+// endpoint of results whose probe succeeded.
+func (h *harness) expectConfirmed(results map[string]bool) {
+	h.t.Helper()
+	want := map[string]bool{}
+	for endpoint, ok := range results {
+		if ok {
+			want[endpoint] = true
+		}
+	}
+	for len(want) > 0 {
+		select {
+		case tr := <-h.trans:
+			if !want[tr.Endpoint] || !tr.Healthy || tr.Reason != ReasonProbeSucceeded || tr.Message != "GET /readyz: 200 OK" {
+				h.t.Fatalf("transition %+v, want the first answer of one of %v", tr, want)
+			}
+			delete(want, tr.Endpoint)
+		case <-time.After(wait):
+			h.t.Fatalf("no first-answer transition of %v", want)
+		}
+	}
 }
 
 // stop cancels Run and waits for it to return.
@@ -338,6 +370,66 @@ func TestThresholds(t *testing.T) {
 	}
 }
 
+// A server's health is unknown until its first answer or a failure streak:
+// either is a transition, whatever HealthyThreshold says; a server taken out
+// before (by an earlier checker of the same endpoint) still needs the threshold.
+func TestFirstJudgement(t *testing.T) {
+	cfg := testConfig
+	cfg.UnhealthyThreshold, cfg.HealthyThreshold = 2, 3
+
+	t.Run("fails, then answers", func(t *testing.T) {
+		a := newMember(t)
+		a.set(http.StatusInternalServerError)
+		h := newHarness(t, cfg, a)
+		h.start()
+		h.expectNone() // one failure of two: still unknown, still taking requests
+		if !a.ep.Healthy() {
+			t.Fatal("a taken out after 1 of 2 failures")
+		}
+		a.set(http.StatusOK)
+		h.round()
+		h.expect(a, true, ReasonProbeSucceeded)
+		h.round()
+		h.expectNone()
+	})
+
+	t.Run("fails to the threshold", func(t *testing.T) {
+		a := newMember(t)
+		a.set(http.StatusInternalServerError)
+		h := newHarness(t, cfg, a)
+		h.start()
+		h.round()
+		h.expect(a, false, ReasonProbeFailed)
+		a.set(http.StatusOK)
+		for range cfg.HealthyThreshold - 1 {
+			h.round()
+			h.expectNone()
+		}
+		h.round()
+		h.expect(a, true, ReasonProbeSucceeded)
+	})
+
+	t.Run("taken out before", func(t *testing.T) {
+		a := newMember(t)
+		a.ep.SetHealthy(false)
+		h := newHarness(t, cfg, a)
+		h.run()
+		if got := h.awaitProbes(1); !got[a.srv.URL] {
+			t.Fatalf("probe results %v", got)
+		}
+		h.expectNone() // no first-answer transition: a was judged before
+		for range cfg.HealthyThreshold - 2 {
+			h.round()
+			h.expectNone()
+		}
+		if a.ep.Healthy() {
+			t.Fatal("a back before HealthyThreshold answers")
+		}
+		h.round()
+		h.expect(a, true, ReasonProbeSucceeded)
+	})
+}
+
 func TestProbeConnectionFailed(t *testing.T) {
 	a, b := newMember(t), newMember(t)
 	h := newHarness(t, testConfig, a, b)
@@ -450,13 +542,7 @@ func TestProbeTimeout(t *testing.T) {
 	slow, fast := newMember(t), newMember(t)
 	slow.set(0) // block until released
 	h := newHarness(t, testConfig, slow, fast)
-	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel = cancel
-	go func() {
-		defer close(h.done)
-		h.c.Run(ctx)
-	}()
-	t.Cleanup(h.stop)
+	h.run()
 
 	for round := range 2 {
 		if round > 0 {
@@ -464,8 +550,12 @@ func TestProbeTimeout(t *testing.T) {
 		}
 		// The slow endpoint's probe hangs; the fast one's completes meanwhile.
 		slow.waitHit()
-		if got := h.awaitProbes(1); !got[fast.srv.URL] {
+		got := h.awaitProbes(1)
+		if !got[fast.srv.URL] {
 			t.Fatalf("round %d: fast probe result %v", round, got)
+		}
+		if round == 0 {
+			h.expectConfirmed(got)
 		}
 		// The timeout passes: the hanging probe fails.
 		h.clk.Step(h.cfg.Timeout)
@@ -607,8 +697,8 @@ func TestProbeURL(t *testing.T) {
 }
 
 // Servers registered together are probed once at once, then each at a phase of
-// its own: 20 servers' second probes spread over the interval instead of
-// arriving together.
+// its own: the second probes of 20 servers are due at points spread over the
+// interval instead of together, and from then on every Interval.
 func TestSpreadProbes(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 	t.Cleanup(srv.Close)
@@ -617,40 +707,99 @@ func TestSpreadProbes(t *testing.T) {
 	for range 20 {
 		eps = append(eps, balance.NewEndpoint(u))
 	}
-	const interval = 400 * time.Millisecond
+	const interval = 5 * time.Second
 	cfg := Config{Path: "/readyz", Interval: interval, Timeout: interval / 2, HealthyThreshold: 1, UnhealthyThreshold: 1, Spread: true}
-	c := NewChecker(eps, func(*balance.Endpoint) http.RoundTripper { return http.DefaultTransport }, cfg, clock.RealClock{}, nil)
-	var mu sync.Mutex
-	probes := map[*balance.Endpoint][]time.Time{}
-	second := make(chan time.Time, len(eps))
-	c.probed = func(e *balance.Endpoint, _ bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		probes[e] = append(probes[e], time.Now())
-		if len(probes[e]) == 2 {
-			second <- time.Now()
-		}
+	clk := testclock.NewFakeClock(time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC))
+	c := NewChecker(eps, func(*balance.Endpoint) http.RoundTripper { return http.DefaultTransport }, cfg, clk, nil)
+	type due struct {
+		e  *balance.Endpoint
+		at time.Time
 	}
+	scheduled := make(chan due, 2*len(eps))
+	c.scheduled = func(e *balance.Endpoint, at time.Time) { scheduled <- due{e, at} }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { c.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
-	var first, last time.Time
-	for i := range eps {
+	next := func() due {
+		t.Helper()
 		select {
-		case at := <-second:
-			if i == 0 {
-				first = at
-			}
-			last = at
-		case <-time.After(10 * interval):
-			t.Fatalf("only %d of %d servers were probed twice", i, len(eps))
+		case d := <-scheduled:
+			return d
+		case <-time.After(wait):
+			t.Fatal("no probe was scheduled")
+			return due{}
 		}
 	}
-	// With lock-step probing all second probes come within a few milliseconds;
-	// random phases put them a good part of the interval apart.
+	start := clk.Now() // the fake clock stands still: every first probe ends now
+	second := map[*balance.Endpoint]time.Time{}
+	first, last := start.Add(interval), start
+	for range eps {
+		d := next()
+		if d.at.Before(start) || !d.at.Before(start.Add(interval)) {
+			t.Fatalf("second probe due at +%v, want within the first interval", d.at.Sub(start))
+		}
+		second[d.e] = d.at
+		first, last = minTime(first, d.at), maxTime(last, d.at)
+	}
+	if len(second) != len(eps) {
+		t.Fatalf("%d of %d servers scheduled", len(second), len(eps))
+	}
+	// Lock-step probing would schedule them all at one point.
 	if spread := last.Sub(first); spread < interval/4 {
-		t.Errorf("second probes of %d servers within %v of each other, want them spread over the %v interval", len(eps), spread, interval)
+		t.Errorf("second probes of %d servers due within %v of each other, want them spread over the %v interval", len(eps), spread, interval)
+	}
+	// Past the phase, the period is Interval from each probe's start (here all
+	// start when the clock jumps past their phases).
+	clk.Step(interval)
+	for range eps {
+		if d := next(); !d.at.Equal(start.Add(2 * interval)) {
+			t.Errorf("third probe due at +%v, want +%v", d.at.Sub(start), 2*interval)
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// Between probes a checker holds one goroutine, whatever its number of servers:
+// a thousand idle clusters should not cost a goroutine stack per server.
+func TestIdleCheckerHoldsOneGoroutine(t *testing.T) {
+	var ms []*member
+	for range 5 {
+		ms = append(ms, newMember(t))
+	}
+	h := newHarness(t, testConfig, ms...)
+	h.start()
+	h.round()
+	deadline := time.Now().Add(wait)
+	for {
+		buf := make([]byte, 1<<20)
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		n := 0
+		for _, g := range strings.Split(stacks, "\n\n") {
+			if strings.Contains(g, "health.(*Checker)") {
+				n++
+			}
+		}
+		if n == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines of the checker between probes, want 1:\n%s", n, stacks)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, bounded by the deadline
 	}
 }

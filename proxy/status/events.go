@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/utils/ptr"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -116,12 +118,15 @@ func transitions(old, st *gatewayv1alpha1.UpstreamClusterStatus) []event {
 		if s.Reason == gatewayv1alpha1.ServerReasonDisabled {
 			continue // a spec change, not a health transition
 		}
+		// A server whose health was not known yet (Healthy unset) becoming
+		// healthy is no news: the Ready condition tells when the cluster first
+		// serves.
 		p, seen := prev[s.Endpoint]
 		switch {
-		case !s.Healthy && (!seen || p.Healthy):
+		case isFalse(s.Healthy) && (!seen || !isFalse(p.Healthy)):
 			out = append(out, event{corev1.EventTypeWarning, EventEndpointUnhealthy,
 				fmt.Sprintf("server %s is unhealthy (%s)%s", s.Endpoint, s.Reason, detail(s.Message))})
-		case s.Healthy && seen && !p.Healthy && p.Reason != gatewayv1alpha1.ServerReasonDisabled:
+		case ptr.Deref(s.Healthy, false) && seen && isFalse(p.Healthy) && p.Reason != gatewayv1alpha1.ServerReasonDisabled:
 			out = append(out, event{corev1.EventTypeNormal, EventEndpointHealthy,
 				fmt.Sprintf("server %s is healthy again (%s)%s", s.Endpoint, s.Reason, detail(s.Message))})
 		}
@@ -129,9 +134,12 @@ func transitions(old, st *gatewayv1alpha1.UpstreamClusterStatus) []event {
 
 	if ready != nil && !isProblem(ready) {
 		wasReady := oldReady != nil && oldReady.Status == metav1.ConditionTrue
+		wasUnknown := oldReady != nil && oldReady.Status == metav1.ConditionUnknown
 		switch {
-		case ready.Status == metav1.ConditionFalse && (oldReady == nil || wasReady || isProblem(oldReady)):
+		case ready.Status == metav1.ConditionFalse && (oldReady == nil || wasReady || wasUnknown || isProblem(oldReady)):
 			out = append(out, event{corev1.EventTypeWarning, EventClusterNotReady, "no server can serve requests: " + ready.Message})
+		case ready.Status == metav1.ConditionTrue && wasUnknown:
+			out = append(out, event{corev1.EventTypeNormal, EventClusterReady, "the cluster serves requests: " + ready.Message})
 		case ready.Status == metav1.ConditionTrue && oldReady != nil && !wasReady:
 			out = append(out, event{corev1.EventTypeNormal, EventClusterReady, "the cluster serves requests again: " + ready.Message})
 		}
@@ -151,6 +159,9 @@ func isProblem(ready *metav1.Condition) bool {
 	}
 	return true
 }
+
+// isFalse reports whether healthy is set and false.
+func isFalse(healthy *bool) bool { return healthy != nil && !*healthy }
 
 func detail(message string) string {
 	if message == "" {

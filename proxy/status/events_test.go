@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/ptr"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -52,6 +54,10 @@ func TestTransitions(t *testing.T) {
 		{Endpoint: epB, Healthy: false, Reason: "ProbeTimedOut"},
 	}}
 	bDisabled := observation{generation: 2, servers: []health.ServerHealth{{Endpoint: epA, Healthy: true}, {Endpoint: epB, Reason: gatewayv1alpha1.ServerReasonDisabled}}}
+	notChecked := observation{generation: 1, servers: []health.ServerHealth{
+		{Endpoint: epA, Healthy: true, Unknown: true, Reason: health.ReasonNotChecked},
+		{Endpoint: epB, Healthy: true, Unknown: true, Reason: health.ReasonNotChecked},
+	}}
 	missing := observation{generation: 1, problem: &problem{"SecretNotFound", "its credential Secret kube-gateway/x was not found on the hub"}}
 	badCA := observation{generation: 1, problem: &problem{"InvalidCAData", "ca.crt is not PEM"}}
 	secure, insecure := specWith(false, epA, epB), specWith(true, epA, epB)
@@ -78,6 +84,13 @@ func TestTransitions(t *testing.T) {
 			want: []string{"Normal EndpointHealthy", "Normal EndpointHealthy", "Normal ClusterReady"}},
 		{name: "a new cluster without a healthy server", old: empty, o: noneHealthy, spec: secure,
 			want: []string{"Warning EndpointUnhealthy", "Warning EndpointUnhealthy", "Warning ClusterNotReady"}},
+		{name: "a new cluster not checked yet", old: empty, o: notChecked, spec: secure, want: nil},
+		{name: "its servers answer", old: st(empty, notChecked, secure), o: bothHealthy, spec: secure, want: []string{"Normal ClusterReady"}},
+		{name: "its servers fail", old: st(empty, notChecked, secure), o: noneHealthy, spec: secure,
+			want: []string{"Warning EndpointUnhealthy", "Warning EndpointUnhealthy", "Warning ClusterNotReady"}},
+		{name: "one answers, one fails", old: st(empty, notChecked, secure), o: bHealthy, spec: secure,
+			want: []string{"Warning EndpointUnhealthy", "Normal ClusterReady"}},
+		{name: "repointed at servers not checked yet", old: st(empty, noneHealthy, secure), o: observation{generation: 2, servers: notChecked.servers}, spec: secure, want: nil},
 		{name: "disabling a server is no health transition", old: healthy, o: bDisabled, spec: secure, want: nil},
 		{name: "enabling it again neither", old: st(healthy, bDisabled, secure), o: observation{generation: 3, servers: bothHealthy.servers}, spec: secure, want: nil},
 		{name: "a new cluster whose Secret is missing", old: empty, o: missing, spec: secure, want: []string{"Warning SecretNotFound"}},
@@ -161,7 +174,7 @@ func TestProblemStatus(t *testing.T) {
 		r.Message != "credential Secret kube-gateway/x has no credential" {
 		t.Fatalf("Ready: %+v", r)
 	}
-	if s.ObservedGeneration != 2 || len(s.Servers) != 1 || !s.Servers[0].Healthy {
+	if s.ObservedGeneration != 2 || len(s.Servers) != 1 || !ptr.Deref(s.Servers[0].Healthy, false) {
 		t.Fatalf("status: %+v", s)
 	}
 }

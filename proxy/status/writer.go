@@ -36,6 +36,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/health"
@@ -43,6 +44,9 @@ import (
 
 // Reasons of the Ready condition.
 const (
+	// ReasonNotChecked: no server is known to be healthy, and some were not
+	// checked yet (Ready is Unknown).
+	ReasonNotChecked = health.ReasonNotChecked
 	// ReasonServersHealthy: every observed server is healthy.
 	ReasonServersHealthy = "ServersHealthy"
 	// ReasonSomeServersHealthy: at least one, but not every, server is healthy.
@@ -338,7 +342,7 @@ func desiredStatus(old *gatewayv1alpha1.UpstreamClusterStatus, o observation, sp
 	}
 	var servers []gatewayv1alpha1.ServerStatus
 	seen := make(map[string]bool, len(o.servers))
-	healthy := 0
+	healthy, unknown := 0, 0
 	for _, h := range o.servers {
 		if seen[h.Endpoint] { // the API refuses duplicates; keep the first
 			continue
@@ -346,19 +350,24 @@ func desiredStatus(old *gatewayv1alpha1.UpstreamClusterStatus, o observation, sp
 		seen[h.Endpoint] = true
 		s := gatewayv1alpha1.ServerStatus{
 			Endpoint: h.Endpoint,
-			Healthy:  h.Healthy,
 			Reason:   h.Reason,
 			Message:  truncate(h.Message, maxMessageLen),
 		}
+		if !h.Unknown {
+			s.Healthy = ptr.To(h.Healthy)
+		}
 		switch p, ok := prev[h.Endpoint]; {
-		case ok && p.Healthy == h.Healthy && !p.LastTransitionTime.IsZero():
+		case ok && ptr.Equal(p.Healthy, s.Healthy) && !p.LastTransitionTime.IsZero():
 			s.LastTransitionTime = p.LastTransitionTime
 		case !h.Since.IsZero(): // else the writer's clock when it notices the change
 			s.LastTransitionTime = metav1.NewTime(h.Since).Rfc3339Copy()
 		default:
 			s.LastTransitionTime = now
 		}
-		if h.Healthy {
+		switch {
+		case h.Unknown:
+			unknown++
+		case h.Healthy:
 			healthy++
 		}
 		servers = append(servers, s)
@@ -371,7 +380,13 @@ func desiredStatus(old *gatewayv1alpha1.UpstreamClusterStatus, o observation, sp
 		LastTransitionTime: now, // kept by SetStatusCondition when the status does not change
 		Message:            fmt.Sprintf("%d of %d servers healthy", healthy, len(servers)),
 	}
+	if unknown > 0 {
+		ready.Message += fmt.Sprintf(", %d not checked yet", unknown)
+	}
 	switch {
+	case healthy == 0 && unknown > 0:
+		// Requests are forwarded meanwhile, but nothing has answered yet.
+		ready.Status, ready.Reason = metav1.ConditionUnknown, ReasonNotChecked
 	case healthy == 0:
 		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonNoHealthyServer
 	case healthy == len(servers):

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/ptr"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -242,7 +244,7 @@ func TestWriter(t *testing.T) {
 		t.Fatalf("status after the first observation: %+v", uc.Status)
 	}
 	for _, ep := range []string{epA, epB} {
-		if s := server(t, uc, ep); !s.Healthy || s.Reason != "ProbeSucceeded" || !s.LastTransitionTime.Time.Equal(t0) {
+		if s := server(t, uc, ep); !ptr.Deref(s.Healthy, false) || s.Reason != "ProbeSucceeded" || !s.LastTransitionTime.Time.Equal(t0) {
 			t.Errorf("server %s: %+v", ep, s)
 		}
 	}
@@ -272,10 +274,10 @@ func TestWriter(t *testing.T) {
 		t.Fatalf("%d updates after one transition, want 2", n)
 	}
 	uc = s.stored("member-a")
-	if a := server(t, uc, epA); !a.Healthy || !a.LastTransitionTime.Time.Equal(t0) {
+	if a := server(t, uc, epA); !ptr.Deref(a.Healthy, false) || !a.LastTransitionTime.Time.Equal(t0) {
 		t.Errorf("server A changed: %+v", a)
 	}
-	if b := server(t, uc, epB); b.Healthy || b.Reason != "ProbeFailed" || b.Message != "connection refused" || !b.LastTransitionTime.Time.Equal(t1) {
+	if b := server(t, uc, epB); !isFalse(b.Healthy) || b.Reason != "ProbeFailed" || b.Message != "connection refused" || !b.LastTransitionTime.Time.Equal(t1) {
 		t.Errorf("server B: %+v", b)
 	}
 	r = ready(t, uc)
@@ -297,7 +299,7 @@ func TestWriter(t *testing.T) {
 	if uc.Status.ObservedGeneration != 2 {
 		t.Errorf("observedGeneration %d, want 2", uc.Status.ObservedGeneration)
 	}
-	if a := server(t, uc, epA); a.Healthy || !a.LastTransitionTime.Time.Equal(t2) {
+	if a := server(t, uc, epA); !isFalse(a.Healthy) || !a.LastTransitionTime.Time.Equal(t2) {
 		t.Errorf("server A: %+v", a)
 	}
 	if b := server(t, uc, epB); !b.LastTransitionTime.Time.Equal(t1) {
@@ -421,6 +423,41 @@ func TestWriterRunExitsOnCancel(t *testing.T) {
 	}
 }
 
+// A server not checked yet has no healthy field, and the cluster is Ready only
+// once a server is known to be healthy.
+func TestDesiredStatusNotChecked(t *testing.T) {
+	now := metav1.NewTime(t0)
+	notChecked := health.ServerHealth{Endpoint: epB, Healthy: true, Unknown: true, Reason: health.ReasonNotChecked, Message: "no probe has answered yet"}
+	for _, tc := range []struct {
+		name        string
+		servers     []health.ServerHealth
+		ready       metav1.ConditionStatus
+		reason, msg string
+	}{
+		{"none checked", []health.ServerHealth{notChecked}, metav1.ConditionUnknown, ReasonNotChecked, "0 of 1 servers healthy, 1 not checked yet"},
+		{"one healthy", []health.ServerHealth{{Endpoint: epA, Healthy: true, Reason: health.ReasonProbeSucceeded}, notChecked},
+			metav1.ConditionTrue, ReasonSomeServersHealthy, "1 of 2 servers healthy, 1 not checked yet"},
+		{"one unhealthy", []health.ServerHealth{{Endpoint: epA, Reason: health.ReasonProbeFailed}, notChecked},
+			metav1.ConditionUnknown, ReasonNotChecked, "0 of 2 servers healthy, 1 not checked yet"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := desiredStatus(&gatewayv1alpha1.UpstreamClusterStatus{}, observation{generation: 1, servers: tc.servers}, nil, now)
+			ready := meta.FindStatusCondition(st.Conditions, gatewayv1alpha1.ConditionReady)
+			if ready == nil || ready.Status != tc.ready || ready.Reason != tc.reason || ready.Message != tc.msg {
+				t.Errorf("Ready %+v, want %s %s %q", ready, tc.ready, tc.reason, tc.msg)
+			}
+			for _, s := range st.Servers {
+				if s.Endpoint == epB && (s.Healthy != nil || s.Reason != health.ReasonNotChecked) {
+					t.Errorf("server not checked yet: healthy=%v reason %s, want unset and NotChecked", *s.Healthy, s.Reason)
+				}
+				if s.Endpoint == epA && s.Healthy == nil {
+					t.Errorf("checked server without healthy: %+v", s)
+				}
+			}
+		})
+	}
+}
+
 func TestDesiredStatus(t *testing.T) {
 	now := metav1.NewTime(t0)
 	t.Run("no servers", func(t *testing.T) {
@@ -435,7 +472,7 @@ func TestDesiredStatus(t *testing.T) {
 		st := desiredStatus(&gatewayv1alpha1.UpstreamClusterStatus{}, observation{generation: 1, servers: []health.ServerHealth{
 			{Endpoint: epA, Healthy: true, Message: long}, {Endpoint: epA, Healthy: false},
 		}}, nil, now)
-		if len(st.Servers) != 1 || !st.Servers[0].Healthy || len(st.Servers[0].Message) != maxMessageLen {
+		if len(st.Servers) != 1 || !ptr.Deref(st.Servers[0].Healthy, false) || len(st.Servers[0].Message) != maxMessageLen {
 			t.Fatalf("servers: %d, first healthy=%v message length %d", len(st.Servers), st.Servers[0].Healthy, len(st.Servers[0].Message))
 		}
 	})

@@ -48,7 +48,7 @@ func sampleCluster() *gatewayv1alpha1.UpstreamCluster {
 		Status: gatewayv1alpha1.UpstreamClusterStatus{
 			ObservedGeneration: 4,
 			Conditions:         []metav1.Condition{{Type: gatewayv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Healthy"}},
-			Servers:            []gatewayv1alpha1.ServerStatus{{Endpoint: "https://192.0.2.10:6443", Healthy: true}},
+			Servers:            []gatewayv1alpha1.ServerStatus{{Endpoint: "https://192.0.2.10:6443", Healthy: ptr(true)}},
 		},
 	}
 	gatewayv1alpha1.SetObjectDefaults_UpstreamCluster(uc)
@@ -187,7 +187,7 @@ func TestStatusStrategyPrepareForUpdate(t *testing.T) {
 		ObservedGeneration: 4,
 		Conditions: []metav1.Condition{{Type: gatewayv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: "NoHealthyServer",
 			LastTransitionTime: metav1.Now()}},
-		Servers: []gatewayv1alpha1.ServerStatus{{Endpoint: "https://192.0.2.10:6443", Healthy: false, Reason: "ProbeFailed"}},
+		Servers: []gatewayv1alpha1.ServerStatus{{Endpoint: "https://192.0.2.10:6443", Healthy: ptr(false), Reason: "ProbeFailed"}},
 	}
 	uc.Status = *newStatus.DeepCopy()
 
@@ -271,8 +271,8 @@ func TestTableConvertor(t *testing.T) {
 	full.CreationTimestamp = metav1.NewTime(time.Now().Add(-72 * time.Hour))
 	full.Spec.Servers = append(full.Spec.Servers, gatewayv1alpha1.UpstreamServer{Endpoint: "https://[2001:db8::1]:6443"})
 	full.Status.Servers = []gatewayv1alpha1.ServerStatus{
-		{Endpoint: "https://192.0.2.10:6443", Healthy: true},
-		{Endpoint: "https://[2001:db8::1]:6443", Healthy: false},
+		{Endpoint: "https://192.0.2.10:6443", Healthy: ptr(true)},
+		{Endpoint: "https://[2001:db8::1]:6443", Healthy: ptr(false)},
 	}
 	full.Status.Conditions = []metav1.Condition{
 		{Type: "Other", Status: metav1.ConditionTrue},

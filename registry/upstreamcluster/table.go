@@ -61,7 +61,7 @@ func row(uc *gatewayv1alpha1.UpstreamCluster) []interface{} {
 	if len(uc.Status.Servers) > 0 {
 		n := 0
 		for _, s := range uc.Status.Servers {
-			if s.Healthy {
+			if s.Healthy != nil && *s.Healthy {
 				n++
 			}
 		}

@@ -231,8 +231,8 @@ func serverHealth(ctx context.Context, t *testing.T, cluster, endpoint string, h
 	}
 	for _, s := range uc.Status.Servers {
 		if s.Endpoint == endpoint {
-			if s.Healthy != healthy {
-				return errorf("status of %s: healthy=%v (%s: %s), want %v", endpoint, s.Healthy, s.Reason, s.Message, healthy)
+			if s.Healthy == nil || *s.Healthy != healthy {
+				return errorf("status of %s: healthy=%s (%s: %s), want %v", endpoint, healthyString(s.Healthy), s.Reason, s.Message, healthy)
 			}
 			return nil
 		}
@@ -313,4 +313,12 @@ func connectionsTo(pid, port int) (int, error) {
 		}
 	}
 	return n, sc.Err()
+}
+
+// healthyString prints status.servers[].healthy: true, false or unset.
+func healthyString(healthy *bool) string {
+	if healthy == nil {
+		return "unset"
+	}
+	return fmt.Sprint(*healthy)
 }

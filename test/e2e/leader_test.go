@@ -119,7 +119,7 @@ func TestStatusLeaderElection(t *testing.T) {
 			return err
 		}
 		for _, s := range got.Status.Servers {
-			if s.Endpoint == closed && !s.Healthy {
+			if s.Endpoint == closed && s.Healthy != nil && !*s.Healthy {
 				return nil
 			}
 		}

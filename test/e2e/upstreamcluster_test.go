@@ -366,7 +366,7 @@ func TestForwardsWhenNoServerIsHealthy(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if len(got.Status.Servers) != 1 || got.Status.Servers[0].Healthy {
+		if len(got.Status.Servers) != 1 || healthyString(got.Status.Servers[0].Healthy) != "false" {
 			return errorf("servers %+v, want the one server unhealthy", got.Status.Servers)
 		}
 		if ready := meta.FindStatusCondition(got.Status.Conditions, gatewayv1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionFalse {
@@ -382,6 +382,67 @@ func TestForwardsWhenNoServerIsHealthy(t *testing.T) {
 	}
 	if err := unhealthy(ctx); err != nil {
 		t.Fatalf("after a request the member answered: %v", err)
+	}
+}
+
+// Status claims only what was checked: a server that never answered is not
+// healthy (its health is unknown until a failure streak or an answer), and a
+// server that answered says so.
+func TestStatusSaysWhatWasChecked(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "https://" + l.Addr().String()
+	_ = l.Close() // nothing listens there any more: connections are refused
+
+	never := newCluster("never-answered", closed)
+	// One failure of three: the health stays unknown for the whole test.
+	never.Spec.HealthCheck = &gatewayv1alpha1.HealthCheck{IntervalSeconds: 600, TimeoutSeconds: 2, UnhealthyThreshold: 3, HealthyThreshold: 1}
+	never = createCluster(t, never)
+	answers := createCluster(t, newCluster("answered", env.Members[harness.MemberB].Servers[0].URL))
+
+	eventually(t, time.Minute, func(ctx context.Context) error {
+		got, err := upstreamClusters(t).Get(ctx, never.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if got.Status.ObservedGeneration != got.Generation || len(got.Status.Servers) != 1 {
+			return errorf("status not written yet: %+v", got.Status)
+		}
+		if s := got.Status.Servers[0]; s.Healthy != nil || s.Reason != "NotChecked" {
+			return errorf("server that never answered: healthy=%s reason %s, want unset and NotChecked", healthyString(s.Healthy), s.Reason)
+		}
+		ready := meta.FindStatusCondition(got.Status.Conditions, gatewayv1alpha1.ConditionReady)
+		if ready == nil || ready.Status != metav1.ConditionUnknown || ready.Reason != "NotChecked" {
+			return errorf("Ready %+v, want Unknown NotChecked", ready)
+		}
+		return nil
+	})
+	eventually(t, time.Minute, func(ctx context.Context) error {
+		got, err := upstreamClusters(t).Get(ctx, answers.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(got.Status.Servers) != 1 || healthyString(got.Status.Servers[0].Healthy) != "true" || got.Status.Servers[0].Reason != "ProbeSucceeded" {
+			return errorf("servers %+v, want the one server healthy with reason ProbeSucceeded", got.Status.Servers)
+		}
+		if ready := meta.FindStatusCondition(got.Status.Conditions, gatewayv1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
+			return errorf("Ready %+v, want True", ready)
+		}
+		return nil
+	})
+	// What kubectl shows: nothing healthy, readiness unknown.
+	out, stderr, err := env.Kubectl(ctx, "hub-admin", "get", "upstreamcluster", never.Name, "--no-headers")
+	if f := strings.Fields(out); err != nil || len(f) < 4 || f[2] != "0/1" || f[3] != "Unknown" {
+		t.Fatalf("kubectl get: %q %q %v, want HEALTHY 0/1 and READY Unknown", out, stderr, err)
+	}
+	// The cluster still takes requests meanwhile: the member's own failure
+	// reaches the client, not a claim that no server is healthy.
+	status, code := proxyStatus(ctx, t, never.Name, "/version")
+	if code != http.StatusBadGateway && code != http.StatusServiceUnavailable || !strings.Contains(status.Message, "refused") {
+		t.Errorf("request to a server that never answered: %d %q, want the connection failure", code, status.Message)
 	}
 }
 

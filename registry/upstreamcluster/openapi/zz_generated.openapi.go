@@ -727,8 +727,7 @@ func schema_kube_gateway_apis_gateway_v1alpha1_ServerStatus(ref common.Reference
 					},
 					"healthy": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Healthy says whether the server receives requests.",
-							Default:     false,
+							Description: "Healthy says whether health checking found the server fit to receive requests; unset while its health is not known yet (a new server before its first probe answers or fails often enough, see reason NotChecked). A server receives requests while this is true or unset.",
 							Type:        []string{"boolean"},
 							Format:      "",
 						},
@@ -749,12 +748,12 @@ func schema_kube_gateway_apis_gateway_v1alpha1_ServerStatus(ref common.Reference
 					},
 					"lastTransitionTime": {
 						SchemaProps: spec.SchemaProps{
-							Description: "LastTransitionTime is when Healthy last changed.",
+							Description: "LastTransitionTime is when Healthy last changed (or was first set).",
 							Ref:         ref(v1.Time{}.OpenAPIModelName()),
 						},
 					},
 				},
-				Required: []string{"endpoint", "healthy"},
+				Required: []string{"endpoint"},
 			},
 		},
 		Dependencies: []string{

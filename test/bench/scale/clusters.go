@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,8 @@ type clusterResult struct {
 	Ready         int
 	// With the K clusters.
 	After     snapshot
+	HeapFile  string // the gateway's heap profile with the K clusters registered
+	HeapTop   string // its top sites by bytes in use
 	AfterIdle idle
 	Gets      measure.Run
 	// LIST and WATCH through the hub.
@@ -171,6 +174,11 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 
 	sr.setPhase("steady")
 	res.After = s.take(ctx, fmt.Sprintf("%d clusters", o.Clusters+2), true)
+	res.HeapFile = filepath.Join(o.OutDir, "kube-gateway-heap-clusters.pprof")
+	if res.HeapTop, err = s.heapProfile(ctx, res.HeapFile); err != nil {
+		logf("clusters: heap profile: %v", err)
+		res.HeapFile = ""
+	}
 	logf("clusters: steady state: %s idle", o.ClusterIdle)
 	res.AfterIdle = s.idle(ctx, o.ClusterIdle, ucs)
 	if err := s.gateway.Load(ctx, getTarget, 1, 50, 0).FirstErr; err != nil {

@@ -187,6 +187,9 @@ func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
 	p("| status writes, idle | – | %d in %s (%.2f /s) | |\n", c.AfterIdle.StatusWrites, c.AfterIdle.For.Round(time.Second), float64(c.AfterIdle.StatusWrites)/c.AfterIdle.For.Seconds())
 	p("| proxy GET p50, c=1, gateway alone | %s | %s | ×%.2f |\n", measure.Dur(c.BaselineGets.Pct(50)), measure.Dur(c.Gets.Pct(50)), ratio(c.Gets.Pct(50), c.BaselineGets.Pct(50)))
 	p("| proxy GET p99, c=1, gateway alone | %s | %s | ×%.2f |\n\n", measure.Dur(c.BaselineGets.Pct(99)), measure.Dur(c.Gets.Pct(99)), ratio(c.Gets.Pct(99), c.BaselineGets.Pct(99)))
+	if c.HeapFile != "" {
+		p("The gateway's heap in use with the %d clusters registered, by allocation site (`%s`; `go tool pprof -sample_index=inuse_space -top`):\n\n```\n%s```\n\n", k+2, c.HeapFile, measure.TrimPprof(c.HeapTop))
+	}
 	p("Expected health probes at the default interval (5 s): 2 servers × %d clusters / 5 s = %.0f /s more. ", k, float64(2*k)/5)
 	p("Burst: %d applied in %s (%.0f/s", k, c.ApplyTook.Round(10*time.Millisecond), float64(k)/c.ApplyTook.Seconds())
 	if c.ApplyErrors > 0 {

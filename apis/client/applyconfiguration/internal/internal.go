@@ -257,7 +257,6 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: healthy
       type:
         scalar: boolean
-      default: false
     - name: lastTransitionTime
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time

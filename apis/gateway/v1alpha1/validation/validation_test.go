@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/ptr"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -603,7 +605,7 @@ func TestValidateUpstreamClusterStatusUpdate(t *testing.T) {
 				uc.Status = gatewayv1alpha1.UpstreamClusterStatus{
 					ObservedGeneration: 3,
 					Servers: []gatewayv1alpha1.ServerStatus{
-						{Endpoint: "https://192.0.2.10:6443", Healthy: true},
+						{Endpoint: "https://192.0.2.10:6443", Healthy: ptr.To(true)},
 						{Endpoint: "https://192.0.2.11:6443"},
 					},
 				}
@@ -627,7 +629,7 @@ func TestValidateUpstreamClusterStatusUpdate(t *testing.T) {
 				uc.Status.Servers = []gatewayv1alpha1.ServerStatus{
 					{Endpoint: "https://192.0.2.10:6443"},
 					{Endpoint: "https://192.0.2.11:6443"},
-					{Endpoint: "https://192.0.2.10:6443", Healthy: true},
+					{Endpoint: "https://192.0.2.10:6443", Healthy: ptr.To(true)},
 				}
 			},
 			want: []fieldErr{{field.ErrorTypeDuplicate, "status.servers[2].endpoint"}},

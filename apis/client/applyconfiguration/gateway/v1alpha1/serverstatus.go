@@ -29,13 +29,16 @@ import (
 type ServerStatusApplyConfiguration struct {
 	// Endpoint of the server, as in spec.servers.
 	Endpoint *string `json:"endpoint,omitempty"`
-	// Healthy says whether the server receives requests.
+	// Healthy says whether health checking found the server fit to receive
+	// requests; unset while its health is not known yet (a new server before
+	// its first probe answers or fails often enough, see reason NotChecked).
+	// A server receives requests while this is true or unset.
 	Healthy *bool `json:"healthy,omitempty"`
 	// Reason is a CamelCase reason for the last transition.
 	Reason *string `json:"reason,omitempty"`
 	// Message is a human-readable detail of the last transition.
 	Message *string `json:"message,omitempty"`
-	// LastTransitionTime is when Healthy last changed.
+	// LastTransitionTime is when Healthy last changed (or was first set).
 	LastTransitionTime *v1.Time `json:"lastTransitionTime,omitempty"`
 }
 
