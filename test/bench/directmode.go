@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/kubewharf/kube-gateway/test/bench/internal/floor"
 	"github.com/kubewharf/kube-gateway/test/bench/internal/measure"
 )
 
@@ -86,10 +87,10 @@ func (r *report) directModeSection(p func(string, ...any)) {
 			p("**Direct mode below the rate asked for**: %s.\n\n", strings.Join(short, "; "))
 		}
 		p("CPU per request by process at %.0f/s:\n\n", o.Rate)
-		r.cpuByProcess(p, rateRuns, keys, labels, false, floorProc)
+		r.cpuByProcess(p, rateRuns, keys, labels, false, floor.Proc)
 	} else {
 		p("CPU per request by process, c=%d GET:\n\n", c)
-		r.cpuByProcess(p, cnRuns, keys, labels, false, floorProc)
+		r.cpuByProcess(p, cnRuns, keys, labels, false, floor.Proc)
 	}
 
 	p("Per round (g: gateway alone, dm: direct mode, h: hub + gateway):\n\n")

@@ -51,6 +51,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kubewharf/kube-gateway/test/bench/internal/floor"
 	"github.com/kubewharf/kube-gateway/test/bench/internal/measure"
 	"github.com/kubewharf/kube-gateway/test/harness"
 )
@@ -138,7 +139,7 @@ func runMain(o options) int {
 	var floorBin string
 	if o.Floor {
 		// Built before the environment starts: a build error ends the run at once.
-		if floorBin, err = buildFloor(ctx, filepath.Join(workDir, "floor")); err != nil {
+		if floorBin, err = floor.Build(ctx, filepath.Join(workDir, "floor")); err != nil {
 			logf("%v", err)
 			_ = os.RemoveAll(workDir)
 			return 1
@@ -201,9 +202,9 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 	if err != nil {
 		return nil, err
 	}
-	var floor *floorProxy
+	var floorProxy *floor.Proxy
 	if o.Floor {
-		fp, ft, err := startFloor(ctx, floorBin, filepath.Join(env.WorkDir, "floor"), env.Members[member])
+		fp, ft, err := floor.Start(ctx, floorBin, filepath.Join(env.WorkDir, "floor"), env.Members[member])
 		if err != nil {
 			return nil, fmt.Errorf("floor proxy: %w", err)
 		}
@@ -212,7 +213,7 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 				logf("stopping the floor proxy: %v", err)
 			}
 		}()
-		floor = fp
+		floorProxy = fp
 		targets = append(targets, ft)
 	}
 	rep.Targets = targets
@@ -227,8 +228,8 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 		{Name: "etcd", PID: env.Etcd.PID()},
 		{Name: "bench client", PID: 0}, // this process
 	}
-	if floor != nil {
-		procs = append(procs, measure.Proc{Name: floorProc, PID: floor.PID()})
+	if floorProxy != nil {
+		procs = append(procs, measure.Proc{Name: floor.Proc, PID: floorProxy.PID()})
 	}
 	rep.Procs = procs
 	gwPID := procs[0].PID
@@ -309,10 +310,10 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 		}
 		for _, t := range order {
 			c1, cn, fr := rd.C1[t.Key], rd.CN[t.Key], rd.Rate[t.Key]
-			if t.Key == floorKey {
+			if t.Key == floor.Key {
 				logf("  %-8s c=1 p50 %-9s p99 %-9s | c=%d %6.0f req/s | floor proxy CPU %s/req | at %.0f/s: %.0f/s, p99 %s, floor proxy CPU %s/req",
 					t.Key, measure.Dur(c1.P50), measure.Dur(c1.P99), o.Concurrency, cn.RPS,
-					measure.US(cn.cpuPerReq(floorProc)), o.Rate, fr.RPS, measure.Dur(fr.P99), measure.US(fr.cpuPerReq(floorProc)))
+					measure.US(cn.cpuPerReq(floor.Proc)), o.Rate, fr.RPS, measure.Dur(fr.P99), measure.US(fr.cpuPerReq(floor.Proc)))
 				continue
 			}
 			if t.Key == measure.DirectModeKey {
@@ -446,7 +447,7 @@ func makeTargets(env *harness.Env, directMode bool) ([]*measure.Target, *measure
 
 // getsOnly reports whether target key takes part in the GET measurements
 // only (no LIST): the floor and direct mode.
-func getsOnly(key string) bool { return key == floorKey || key == measure.DirectModeKey }
+func getsOnly(key string) bool { return key == floor.Key || key == measure.DirectModeKey }
 
 // crossesGateway reports whether the requests of target key go through the
 // gateway (its allocations are then measured).

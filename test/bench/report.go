@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kubewharf/kube-gateway/test/bench/internal/floor"
 	"github.com/kubewharf/kube-gateway/test/bench/internal/measure"
 )
 
@@ -125,15 +126,15 @@ func allCPUR(rd roundData, k string) float64 {
 func allocR(rd roundData, k string) float64 { return rd.Rate[k].AllocPerReq }
 
 func proxyProc(k string) string {
-	if k == floorKey {
-		return floorProc
+	if k == floor.Key {
+		return floor.Proc
 	}
 	return "kube-gateway"
 }
 
 // The floor proxy's own CPU per request.
-func floorCPU1(rd roundData, k string) float64 { return rd.C1[k].cpuPerReq(floorProc) }
-func floorCPUN(rd roundData, k string) float64 { return rd.CN[k].cpuPerReq(floorProc) }
+func floorCPU1(rd roundData, k string) float64 { return rd.C1[k].cpuPerReq(floor.Proc) }
+func floorCPUN(rd roundData, k string) float64 { return rd.CN[k].cpuPerReq(floor.Proc) }
 func listSec(rd roundData, k, enc string) float64 {
 	var xs []float64
 	for _, l := range rd.List[k] {
@@ -234,7 +235,7 @@ func (r *report) markdown() string {
 	p("On %d cores every process competes for the same CPUs, so the sum is what bounds throughput. ", m.NProc)
 	p("Idle: background CPU while nothing was sent (%s before the rounds), already included in the per-request figures.\n\n", r.IdleFor.Round(time.Second))
 	// The floor proxy has its own table, in the floor section.
-	r.cpuByProcess(p, cnRuns, keys, []string{"direct", "gateway alone", "hub + gateway"}, true, floorProc)
+	r.cpuByProcess(p, cnRuns, keys, []string{"direct", "gateway alone", "hub + gateway"}, true, floor.Proc)
 
 	if r.hasFloor() {
 		r.floorSection(p)
@@ -315,7 +316,7 @@ func (r *report) markdown() string {
 		}
 		p("\n")
 		for _, pr := range r.Procs {
-			if pr.Name == "etcd" || pr.Name == floorProc {
+			if pr.Name == "etcd" || pr.Name == floor.Proc {
 				continue
 			}
 			p("| %s: CPU of %s per LIST |", enc, pr.Name)
@@ -366,13 +367,13 @@ func (r *report) markdown() string {
 		p("| round | c=1 p50 d / f / g | c=%d req/s d / f / g | floor proxy CPU/req c=1 / c=%d / %.0f/s | gateway CPU/req c=1 / c=%d / %.0f/s | gateway / floor CPU at %.0f/s |\n|---|---|---|---|---|---|\n", c, c, o.Rate, c, o.Rate, o.Rate)
 		for i, rd := range r.Rounds {
 			ratio := "–"
-			if f := proxyCPUR(rd, floorKey); f > 0 {
+			if f := proxyCPUR(rd, floor.Key); f > 0 {
 				ratio = measure.X(proxyCPUR(rd, "gateway") / f)
 			}
 			p("| %d | %s / %s / %s | %.0f / %.0f / %.0f | %s / %s / %s | %s / %s / %s | %s |\n", i+1,
-				measure.Dur(rd.C1["direct"].P50), measure.Dur(rd.C1[floorKey].P50), measure.Dur(rd.C1["gateway"].P50),
-				rd.CN["direct"].RPS, rd.CN[floorKey].RPS, rd.CN["gateway"].RPS,
-				measure.US(floorCPU1(rd, floorKey)), measure.US(floorCPUN(rd, floorKey)), measure.US(proxyCPUR(rd, floorKey)),
+				measure.Dur(rd.C1["direct"].P50), measure.Dur(rd.C1[floor.Key].P50), measure.Dur(rd.C1["gateway"].P50),
+				rd.CN["direct"].RPS, rd.CN[floor.Key].RPS, rd.CN["gateway"].RPS,
+				measure.US(floorCPU1(rd, floor.Key)), measure.US(floorCPUN(rd, floor.Key)), measure.US(proxyCPUR(rd, floor.Key)),
 				measure.US(gwCPU1(rd, "gateway")), measure.US(gwCPUN(rd, "gateway")), measure.US(proxyCPUR(rd, "gateway")), ratio)
 		}
 		p("\n")
@@ -414,7 +415,7 @@ func (r *report) markdown() string {
 
 func (r *report) hasFloor() bool {
 	for _, t := range r.Targets {
-		if t.Key == floorKey {
+		if t.Key == floor.Key {
 			return true
 		}
 	}
@@ -448,13 +449,13 @@ func (r *report) floorSection(p func(string, ...any)) {
 	p("CPU per request is the floor proxy process's for floor and the kube-gateway process's for gateway alone.\n\n")
 	p("| metric | direct | floor | floor / direct | gateway alone | gateway / direct | gateway / floor | gateway − floor |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	row := func(name string, f func(roundData, string) float64, fmtv func(float64) string, diff bool) {
-		ratio, d := r.vs(func(rd roundData) float64 { return f(rd, "gateway") }, func(rd roundData) float64 { return f(rd, floorKey) })
+		ratio, d := r.vs(func(rd roundData) float64 { return f(rd, "gateway") }, func(rd roundData) float64 { return f(rd, floor.Key) })
 		ds := "–"
 		if diff {
 			ds = fmtv(d)
 		}
 		p("| %s | %s | %s | %s | %s | %s | %s | %s |\n", name, fmtv(r.med(f, "direct")),
-			fmtv(r.med(f, floorKey)), measure.X(r.ratio(f, floorKey)),
+			fmtv(r.med(f, floor.Key)), measure.X(r.ratio(f, floor.Key)),
 			fmtv(r.med(f, "gateway")), measure.X(r.ratio(f, "gateway")), measure.X(ratio), ds)
 	}
 	rps := func(x float64) string { return fmt.Sprintf("%.0f /s", x) }
@@ -463,7 +464,7 @@ func (r *report) floorSection(p func(string, ...any)) {
 	row(fmt.Sprintf("**throughput, c=%d**", c), cnRPS, rps, false)
 	row(fmt.Sprintf("p50 latency, c=%d", c), cnP50, measure.Sec, true)
 	cpuRow := func(name string, floorF, gwF func(roundData, string) float64) {
-		fl := func(rd roundData) float64 { return floorF(rd, floorKey) }
+		fl := func(rd roundData) float64 { return floorF(rd, floor.Key) }
 		gw := func(rd roundData) float64 { return gwF(rd, "gateway") }
 		ratio, d := r.vs(gw, fl)
 		p("| %s | – | %s | | %s | | %s | %s |\n", name, measure.US(measure.Median(r.per(fl))), measure.US(measure.Median(r.per(gw))), measure.X(ratio), measure.US(d))
@@ -471,8 +472,8 @@ func (r *report) floorSection(p func(string, ...any)) {
 	cpuRow("**proxy CPU per request, c=1**", floorCPU1, gwCPU1)
 	cpuRow(fmt.Sprintf("**proxy CPU per request, c=%d**", c), floorCPUN, gwCPUN)
 
-	p("\nCPU per request by process, c=%d GET (the floor proxy's idle: %.1f ms/s):\n\n", c, 1e3*r.IdleCPU[floorProc]/r.IdleFor.Seconds())
-	r.cpuByProcess(p, cnRuns, []string{"direct", floorKey, "gateway"}, []string{"direct", "floor", "gateway alone"}, false, "")
+	p("\nCPU per request by process, c=%d GET (the floor proxy's idle: %.1f ms/s):\n\n", c, 1e3*r.IdleCPU[floor.Proc]/r.IdleFor.Seconds())
+	r.cpuByProcess(p, cnRuns, []string{"direct", floor.Key, "gateway"}, []string{"direct", "floor", "gateway alone"}, false, "")
 }
 
 func cnRuns(rd roundData) map[string]loadRun   { return rd.CN }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/kubewharf/kube-gateway/test/bench/internal/floor"
 	"github.com/kubewharf/kube-gateway/test/bench/internal/measure"
 )
 
@@ -30,7 +31,7 @@ func (r *report) profileAllocPerReq(c int) float64 {
 // not depend on how fast each target happens to run.
 func (r *report) headline(p func(string, ...any)) {
 	o := r.Opts
-	floor := r.hasFloor()
+	hasFloor := r.hasFloor()
 	p("## Headline\n\n")
 	p("Gateway alone against the floor (a minimal Go reverse proxy) and direct, medians over rounds of per-round values, ratios and differences. ")
 	if o.Rate > 0 {
@@ -42,9 +43,9 @@ func (r *report) headline(p func(string, ...any)) {
 	// least) goal; 0 means none.
 	row := func(name string, f func(roundData, string) float64, fmtv func(float64) string, withDirect bool, goal float64, atLeast bool) {
 		fl, ratio, diff, verdictCell := "–", "–", "–", ""
-		if floor {
-			rt, d := r.vs(func(rd roundData) float64 { return f(rd, "gateway") }, func(rd roundData) float64 { return f(rd, floorKey) })
-			fl, ratio, diff = fmtv(r.med(f, floorKey)), measure.X(rt), fmtv(d)
+		if hasFloor {
+			rt, d := r.vs(func(rd roundData) float64 { return f(rd, "gateway") }, func(rd roundData) float64 { return f(rd, floor.Key) })
+			fl, ratio, diff = fmtv(r.med(f, floor.Key)), measure.X(rt), fmtv(d)
 			switch {
 			case goal > 0 && atLeast:
 				verdictCell = fmt.Sprintf("≥ %s: %s", measure.X(goal), verdict(rt >= goal))
@@ -82,11 +83,11 @@ func (r *report) headline(p func(string, ...any)) {
 // rateSection reports the open-loop run at one fixed rate for every target.
 func (r *report) rateSection(p func(string, ...any)) {
 	o := r.Opts
-	floor := r.hasFloor()
+	hasFloor := r.hasFloor()
 	keys := []string{"direct", "gateway", "hub"}
 	labels := []string{"direct", "gateway alone", "hub + gateway"}
-	if floor {
-		keys = []string{"direct", floorKey, "gateway", "hub"}
+	if hasFloor {
+		keys = []string{"direct", floor.Key, "gateway", "hub"}
 		labels = []string{"direct", "floor", "gateway alone", "hub + gateway"}
 	}
 	p("## Fixed rate: %.0f GETs/s for every target (open loop)\n\n", o.Rate)
@@ -100,10 +101,10 @@ func (r *report) rateSection(p func(string, ...any)) {
 		head, rule = head+" "+l+" |", rule+"---:|"
 	}
 	ratioCols := [][2]string{{"gateway", "direct"}, {"hub", "direct"}}
-	if floor {
-		ratioCols = [][2]string{{floorKey, "direct"}, {"gateway", "direct"}, {"gateway", floorKey}, {"hub", "direct"}, {"hub", floorKey}}
+	if hasFloor {
+		ratioCols = [][2]string{{floor.Key, "direct"}, {"gateway", "direct"}, {"gateway", floor.Key}, {"hub", "direct"}, {"hub", floor.Key}}
 	}
-	name := map[string]string{"direct": "direct", floorKey: "floor", "gateway": "gateway", "hub": "hub+gw"}
+	name := map[string]string{"direct": "direct", floor.Key: "floor", "gateway": "gateway", "hub": "hub+gw"}
 	for _, rc := range ratioCols {
 		head, rule = head+" "+name[rc[0]]+" / "+name[rc[1]]+" |", rule+"---:|"
 	}
@@ -133,7 +134,7 @@ func (r *report) rateSection(p func(string, ...any)) {
 	row("**proxy CPU per request**", proxyCPUR, measure.US, map[string]bool{"direct": true})
 	row("member-b CPU per request", func(rd roundData, k string) float64 { return rd.Rate[k].cpuPerReq(member + "-1") }, measure.US, nil)
 	row("CPU per request, all processes", allCPUR, measure.US, nil)
-	row("gateway heap allocated per request", allocR, measure.KiB, map[string]bool{"direct": true, floorKey: true})
+	row("gateway heap allocated per request", allocR, measure.KiB, map[string]bool{"direct": true, floor.Key: true})
 	p("\nProxy CPU is the floor proxy's for floor and kube-gateway's for gateway alone and hub + gateway. ")
 	p("Heap allocated per request: the gateway's `go_memstats_alloc_bytes_total` before and after the run (minus what one scrape allocates) over the run's requests.\n\n")
 

@@ -14,7 +14,10 @@
 // At start it generates a serving certificate for 127.0.0.1 signed by its own
 // CA (both written to DIR/ca.crt), listens on 127.0.0.1:0 and then writes
 // its address "127.0.0.1:PORT" to DIR/addr (atomically: readers see it whole
-// or not at all). It exits on SIGTERM or SIGINT.
+// or not at all). Before that it serves net/http/pprof over plain HTTP on
+// another loopback port, written to DIR/debug-addr, so that the benchmarks can
+// read its heap, stacks and goroutines as they read the gateway's; nothing on
+// the proxy path touches it. It exits on SIGTERM or SIGINT.
 package main
 
 import (
@@ -27,6 +30,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	_ "net/http/pprof" // the debug listener's handlers
 	"net/url"
 	"os"
 	"os/signal"
@@ -111,6 +115,16 @@ func run(upstream, upstreamCA, tokenFile, dir string) error {
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 		Protocols:         &protos,
 		ReadHeaderTimeout: 30 * time.Second,
+	}
+	debugLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	debugSrv := &http.Server{Handler: http.DefaultServeMux, ReadHeaderTimeout: 30 * time.Second} // net/http/pprof registers there
+	go func() { _ = debugSrv.Serve(debugLn) }()
+	defer debugSrv.Close()
+	if err := writeAtomic(filepath.Join(dir, "debug-addr"), []byte(debugLn.Addr().String())); err != nil {
+		return err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -42,6 +42,7 @@ import (
 type options struct {
 	Watches         int           // idle watches through the gateway alone
 	HubWatches      int           // idle watches through hub + gateway
+	Floor           bool          // the same idle watches through the floor proxy
 	SampleWatches   int           // watches that record every event, per path
 	OpenConcurrency int           // concurrent watch openers
 	EventRate       float64       // ConfigMap updates per second
@@ -65,6 +66,7 @@ var logf = measure.Logger("bench-scale").Printf
 func main() {
 	var o options
 	flag.IntVar(&o.Watches, "watches", 10000, "idle watches opened through the gateway alone (0: no watch phase)")
+	flag.BoolVar(&o.Floor, "floor", true, "also open -watches idle watches through test/bench/floorproxy, a minimal Go reverse proxy, and measure what they cost it (the floor)")
 	flag.IntVar(&o.HubWatches, "hub-watches", 2000, "idle watches opened through hub + gateway, while the others stay open")
 	flag.IntVar(&o.SampleWatches, "sample-watches", 50, "watches through the gateway, and as many directly on member-b, that record every published event (the bench decodes 2 × this × -event-rate events/s; 200 overloads a shared 2-core machine)")
 	flag.IntVar(&o.OpenConcurrency, "open-concurrency", 50, "concurrent watch openers")
@@ -176,6 +178,11 @@ func run(ctx context.Context, env *harness.Env, o options, rep *report) error {
 			return fmt.Errorf("watches: %w", err)
 		}
 		rep.Watches = w
+		if o.Floor && o.Watches > 0 {
+			if w.Floor, err = floorPhase(ctx, s, o, floorDir(env.WorkDir)); err != nil {
+				return fmt.Errorf("floor: %w", err)
+			}
+		}
 	}
 	if o.Clusters > 0 {
 		if rep.Watches != nil {

@@ -124,6 +124,24 @@ func (r *report) watchSection(p func(string, ...any), w *watchResult) {
 	p("After closing every watch: RSS %s → %s (%s before), goroutines %.0f (%.0f before), heap in use %s (%s before).\n\n",
 		measure.MB(float64(a.RSSKB)), measure.MB(float64(w.AfterClose.RSSKB)), measure.MB(float64(b.RSSKB)), w.AfterClose.Goroutines, b.Goroutines, mib(w.AfterClose.HeapInuse), mib(b.HeapInuse))
 
+	if f := w.Floor; f != nil {
+		nf := f.Watches.Opened
+		perWatch := func(before, after float64, fmtv func(float64) string) string { return per(before, after, nf, fmtv) }
+		count := func(x float64) string { return fmt.Sprintf("%.2f", x) }
+		p("The floor: the same idle watches through `test/bench/floorproxy` alone, after the gateway's were closed (a minimal Go reverse proxy in front of member-b: TLS and HTTP/2 in, HTTP/2 out, `httputil.ReverseProxy` with a buffer pool, no authentication, authorization, admission or metrics; garbage collected twice before each reading, as the gateway).\n\n")
+		p("| per watch | gateway alone (%d) | floor (%d) | gateway / floor |\n|---|---:|---:|---:|\n", n, nf)
+		row := func(name string, gb, ga, fb, fa float64, fmtv func(float64) string) {
+			gr, fr := (ga-gb)/float64(n), (fa-fb)/float64(nf)
+			p("| %s | %s | %s | ×%.2f |\n", name, per(gb, ga, n, fmtv), perWatch(fb, fa, fmtv), gr/fr)
+		}
+		row("RSS", float64(b.RSSKB)*1024, float64(g.RSSKB)*1024, float64(f.Before.RSSKB)*1024, float64(f.Open.RSSKB)*1024, kib)
+		row("Go heap in use", b.HeapInuse, g.HeapInuse, f.Before.HeapInuse, f.Open.HeapInuse, kib)
+		row("Go stacks in use", b.StackInuse, g.StackInuse, f.Before.StackInuse, f.Open.StackInuse, kib)
+		row("goroutines", b.Goroutines, g.Goroutines, f.Before.Goroutines, f.Open.Goroutines, count)
+		p("| TCP connections to member-b, all told | %s | %d | |\n", ints(g.ToMemberB), f.ToMemberB)
+		p("| failed to open | %d | %d%s | |\n\n", w.Gateway.Errors, f.Watches.Errors, firstErr(f.Watches.FirstErr))
+	}
+
 	if w.HeapFile != "" {
 		p("The gateway's heap in use with every watch open, by allocation site (`%s`; `go tool pprof -sample_index=inuse_space -top`):\n\n```\n%s```\n\n", w.HeapFile, measure.TrimPprof(w.HeapTop))
 	}

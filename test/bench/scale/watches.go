@@ -209,6 +209,7 @@ type watchResult struct {
 	Series       []point
 	HeapFile     string // the gateway's heap profile with every watch open
 	HeapTop      string // its top sites by bytes in use
+	Floor        *floorResult
 }
 
 // eventResult is the event delivery measurement.

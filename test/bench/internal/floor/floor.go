@@ -1,4 +1,9 @@
-package main
+// Package floor runs test/bench/floorproxy, the benchmarks' floor: a minimal Go
+// reverse proxy (TLS and HTTP/2 in, HTTP/2 out, httputil.ReverseProxy with a
+// buffer pool; no authentication, authorization, admission or metrics) in
+// front of a member. Whatever the gateway costs beyond it is the gateway's own
+// overhead.
+package floor
 
 import (
 	"context"
@@ -15,19 +20,16 @@ import (
 	"github.com/kubewharf/kube-gateway/test/harness"
 )
 
-// The floor target: test/bench/floorproxy, a minimal Go reverse proxy (TLS
-// and HTTP/2 in, HTTP/2 out, httputil.ReverseProxy with a buffer pool; no
-// authentication, authorization, admission or metrics) in front of member-b.
-// Whatever the gateway costs beyond it is the gateway's own overhead.
+// The floor target's names in reports.
 const (
-	floorKey   = "floor"
-	floorLabel = "minimal Go proxy"
-	floorProc  = "floor proxy" // its name in procs
+	Key   = "floor"
+	Label = "minimal Go proxy"
+	Proc  = "floor proxy" // its name among the measured processes
 )
 
-// buildFloor compiles test/bench/floorproxy into dir. The bench runs with
+// Build compiles test/bench/floorproxy into dir. The benchmarks run with
 // `go run` from the repository root, so the package path is relative to it.
-func buildFloor(ctx context.Context, dir string) (string, error) {
+func Build(ctx context.Context, dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
@@ -39,21 +41,27 @@ func buildFloor(ctx context.Context, dir string) (string, error) {
 	return bin, nil
 }
 
-// floorProxy is the running floorproxy process.
-type floorProxy struct {
+// Proxy is the running floorproxy process.
+type Proxy struct {
+	// DebugURL is the base URL of its /debug/pprof endpoints (plain HTTP on
+	// loopback), so that its heap, stacks and goroutines can be read as the
+	// gateway's are.
+	DebugURL string
+
 	cmd  *exec.Cmd
 	done chan struct{} // closed when it exited
 	err  error         // of Wait, valid after done
 	log  string
 }
 
-func (f *floorProxy) PID() int { return f.cmd.Process.Pid }
+// PID is the proxy's process ID.
+func (f *Proxy) PID() int { return f.cmd.Process.Pid }
 
-// startFloor starts bin in front of member m (replica 0) with the member's
-// admin token, waits for it to write its address and returns it with its
-// target. dir receives the member CA, the token, the proxy's ca.crt and addr,
+// Start starts bin in front of member m (replica 0) with the member's admin
+// token, waits for it to write its addresses and returns it with its target.
+// dir receives the member CA, the token, the proxy's ca.crt and addresses,
 // and its log.
-func startFloor(ctx context.Context, bin, dir string, m *harness.Cluster) (*floorProxy, *measure.Target, error) {
+func Start(ctx context.Context, bin, dir string, m *harness.Cluster) (*Proxy, *measure.Target, error) {
 	caFile := filepath.Join(dir, "upstream-ca.crt")
 	tokenFile := filepath.Join(dir, "token")
 	if err := os.WriteFile(caFile, m.CAData, 0o644); err != nil {
@@ -76,14 +84,21 @@ func startFloor(ctx context.Context, bin, dir string, m *harness.Cluster) (*floo
 	if err := cmd.Start(); err != nil {
 		return nil, nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	f := &floorProxy{cmd: cmd, done: make(chan struct{}), log: logPath}
+	f := &Proxy{cmd: cmd, done: make(chan struct{}), log: logPath}
 	go func() { f.err = cmd.Wait(); close(f.done) }()
 
+	// debug-addr is written before addr: once addr is there, both are.
 	addr, err := f.waitAddr(ctx, filepath.Join(dir, "addr"), 30*time.Second)
 	if err != nil {
 		f.Stop()
 		return nil, nil, err
 	}
+	debugAddr, err := os.ReadFile(filepath.Join(dir, "debug-addr"))
+	if err != nil {
+		f.Stop()
+		return nil, nil, err
+	}
+	f.DebugURL = "http://" + strings.TrimSpace(string(debugAddr))
 	ca, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
 	if err != nil {
 		f.Stop()
@@ -95,12 +110,12 @@ func startFloor(ctx context.Context, bin, dir string, m *harness.Cluster) (*floo
 		return nil, nil, err
 	}
 	// No headers: the proxy adds the member's token itself.
-	return f, &measure.Target{Key: floorKey, Label: floorLabel, Base: "https://" + addr, Client: client}, nil
+	return f, &measure.Target{Key: Key, Label: Label, Base: "https://" + addr, Client: client}, nil
 }
 
 // waitAddr polls for the addr file until it appears, the process exits or
 // timeout passes.
-func (f *floorProxy) waitAddr(ctx context.Context, path string, timeout time.Duration) (string, error) {
+func (f *Proxy) waitAddr(ctx context.Context, path string, timeout time.Duration) (string, error) {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(20 * time.Millisecond)
@@ -123,7 +138,7 @@ func (f *floorProxy) waitAddr(ctx context.Context, path string, timeout time.Dur
 
 // Stop sends SIGTERM to the proxy's PID and waits for it to exit (SIGKILL
 // after 10 s). Stopping twice is a no-op.
-func (f *floorProxy) Stop() error {
+func (f *Proxy) Stop() error {
 	select {
 	case <-f.done:
 		return nil
