@@ -6,14 +6,18 @@ package clusterset
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -21,6 +25,8 @@ import (
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/health"
+	"github.com/kubewharf/kube-gateway/proxy/served"
+	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
 
 // entry is the state of one UpstreamCluster: compiled, or why it could not be.
@@ -44,6 +50,12 @@ type Hooks struct {
 	// *cluster.ConfigError. The cluster serves no request until a later change
 	// compiles, which Observed reports.
 	Invalid func(name string, generation int64, err error)
+	// Served is told, after a cluster compiled, whether the API groups and
+	// resources its dispatch rules name are served by the member (see
+	// package served): named false when the rules name none (then nothing
+	// was asked), else what the member does not serve. It comes from a
+	// goroutine of the cluster's own once the member's discovery answers.
+	Served func(name string, generation int64, named bool, unserved []string)
 }
 
 // Controller compiles UpstreamClusters and serves lookups.
@@ -218,14 +230,23 @@ func (c *Controller) sync(ctx context.Context, name string) {
 	if next.cluster, err = cluster.Compile(uc, secret, prev, observe); err != nil {
 		next.err = err
 	}
+	healthCtx := ctx
 	if next.cluster != nil {
-		healthCtx, stop := context.WithCancel(ctx)
+		var stop context.CancelFunc
+		healthCtx, stop = context.WithCancel(ctx)
 		next.stopHealth = stop
 		go next.cluster.Health.Run(healthCtx)
 	}
 	c.swap(name, next)
 	if next.cluster != nil && c.hooks.Observed != nil {
 		c.hooks.Observed(name, generation, next.cluster.Servers())
+	}
+	if next.cluster != nil && c.hooks.Served != nil {
+		if refs := served.Named(uc.Spec.DispatchPolicies); len(refs) == 0 {
+			c.hooks.Served(name, generation, false, nil)
+		} else {
+			go c.checkServed(healthCtx, name, generation, next.cluster, refs)
+		}
 	}
 	if next.err != nil && c.hooks.Invalid != nil {
 		c.hooks.Invalid(name, generation, next.err)
@@ -258,4 +279,86 @@ func (c *Controller) swap(name string, next *entry) {
 		}
 		old.cluster.Release(successor)
 	}
+}
+
+// How often the member's discovery is read for the dispatch rules' resources:
+// retries while it cannot be read, and again later while some are not served
+// (the CRD may be installed after the rule was written).
+const (
+	servedRetryBase = time.Second
+	servedRetryMax  = time.Minute
+	servedRecheck   = 10 * time.Minute
+)
+
+// checkServed reads the member's discovery through one of cl's servers and
+// reports which of refs it does not serve, until ctx ends (the cluster is
+// replaced or removed) or everything is served. It holds a goroutine only for
+// clusters whose rules name concrete resources and are not all served yet.
+func (c *Controller) checkServed(ctx context.Context, name string, generation int64, cl *cluster.Cluster, refs []served.Ref) {
+	logger := klog.FromContext(ctx).WithValues("upstreamcluster", name)
+	retry := servedRetryBase
+	for {
+		unserved, err := discover(ctx, cl, refs)
+		wait := servedRecheck
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			logger.V(2).Info("Cannot read the member's discovery to check the dispatch rules' resources, will retry", "err", err)
+			wait, retry = retry, min(2*retry, servedRetryMax)
+		default:
+			retry = servedRetryBase
+			names := make([]string, 0, len(unserved))
+			for _, r := range unserved {
+				names = append(names, r.String())
+			}
+			c.hooks.Served(name, generation, true, names)
+			if len(unserved) == 0 {
+				return
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// discoveryTimeout bounds one reading of a member's discovery.
+const discoveryTimeout = 30 * time.Second
+
+// discover reads the member's discovery through a healthy server of cl (any, if
+// none is) with the gateway's own credential, and returns the refs it does not
+// serve.
+func discover(ctx context.Context, cl *cluster.Cluster, refs []served.Ref) ([]served.Ref, error) {
+	if len(cl.Endpoints) == 0 {
+		return nil, fmt.Errorf("no enabled server")
+	}
+	e := cl.Endpoints[0]
+	for _, candidate := range cl.Endpoints {
+		if candidate.Healthy() {
+			e = candidate
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, discoveryTimeout)
+	defer cancel()
+	// The probe transport: the gateway's credential, no impersonation.
+	dc, err := discovery.NewDiscoveryClientForConfigAndClient(&rest.Config{Host: e.URL.String()},
+		&http.Client{Transport: cl.Transports(e).Probe, Timeout: discoveryTimeout})
+	if err != nil {
+		return nil, err
+	}
+	_, lists, err := dc.ServerGroupsAndResourcesWithContext(ctx)
+	var partial *discovery.ErrGroupDiscoveryFailed
+	switch {
+	case errors.As(err, &partial):
+		return served.Unserved(refs, lists, partial.Groups), nil
+	case err != nil:
+		return nil, transport.StripURL(err)
+	}
+	return served.Unserved(refs, lists, nil), nil
 }

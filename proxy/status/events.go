@@ -33,6 +33,9 @@ const (
 	EventInsecureTransport = "InsecureTransport"
 	// EventCertificatesVerified (Normal): certificate verification is on again.
 	EventCertificatesVerified = "CertificatesVerified"
+	// EventUnservedResources (Warning): a dispatch rule names an API group or
+	// resource the member does not serve.
+	EventUnservedResources = ReasonUnservedResources
 )
 
 // EventSource is the component of the Events the gateway records.
@@ -99,6 +102,12 @@ func transitions(old, st *gatewayv1alpha1.UpstreamClusterStatus) []event {
 		case c.Status != metav1.ConditionTrue && wasInsecure:
 			out = append(out, event{corev1.EventTypeNormal, EventCertificatesVerified, "spec.clientConfig.insecure was unset: " + c.Message})
 		}
+	}
+
+	oldServed := meta.FindStatusCondition(old.Conditions, gatewayv1alpha1.ConditionDispatchResourcesServed)
+	if c := meta.FindStatusCondition(st.Conditions, gatewayv1alpha1.ConditionDispatchResourcesServed); c != nil &&
+		c.Status == metav1.ConditionFalse && (oldServed == nil || oldServed.Status != c.Status || oldServed.Message != c.Message) {
+		out = append(out, event{corev1.EventTypeWarning, EventUnservedResources, c.Message})
 	}
 
 	oldReady := meta.FindStatusCondition(old.Conditions, gatewayv1alpha1.ConditionReady)

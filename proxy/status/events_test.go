@@ -58,6 +58,9 @@ func TestTransitions(t *testing.T) {
 		{Endpoint: epA, Healthy: true, Unknown: true, Reason: health.ReasonNotChecked},
 		{Endpoint: epB, Healthy: true, Unknown: true, Reason: health.ReasonNotChecked},
 	}}
+	unserved := observation{generation: 1, servers: bothHealthy.servers,
+		served: &servedCheck{named: true, unserved: []string{`dispatch policy "p" rule 0: resource "namespace" of API group ""`}}}
+	allServed := observation{generation: 1, servers: bothHealthy.servers, served: &servedCheck{named: true}}
 	missing := observation{generation: 1, problem: &problem{"SecretNotFound", "its credential Secret kube-gateway/x was not found on the hub"}}
 	badCA := observation{generation: 1, problem: &problem{"InvalidCAData", "ca.crt is not PEM"}}
 	secure, insecure := specWith(false, epA, epB), specWith(true, epA, epB)
@@ -91,6 +94,9 @@ func TestTransitions(t *testing.T) {
 		{name: "one answers, one fails", old: st(empty, notChecked, secure), o: bHealthy, spec: secure,
 			want: []string{"Warning EndpointUnhealthy", "Normal ClusterReady"}},
 		{name: "repointed at servers not checked yet", old: st(empty, noneHealthy, secure), o: observation{generation: 2, servers: notChecked.servers}, spec: secure, want: nil},
+		{name: "a rule names a resource the member does not serve", old: healthy, o: unserved, spec: secure, want: []string{"Warning UnservedResources"}},
+		{name: "still not served", old: st(healthy, unserved, secure), o: unserved, spec: secure, want: nil},
+		{name: "fixed", old: st(healthy, unserved, secure), o: allServed, spec: secure, want: nil},
 		{name: "disabling a server is no health transition", old: healthy, o: bDisabled, spec: secure, want: nil},
 		{name: "enabling it again neither", old: st(healthy, bDisabled, secure), o: observation{generation: 3, servers: bothHealthy.servers}, spec: secure, want: nil},
 		{name: "a new cluster whose Secret is missing", old: empty, o: missing, spec: secure, want: []string{"Warning SecretNotFound"}},

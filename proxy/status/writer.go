@@ -57,6 +57,15 @@ const (
 	// ObserveInvalid), e.g. SecretNotFound.
 )
 
+// Reasons of the DispatchResourcesServed condition.
+const (
+	// ReasonUnservedResources: a dispatch rule names an API group or resource
+	// the member does not serve.
+	ReasonUnservedResources = "UnservedResources"
+	// ReasonResourcesServed: the member serves everything the rules name.
+	ReasonResourcesServed = "ResourcesServed"
+)
+
 // Reasons of the InsecureTransport condition.
 const (
 	// ReasonInsecureSkipVerify: spec.clientConfig.insecure is set.
@@ -96,6 +105,16 @@ type observation struct {
 	// problem, if set, says why the generation could not be used; servers is
 	// then empty and status.servers keeps its last content.
 	problem *problem
+	// served, if set, is what the member's discovery said about the dispatch
+	// rules of this generation: see ObserveServed.
+	served *servedCheck
+}
+
+// servedCheck is the outcome of checking the dispatch rules' groups and
+// resources against the member's discovery.
+type servedCheck struct {
+	named    bool     // the rules name a concrete group or resource
+	unserved []string // what the member does not serve
 }
 
 // problem is a configuration problem: a CamelCase reason and a message.
@@ -155,12 +174,35 @@ func (w *Writer) ObserveInvalid(cluster string, generation int64, reason, messag
 	w.observe(cluster, observation{generation: generation, problem: &problem{reason: reason, message: message}})
 }
 
+// ObserveServed records what the dispatch rules of generation of cluster name
+// that the member does not serve (see package served), one entry per rule and
+// name; empty when the member serves everything. named false says that the
+// rules name no concrete group or resource (the condition is dropped). It is
+// ignored unless the cluster's latest observation is of generation and usable.
+func (w *Writer) ObserveServed(cluster string, generation int64, named bool, unserved []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	o, ok := w.observed[cluster]
+	if !ok || o.generation != generation || o.problem != nil {
+		return
+	}
+	o.served = &servedCheck{named: named, unserved: slices.Clone(unserved)}
+	w.observed[cluster] = o
+	if w.queue != nil {
+		w.queue.Add(cluster)
+	}
+}
+
 func (w *Writer) observe(cluster string, o observation) {
 	generation := o.generation
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if prev, ok := w.observed[cluster]; ok && prev.generation > generation {
+	prev, ok := w.observed[cluster]
+	if ok && prev.generation > generation {
 		return
+	}
+	if ok && prev.generation == generation && o.problem == nil {
+		o.served = prev.served // new health, same rules
 	}
 	w.observed[cluster] = o
 	if w.queue != nil {
@@ -395,7 +437,32 @@ func desiredStatus(old *gatewayv1alpha1.UpstreamClusterStatus, o observation, sp
 		ready.Status, ready.Reason = metav1.ConditionTrue, ReasonSomeServersHealthy
 	}
 	meta.SetStatusCondition(&st.Conditions, ready)
+	switch {
+	case o.served == nil: // not checked yet: what was known stays
+	case o.served.named:
+		meta.SetStatusCondition(&st.Conditions, resourcesServed(o.served.unserved, o.generation, now))
+	default:
+		meta.RemoveStatusCondition(&st.Conditions, gatewayv1alpha1.ConditionDispatchResourcesServed)
+	}
 	return st
+}
+
+// resourcesServed is the DispatchResourcesServed condition for unserved.
+func resourcesServed(unserved []string, generation int64, now metav1.Time) metav1.Condition {
+	c := metav1.Condition{
+		Type:               gatewayv1alpha1.ConditionDispatchResourcesServed,
+		ObservedGeneration: generation,
+		LastTransitionTime: now, // kept by SetStatusCondition when the status does not change
+		Status:             metav1.ConditionTrue,
+		Reason:             ReasonResourcesServed,
+		Message:            "the member serves every API group and resource the dispatch rules name",
+	}
+	if len(unserved) > 0 {
+		c.Status, c.Reason = metav1.ConditionFalse, ReasonUnservedResources
+		c.Message = truncate("the member does not serve what these dispatch rules name, so they never match it "+
+			"(resources are plural and lower-case, as in kubectl api-resources): "+strings.Join(unserved, "; "), maxMessageLen)
+	}
+	return c
 }
 
 // insecureTransport is the InsecureTransport condition of spec.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -420,6 +421,48 @@ func TestWriterRunExitsOnCancel(t *testing.T) {
 	w.Observe("member-a", 1, []health.ServerHealth{{Endpoint: epB, Healthy: true}})
 	if n, _ := s.counts("member-a"); n != 1 {
 		t.Fatalf("%d updates, want 1", n)
+	}
+}
+
+// What the member's discovery said about the dispatch rules survives later
+// health observations of the same generation, not a new generation; rules that
+// name nothing drop the condition.
+func TestObserveServed(t *testing.T) {
+	w := NewWriter(nil, clocktesting.NewFakePassiveClock(t0))
+	servers := []health.ServerHealth{{Endpoint: epA, Healthy: true}}
+	condition := func() *metav1.Condition {
+		w.mu.Lock()
+		o := w.observed["member-a"]
+		w.mu.Unlock()
+		return meta.FindStatusCondition(desiredStatus(&gatewayv1alpha1.UpstreamClusterStatus{}, o, nil, metav1.NewTime(t0)).Conditions,
+			gatewayv1alpha1.ConditionDispatchResourcesServed)
+	}
+	w.ObserveServed("member-a", 1, true, []string{"x"}) // before any observation: ignored
+	w.Observe("member-a", 1, servers)
+	if c := condition(); c != nil {
+		t.Fatalf("condition %+v before the check", c)
+	}
+	w.ObserveServed("member-a", 1, true, []string{`dispatch policy "p" rule 0: resource "namespace" of API group ""`})
+	w.Observe("member-a", 1, servers) // new health, same generation
+	if c := condition(); c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonUnservedResources || !strings.Contains(c.Message, `"namespace"`) {
+		t.Fatalf("condition %+v, want False naming namespace", c)
+	}
+	w.ObserveServed("member-a", 0, true, nil) // an older generation: ignored
+	if c := condition(); c == nil || c.Status != metav1.ConditionFalse {
+		t.Fatalf("condition %+v after a stale check", c)
+	}
+	w.Observe("member-a", 2, servers)
+	if c := condition(); c != nil {
+		t.Fatalf("condition %+v carried to a new generation", c)
+	}
+	w.ObserveServed("member-a", 2, true, nil)
+	if c := condition(); c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonResourcesServed {
+		t.Fatalf("condition %+v, want True", c)
+	}
+	st := desiredStatus(&gatewayv1alpha1.UpstreamClusterStatus{Conditions: []metav1.Condition{*condition()}},
+		observation{generation: 3, servers: servers, served: &servedCheck{}}, nil, metav1.NewTime(t0))
+	if c := meta.FindStatusCondition(st.Conditions, gatewayv1alpha1.ConditionDispatchResourcesServed); c != nil {
+		t.Fatalf("condition %+v kept although the rules name nothing", c)
 	}
 }
 

@@ -64,10 +64,12 @@ func (strategy) AllowCreateOnUpdate(context.Context) bool      { return false }
 func (strategy) AllowUnconditionalUpdate(context.Context) bool { return true }
 func (strategy) Canonicalize(runtime.Object)                   {}
 
-func (strategy) WarningsOnCreate(context.Context, runtime.Object) []string { return nil }
+func (strategy) WarningsOnCreate(_ context.Context, obj runtime.Object) []string {
+	return dispatchWarnings(obj.(*gatewayv1alpha1.UpstreamCluster))
+}
 
-func (strategy) WarningsOnUpdate(context.Context, runtime.Object, runtime.Object) []string {
-	return nil
+func (strategy) WarningsOnUpdate(_ context.Context, obj, _ runtime.Object) []string {
+	return dispatchWarnings(obj.(*gatewayv1alpha1.UpstreamCluster))
 }
 
 // GetResetFields tells server-side apply that the status is not owned through

@@ -6,8 +6,10 @@ import (
 	"net"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -488,4 +490,75 @@ func TestCredentialSecretDeletedAndRestored(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, time.Minute, served)
+}
+
+// A dispatch rule naming a resource the member does not serve (the singular
+// "namespace") is valid, but never matches: the gateway reads the member's
+// discovery and says so in a condition and an Event; fixed, the condition
+// turns True.
+func TestDispatchRulesNamingUnservedResources(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	uc := newCluster("unserved-resources", env.Members[harness.MemberB].Servers[0].URL)
+	uc.Spec.DispatchPolicies = []gatewayv1alpha1.DispatchPolicy{{Name: "namespaces", Rules: []gatewayv1alpha1.DispatchPolicyRule{
+		{Verbs: []string{"get", "list"}, APIGroups: []string{""}, Resources: []string{"namespace", "pods"}},
+	}}}
+	// Created through a client that keeps the API's warnings: the singular is
+	// warned about at once, as kubectl would print it.
+	cfg := env.HubConfig(harness.UserAdmin)
+	warnings := &warningCollector{}
+	cfg.WarningHandler = warnings
+	client, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.GatewayV1alpha1().UpstreamClusters().Create(ctx, uc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = upstreamClusters(t).Delete(context.Background(), uc.Name, metav1.DeleteOptions{}) })
+	if want := `spec.dispatchPolicies[0].rules[0].resources[0]: "namespace" is a singular`; !slices.ContainsFunc(warnings.get(), func(w string) bool { return strings.HasPrefix(w, want) }) {
+		t.Errorf("warnings %q, want one starting with %q", warnings.get(), want)
+	}
+	condition := func(status metav1.ConditionStatus, message string) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			got, err := upstreamClusters(t).Get(ctx, uc.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			c := meta.FindStatusCondition(got.Status.Conditions, gatewayv1alpha1.ConditionDispatchResourcesServed)
+			if c == nil || c.Status != status || !strings.Contains(c.Message, message) || c.ObservedGeneration != got.Generation {
+				return errorf("%s condition %+v, want %s naming %q", gatewayv1alpha1.ConditionDispatchResourcesServed, c, status, message)
+			}
+			return nil
+		}
+	}
+	eventually(t, time.Minute, condition(metav1.ConditionFalse, `dispatch policy "namespaces" rule 0: resource "namespace" of API group ""`))
+	waitDescribed(t, uc.Name, "Warning", "UnservedResources", `resource "namespace"`)
+
+	got, err := upstreamClusters(t).Get(ctx, uc.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Spec.DispatchPolicies[0].Rules[0].Resources = []string{"namespaces", "pods"}
+	if _, err := upstreamClusters(t).Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, condition(metav1.ConditionTrue, "serves every"))
+}
+
+// warningCollector keeps the warnings a client receives.
+type warningCollector struct {
+	mu       sync.Mutex
+	warnings []string
+}
+
+func (c *warningCollector) HandleWarningHeader(_ int, _ string, text string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.warnings = append(c.warnings, text)
+}
+
+func (c *warningCollector) get() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.warnings)
 }

@@ -353,6 +353,15 @@ const ServerReasonDisabled = "Disabled"
 // the servers), False otherwise (reason CertificatesVerified).
 const ConditionInsecureTransport = "InsecureTransport"
 
+// ConditionDispatchResourcesServed is the condition type saying whether the
+// member serves every API group and resource that the dispatch rules name, as
+// its discovery tells: False (reason UnservedResources, the message names the
+// rules) when a rule names something the member does not serve, such as the
+// singular "namespace", so that it never matches it; True (reason
+// ResourcesServed) otherwise. Absent while no rule names a concrete group or
+// resource, or before the member's discovery could be read.
+const ConditionDispatchResourcesServed = "DispatchResourcesServed"
+
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // UpstreamClusterList is a list of UpstreamClusters.

@@ -107,6 +107,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		Invalid: func(name string, generation int64, err error) {
 			statusWriter.ObserveInvalid(name, generation, cluster.ConfigErrorReason(err), err.Error())
 		},
+		Served: statusWriter.ObserveServed,
 	})
 	if err != nil {
 		return nil, err
