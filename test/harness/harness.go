@@ -88,6 +88,8 @@ type Config struct {
 	// NoGateway starts etcd, the hub and the members only; Env.Gateway is nil
 	// and no APIService or UpstreamCluster is created.
 	NoGateway bool
+	// HubArgs are appended to the hub kube-apiserver's command line.
+	HubArgs []string
 	// GatewayArgs are appended to the kube-gateway command line.
 	GatewayArgs []string
 	// GatewayEnv is added to the environment of the kube-gateway process only

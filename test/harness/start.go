@@ -393,6 +393,7 @@ func (e *Env) apiserverArgs(c *Cluster, s *APIServer) []string {
 			"--proxy-client-cert-file="+e.pki.frontProxyClient.CertFile,
 			"--proxy-client-key-file="+e.pki.frontProxyClient.KeyFile,
 		)
+		args = append(args, e.cfg.HubArgs...)
 	} else {
 		args = append(args,
 			"--kubelet-client-certificate="+e.pki.kubeletClient.CertFile,
