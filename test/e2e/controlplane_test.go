@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -22,6 +23,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/kubewharf/kube-gateway/apis/client/clientset/versioned"
 	gatewayclient "github.com/kubewharf/kube-gateway/apis/client/clientset/versioned/typed/gateway/v1alpha1"
@@ -173,8 +177,10 @@ func requireServerStatus(t *testing.T, what string, ctx context.Context, err err
 	t.Logf("%s while etcd is down: %d %s %q after %s", what, s.Code, s.Reason, s.Message, took.Round(time.Millisecond))
 }
 
-// gatewayProbe GETs the gateway's /readyz?verbose (open to anyone) directly.
-func gatewayProbe(ctx context.Context, t *testing.T, e *harness.Env, path string) (int, string, error) {
+// gatewayGetIn GETs path from e's gateway directly: anonymously (health
+// endpoints are open to anyone), or as the hub's admin the way the hub calls it
+// (front-proxy certificate and X-Remote headers).
+func gatewayGetIn(ctx context.Context, t *testing.T, e *harness.Env, path string, asAdmin bool) (int, string, error) {
 	t.Helper()
 	caPEM, err := os.ReadFile(e.GatewayCAFile)
 	if err != nil {
@@ -182,13 +188,50 @@ func gatewayProbe(ctx context.Context, t *testing.T, e *harness.Env, path string
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	tc := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if asAdmin {
+		cert, err := tls.LoadX509KeyPair(e.FrontProxyClientCert())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
 	defer c.CloseIdleConnections()
-	resp, body, err := tryGet(ctx, c, e.GatewayURL+path)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.GatewayURL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if asAdmin {
+		req.Header.Set("X-Remote-User", harness.UserAdmin)
+		req.Header.Set("X-Remote-Group", "system:masters")
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return 0, "", err
 	}
-	return resp.StatusCode, string(body), nil
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+// etcdErrors sums the gateway's etcd_request_errors_total over all series.
+func etcdErrors(ctx context.Context, t *testing.T, e *harness.Env) float64 {
+	t.Helper()
+	code, body, err := gatewayGetIn(ctx, t, e, "/metrics", true)
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %v", code, err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("parsing /metrics: %v", err)
+	}
+	var sum float64
+	for _, m := range families["etcd_request_errors_total"].GetMetric() {
+		sum += m.GetCounter().GetValue()
+	}
+	return sum
 }
 
 // etcdOutage is how long the gateway's etcd stays down.
@@ -196,8 +239,9 @@ const etcdOutage = 60 * time.Second
 
 // The gateway's etcd stops for a minute under steady proxied load: every proxied
 // request still succeeds (the compiled clusters are in memory), UpstreamCluster
-// writes fail with a 5xx Status within the gateway's request timeout, /readyz
-// names etcd, and once etcd is back a new UpstreamCluster is served without a
+// writes, and reads that must see etcd, fail with a 5xx Status within the
+// gateway's request timeout, resourceVersion=0 reads and watches are served from
+// the watch cache, /readyz names etcd, and once etcd is back a new UpstreamCluster is served without a
 // gateway restart.
 func TestGatewayEtcdOutage(t *testing.T) {
 	e := privateEnv(t)
@@ -209,6 +253,7 @@ func TestGatewayEtcdOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	load := startLoad(t, e, harness.MemberA, "/api/v1/namespaces/default")
+	errorsBefore := etcdErrors(ctx, t, e)
 
 	stopped := time.Now()
 	if err := e.GatewayEtcd.Stop(); err != nil {
@@ -234,9 +279,32 @@ func TestGatewayEtcdOutage(t *testing.T) {
 	requireServerStatus(t, "update", wctx, err, time.Since(began))
 	cancel()
 
+	// Reads that name no resourceVersion go to etcd and fail the same way...
+	rctx, cancel := context.WithTimeout(ctx, writeDeadline)
+	began = time.Now()
+	_, err = ucs.Get(rctx, harness.MemberB, metav1.GetOptions{})
+	requireServerStatus(t, "get", rctx, err, time.Since(began))
+	cancel()
+	// ...while resourceVersion=0 reads come from the watch cache, and so do
+	// watches from a listed version: what informers on UpstreamClusters do.
+	rctx, cancel = context.WithTimeout(ctx, writeDeadline)
+	list, err := ucs.List(rctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		t.Fatalf("list with resourceVersion=0 while etcd is down: %v", err)
+	}
+	if len(list.Items) != 2 {
+		t.Fatalf("list with resourceVersion=0 while etcd is down: %d clusters, want 2", len(list.Items))
+	}
+	w, err := ucs.Watch(rctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatalf("watch from resourceVersion %s while etcd is down: %v", list.ResourceVersion, err)
+	}
+	w.Stop()
+	cancel()
+
 	// The gateway says why: its /readyz fails on etcd.
 	eventually(t, 30*time.Second, func(ctx context.Context) error {
-		code, body, err := gatewayProbe(ctx, t, e, "/readyz?verbose")
+		code, body, err := gatewayGetIn(ctx, t, e, "/readyz?verbose", false)
 		if err != nil {
 			return err
 		}
@@ -245,6 +313,11 @@ func TestGatewayEtcdOutage(t *testing.T) {
 		}
 		return nil
 	})
+
+	// ...and so do its metrics.
+	if n := etcdErrors(ctx, t, e); n <= errorsBefore {
+		t.Fatalf("etcd_request_errors_total: %v, was %v before the outage", n, errorsBefore)
+	}
 
 	// The rest of the outage: the load keeps running.
 	select {
@@ -255,6 +328,7 @@ func TestGatewayEtcdOutage(t *testing.T) {
 	if err := e.GatewayEtcd.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
+	etcdBack := time.Now()
 	t.Logf("gateway's etcd back after %s", time.Since(stopped).Round(time.Second))
 
 	// A new cluster is stored and served by the same gateway process.
@@ -273,6 +347,7 @@ func TestGatewayEtcdOutage(t *testing.T) {
 	eventually(t, 60*time.Second, func(ctx context.Context) error {
 		return proxyGet(ctx, e, client, back.Name, "/version")
 	})
+	t.Logf("a cluster created after the outage is served %s after etcd was back", time.Since(etcdBack).Round(100*time.Millisecond))
 	if !e.Gateway.Running() || e.Gateway.PID() != gatewayPID {
 		t.Fatalf("the gateway restarted (pid %d, was %d)", e.Gateway.PID(), gatewayPID)
 	}
@@ -408,18 +483,25 @@ func TestHubRestart(t *testing.T) {
 		}
 		return n
 	}
-	var lastErr string
+	var failed int
+	var first, last error
 	eventually(t, 2*time.Minute, func(ctx context.Context) error {
-		if err := proxyGet(ctx, e, alice, harness.MemberA, "/api/v1/namespaces/alice/pods"); err != nil {
-			lastErr = err.Error()
-			return err
+		err := proxyGet(ctx, e, alice, harness.MemberA, "/api/v1/namespaces/alice/pods")
+		if err == nil && fromNew() == 0 {
+			err = errorf("member-a has seen no request from %s yet", newUser)
 		}
-		if fromNew() == 0 {
-			return errorf("member-a has seen no request from %s yet", newUser)
+		if err != nil && ctx.Err() != nil && last != nil {
+			return last // the poll's deadline, not news
 		}
-		return nil
+		if err != nil {
+			if failed++; first == nil {
+				first = err
+			}
+		}
+		last = err
+		return err
 	})
-	t.Logf("proxied requests succeed again, as %s on member-a (last error on the way: %s)", newUser, lastErr)
+	t.Logf("proxied requests succeed again, as %s on member-a (%d failed attempts on the way, first: %v)", newUser, failed, first)
 	if !e.Gateway.Running() || e.Gateway.PID() != gatewayPID {
 		t.Fatalf("the gateway restarted (pid %d, was %d)", e.Gateway.PID(), gatewayPID)
 	}
