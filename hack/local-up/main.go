@@ -1,7 +1,8 @@
 // Command local-up runs a complete kube-gateway environment on 127.0.0.1 for
-// trying things by hand: etcd, a hub kube-apiserver, member clusters member-a
-// (two apiserver replicas, a stand-in kubelet and pod alice/shell) and
-// member-b, and kube-gateway registered on the hub. See test/harness.
+// trying things by hand: an etcd for the hub and the members, a hub
+// kube-apiserver, member clusters member-a (two apiserver replicas, a stand-in
+// kubelet and pod alice/shell) and member-b, and kube-gateway with its own etcd,
+// registered on the hub. See test/harness.
 //
 //	go run ./hack/local-up up     # start into _output/local-up/, print how to use it, exit 0
 //	go run ./hack/local-up down   # stop it
@@ -56,8 +57,8 @@ func usage() {
 	fmt.Fprint(os.Stderr, `usage: local-up up [--dir DIR] [--bin-dir DIR] [--no-gateway]
        local-up down [--dir DIR]
 
-  up    start etcd, a hub, members member-a and member-b and kube-gateway on
-        127.0.0.1 in the background (state in DIR/state.json), print how to use them
+  up    start etcd, a hub, members member-a and member-b and kube-gateway (with
+        its own etcd) on 127.0.0.1 in the background (state in DIR/state.json), print how to use them
   down  stop what "up" started in DIR
 `)
 }
@@ -198,8 +199,10 @@ func printGuide(env *harness.Env, took time.Duration) {
 		}
 		w("  %-15s %s", m, strings.Join(urls, ", "))
 	}
+	w("  etcd            %s (hub and members)", env.EtcdURL)
 	if env.Gateway != nil {
 		w("  kube-gateway    %s (served on the hub as %s)", env.GatewayURL, harness.ProxyPath("<member>"))
+		w("  gateway etcd    %s (UpstreamClusters)", env.GatewayEtcdURL)
 	} else {
 		w("  kube-gateway    not started (--no-gateway): the <user>@<member> kubeconfigs will not work")
 	}

@@ -1,5 +1,6 @@
 // Package harness starts a complete kube-gateway test environment from real
-// binaries on 127.0.0.1: one etcd, a hub kube-apiserver with front-proxy
+// binaries on 127.0.0.1: an etcd for the hub and the members and another for
+// the gateway, a hub kube-apiserver with front-proxy
 // (aggregation) flags, two member clusters (member-a with two kube-apiserver
 // replicas, member-b with one), a stand-in kubelet for exec / attach /
 // port-forward on member-a, and the kube-gateway aggregated API server
@@ -87,6 +88,8 @@ type Config struct {
 	// NoGateway starts etcd, the hub and the members only; Env.Gateway is nil
 	// and no APIService or UpstreamCluster is created.
 	NoGateway bool
+	// HubArgs are appended to the hub kube-apiserver's command line.
+	HubArgs []string
 	// GatewayArgs are appended to the kube-gateway command line.
 	GatewayArgs []string
 	// GatewayEnv is added to the environment of the kube-gateway process only
@@ -103,10 +106,15 @@ type Env struct {
 	// Hub is the hub cluster; Members holds member-a and member-b.
 	Hub     *Cluster
 	Members map[string]*Cluster
-	// Etcd serves every apiserver (prefixes /hub, /member-a, /member-b,
-	// /kube-gateway) at EtcdURL.
+	// Etcd serves the hub and the members (prefixes /hub, /member-a,
+	// /member-b) at EtcdURL.
 	Etcd    *Process
 	EtcdURL string
+	// GatewayEtcd is the gateway's own etcd (prefix /kube-gateway) at
+	// GatewayEtcdURL, so that a test can stop it while the hub and the members
+	// keep running (nil with Config.NoGateway).
+	GatewayEtcd    *Process
+	GatewayEtcdURL string
 	// Gateway is the kube-gateway process (nil with Config.NoGateway), serving
 	// at GatewayURL with a certificate from GatewayCAFile.
 	Gateway       *Process
@@ -265,7 +273,7 @@ func (e *Env) track(p *Process) {
 }
 
 // Stop stops every process Start started (gateway, apiservers, stand-in
-// kubelet, etcd), each by its own PID: SIGTERM, then SIGKILL after 20 s. It is
+// kubelet, the etcds), each by its own PID: SIGTERM, then SIGKILL after 20 s. It is
 // safe to call more than once. With Detach it also removes state.json.
 func (e *Env) Stop() error {
 	e.mu.Lock()
@@ -284,7 +292,7 @@ func (e *Env) Stop() error {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	for _, p := range procs {
-		if p == e.Gateway || p == e.Etcd {
+		if p == e.Gateway || p == e.Etcd || p == e.GatewayEtcd {
 			continue
 		}
 		wg.Add(1)
@@ -300,8 +308,10 @@ func (e *Env) Stop() error {
 	if e.Kubelet != nil && e.Kubelet.close != nil {
 		errs = append(errs, e.Kubelet.close())
 	}
-	if e.Etcd != nil {
-		errs = append(errs, e.Etcd.Stop())
+	for _, p := range []*Process{e.GatewayEtcd, e.Etcd} {
+		if p != nil {
+			errs = append(errs, p.Stop())
+		}
 	}
 	if e.cfg.Detach {
 		if err := os.Remove(filepath.Join(e.WorkDir, stateFile)); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -98,6 +98,11 @@ func TestStart(t *testing.T) {
 	if !haveGateway {
 		t.Fatal("_output/bin/kube-gateway is not built: run make build (make test-e2e does)")
 	}
+	// The gateway has an etcd of its own, so that stopping it leaves the hub
+	// and the members running.
+	if env.GatewayEtcd == nil || env.GatewayEtcd.PID() == env.Etcd.PID() || env.GatewayEtcdURL == env.EtcdURL {
+		t.Fatalf("gateway's etcd is not its own process: %s vs %s", env.GatewayEtcdURL, env.EtcdURL)
+	}
 	hub := kubernetes.NewForConfigOrDie(env.HubConfig(UserAdmin))
 	var code int
 	body, err := hub.Discovery().RESTClient().Get().AbsPath(ProxyPath(MemberA) + "/version").Do(ctx).StatusCode(&code).Raw()

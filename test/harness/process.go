@@ -246,13 +246,17 @@ func (p *Process) Stop() error {
 }
 
 // Restart stops the process if it runs, starts it again with the same
-// arguments (same ports, same data) and waits until it is ready.
+// arguments (same ports, same data) and waits until it is ready. A test that
+// stopped a process with Stop brings it back with Restart.
 func (p *Process) Restart(ctx context.Context) error {
 	if err := p.Stop(); err != nil {
 		return err
 	}
 	if err := p.start(); err != nil {
 		return err
+	}
+	if p.onStart != nil {
+		p.onStart() // the new PID into state.json
 	}
 	return p.waitReady(ctx)
 }

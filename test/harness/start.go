@@ -84,14 +84,21 @@ func Start(ctx context.Context, cfg Config) (_ *Env, err error) {
 		return nil, fmt.Errorf("certificates: %w", err)
 	}
 
-	// etcd and the stand-in kubelet.
-	if err := parallel(func() error { return e.startEtcd(ctx) }, func() error { return e.startKubelet(ctx) }); err != nil {
+	// The etcds and the stand-in kubelet.
+	starts := []func() error{func() error { return e.startEtcd(ctx) }, func() error { return e.startKubelet(ctx) }}
+	if !cfg.NoGateway {
+		starts = append(starts, func() error { return e.startGatewayEtcd(ctx) })
+	}
+	if err := parallel(starts...); err != nil {
 		return nil, err
 	}
 	e.logf("etcd at %s, stand-in kubelet at %s", e.EtcdURL, e.Kubelet.Addr)
+	if e.GatewayEtcd != nil {
+		e.logf("gateway's etcd at %s", e.GatewayEtcdURL)
+	}
 
 	// All kube-apiservers at once.
-	var starts []func() error
+	starts = nil
 	for _, c := range e.clusters() {
 		for _, s := range c.Servers {
 			starts = append(starts, func() error { return e.startAPIServer(ctx, c, s) })
@@ -293,25 +300,42 @@ func (e *Env) startTracked(ctx context.Context, p *Process, reassign func()) err
 }
 
 func (e *Env) startEtcd(ctx context.Context) error {
-	p := e.newProcess("etcd")
+	p, err := e.startEtcdProcess(ctx, "etcd", &e.EtcdURL)
 	e.Etcd = p
-	dataDir := filepath.Join(e.WorkDir, "data", "etcd")
+	return err
+}
+
+// startGatewayEtcd starts the gateway's own etcd, so that a test can stop it
+// without stopping the hub and the members.
+func (e *Env) startGatewayEtcd(ctx context.Context) error {
+	p, err := e.startEtcdProcess(ctx, "gateway-etcd", &e.GatewayEtcdURL)
+	e.GatewayEtcd = p
+	return err
+}
+
+// startEtcdProcess starts a single-member etcd named name on loopback, with
+// its data in <WorkDir>/data/<name>, and sets *url to its client URL.
+func (e *Env) startEtcdProcess(ctx context.Context, name string, url *string) (*Process, error) {
+	p := e.newProcess(name)
+	dataDir := filepath.Join(e.WorkDir, "data", name)
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return err
+		return p, err
 	}
+	var clientURL string
 	assign := func() {
 		client, peer := mustFreePort(), mustFreePort()
-		e.EtcdURL = "http://127.0.0.1:" + strconv.Itoa(client)
+		clientURL = "http://127.0.0.1:" + strconv.Itoa(client)
 		peerURL := "http://127.0.0.1:" + strconv.Itoa(peer)
+		*url = clientURL
 		p.Args = []string{
 			filepath.Join(e.BinDir, "etcd"),
-			"--name=harness",
+			"--name=" + name,
 			"--data-dir=" + dataDir,
-			"--listen-client-urls=" + e.EtcdURL,
-			"--advertise-client-urls=" + e.EtcdURL,
+			"--listen-client-urls=" + clientURL,
+			"--advertise-client-urls=" + clientURL,
 			"--listen-peer-urls=" + peerURL,
 			"--initial-advertise-peer-urls=" + peerURL,
-			"--initial-cluster=harness=" + peerURL,
+			"--initial-cluster=" + name + "=" + peerURL,
 			"--initial-cluster-state=new",
 			"--unsafe-no-fsync=true",
 			"--quota-backend-bytes=4294967296",
@@ -322,7 +346,7 @@ func (e *Env) startEtcd(ctx context.Context) error {
 	p.timeout = etcdReadyTimeout
 	client := &http.Client{Timeout: 2 * time.Second}
 	p.probe = func(ctx context.Context) error {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.EtcdURL+"/health", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, clientURL+"/health", nil)
 		resp, err := client.Do(req)
 		if err != nil {
 			return err
@@ -333,7 +357,7 @@ func (e *Env) startEtcd(ctx context.Context) error {
 		}
 		return nil
 	}
-	return e.startTracked(ctx, p, assign)
+	return p, e.startTracked(ctx, p, assign)
 }
 
 func (e *Env) apiserverArgs(c *Cluster, s *APIServer) []string {
@@ -369,6 +393,7 @@ func (e *Env) apiserverArgs(c *Cluster, s *APIServer) []string {
 			"--proxy-client-cert-file="+e.pki.frontProxyClient.CertFile,
 			"--proxy-client-key-file="+e.pki.frontProxyClient.KeyFile,
 		)
+		args = append(args, e.cfg.HubArgs...)
 	} else {
 		args = append(args,
 			"--kubelet-client-certificate="+e.pki.kubeletClient.CertFile,
@@ -464,7 +489,7 @@ func (e *Env) startGatewayProcess(ctx context.Context, name string, extraArgs []
 			"--bind-address=127.0.0.1",
 			"--tls-cert-file=" + e.pki.gatewayServing.CertFile,
 			"--tls-private-key-file=" + e.pki.gatewayServing.KeyFile,
-			"--etcd-servers=" + e.EtcdURL,
+			"--etcd-servers=" + e.GatewayEtcdURL,
 			"--etcd-prefix=/kube-gateway",
 			"--kubeconfig=" + e.Kubeconfig("hub-"+UserGateway),
 			"--secret-namespace=" + GatewayNamespace,
