@@ -6,8 +6,9 @@
 // one httputil.ReverseProxy per Forwarder whose copy buffers are pooled;
 // protocol upgrades (exec, attach, port-forward) go through UpgradeAwareHandler,
 // which dials its own connection. Serve reads as the steps of a request: prepare
-// (classify, refuse, authorize), admit (route, flow control), one attempt per
-// server until one answers or retrying is pointless, observe.
+// (classify, refuse, authorize), admit (route, the user's long-running cap, flow
+// control), one attempt per server until one answers or retrying is pointless,
+// observe.
 package forward
 
 import (
