@@ -16,6 +16,7 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
+	"github.com/kubewharf/kube-gateway/proxy/longrunning"
 )
 
 // retryAfterSeconds is what clients are told to wait when no server answered.
@@ -38,6 +39,14 @@ func tooManyRequests(clusterName, policy, schema string, retryAfter time.Duratio
 		clusterName, schema, policy, seconds), seconds)
 	err.ErrStatus.Details.Name, err.ErrStatus.Details.Group, err.ErrStatus.Details.Kind = clusterName, gatewayv1alpha1.GroupName, "upstreamclusters"
 	return err
+}
+
+// tooManyLongRunning is the 429 of a long-running request past the user's
+// cap. Nothing tells when one of the user's streams ends: retry after 1s, as
+// for a full maxRequestsInflight schema.
+func tooManyLongRunning(user string, limit int) error {
+	return apierrors.NewTooManyRequests(fmt.Sprintf("user %q has %d long-running requests (watches, log streams, exec, attach, port-forward) open through this kube-gateway, "+
+		"the most it allows per user (--%s): close some, or have the operator raise the limit", user, limit, longrunning.Flag), retryAfterSeconds)
 }
 
 // unavailable is the 503 of a cluster that cannot serve now.

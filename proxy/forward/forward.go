@@ -6,8 +6,9 @@
 // one httputil.ReverseProxy per Forwarder whose copy buffers are pooled;
 // protocol upgrades (exec, attach, port-forward) go through UpgradeAwareHandler,
 // which dials its own connection. Serve reads as the steps of a request: prepare
-// (classify, refuse, authorize), admit (route, flow control), one attempt per
-// server until one answers or retrying is pointless, observe.
+// (classify, refuse, authorize), admit (route, the user's long-running cap, flow
+// control), one attempt per server until one answers or retrying is pointless,
+// observe.
 package forward
 
 import (
@@ -29,6 +30,7 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/balance"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/flowcontrol"
+	"github.com/kubewharf/kube-gateway/proxy/longrunning"
 	"github.com/kubewharf/kube-gateway/proxy/metrics"
 	"github.com/kubewharf/kube-gateway/proxy/request"
 )
@@ -63,6 +65,9 @@ type Forwarder struct {
 	// before it is forwarded: the hub's RBAC applies in addition to the
 	// member's (--authorize-proxy-subpath).
 	Authorizer authorizer.Authorizer
+	// LongRunning caps the long-running requests each hub user holds open
+	// through this gateway, over all clusters; nil: no cap.
+	LongRunning *longrunning.Limiter
 
 	// proxy carries requests that are not long-running, longRunning the others:
 	// they differ in the size of their pooled copy buffers only.
@@ -144,20 +149,36 @@ func (f *Forwarder) prepare(req *http.Request, r Request) (request.Attributes, e
 	return attrs, nil
 }
 
-// admit asks the route's flow-control schema, if any, to let the request in. It
-// returns the schema's name and what to call when the request ends.
+// admit takes a slot of the user's long-running cap for a long-running
+// request, then asks the route's flow-control schema, if any, to let the
+// request in. It returns the schema's name and what to call when the request
+// ends.
 func (f *Forwarder) admit(clusterName string, route *cluster.Route, attrs *request.Attributes) (schema string, release func(), err error) {
-	if route.Schema == nil {
-		return "", func() {}, nil
-	}
 	schema = route.Schema.Name()
-	release, retryAfter, ok := route.Schema.Admit(flowcontrol.Request{User: attrs.User.GetName(), Namespace: attrs.Namespace, LongRunning: attrs.LongRunning})
+	releaseUser := noop
+	if attrs.LongRunning {
+		var ok bool
+		if releaseUser, ok = f.LongRunning.Acquire(attrs.User.GetName()); !ok {
+			f.Metrics.Rejected(clusterName, route.Policy, schema, metrics.ReasonLongRunningPerUser)
+			return schema, nil, tooManyLongRunning(attrs.User.GetName(), f.LongRunning.Max())
+		}
+	}
+	if route.Schema == nil {
+		return schema, releaseUser, nil
+	}
+	releaseSchema, retryAfter, ok := route.Schema.Admit(flowcontrol.Request{User: attrs.User.GetName(), Namespace: attrs.Namespace, LongRunning: attrs.LongRunning})
 	if !ok {
+		releaseUser()
 		f.Metrics.Rejected(clusterName, route.Policy, schema, string(route.Schema.Kind()))
 		return schema, nil, tooManyRequests(clusterName, route.Policy, schema, retryAfter)
 	}
-	return schema, release, nil
+	if !attrs.LongRunning {
+		return schema, releaseSchema, nil
+	}
+	return schema, func() { releaseSchema(); releaseUser() }, nil
 }
+
+func noop() {}
 
 // attempts sends req to one server after another until one answers, or a
 // failure may not be retried, or no server is left. ok is false when not even

@@ -86,6 +86,9 @@ const (
 	ReasonTokenBucket   = "TokenBucket"
 	ReasonMaxInflight   = "MaxInflight"
 	ReasonNoReadyServer = "NoReadyServer"
+	// ReasonLongRunningPerUser: the user holds as many long-running requests
+	// open through this gateway as --max-long-running-requests-per-user allows.
+	ReasonLongRunningPerUser = "LongRunningPerUser"
 )
 
 // Other is the label value standing for values that are not recorded as is.
@@ -127,7 +130,7 @@ func New() *Metrics {
 		}, []string{"cluster", "policy", "schema"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem, Name: "rejected_requests_total",
-			Help: "Requests the gateway refused without forwarding them, by reason (TokenBucket, MaxInflight, NoReadyServer).",
+			Help: "Requests the gateway refused without forwarding them, by reason (TokenBucket, MaxInflight, NoReadyServer, LongRunningPerUser).",
 		}, []string{"cluster", "policy", "schema", "reason"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem, Name: "retries_total",

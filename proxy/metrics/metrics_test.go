@@ -115,7 +115,7 @@ func TestInFlightAndRejected(t *testing.T) {
 # HELP kube_gateway_proxy_inflight_requests Requests being forwarded to a member cluster, long-running ones included.
 # TYPE kube_gateway_proxy_inflight_requests gauge
 kube_gateway_proxy_inflight_requests{cluster="member-a",policy="heavy",schema="mif"} 2
-# HELP kube_gateway_proxy_rejected_requests_total Requests the gateway refused without forwarding them, by reason (TokenBucket, MaxInflight, NoReadyServer).
+# HELP kube_gateway_proxy_rejected_requests_total Requests the gateway refused without forwarding them, by reason (TokenBucket, MaxInflight, NoReadyServer, LongRunningPerUser).
 # TYPE kube_gateway_proxy_rejected_requests_total counter
 kube_gateway_proxy_rejected_requests_total{cluster="member-a",policy="heavy",reason="MaxInflight",schema="mif"} 1
 kube_gateway_proxy_rejected_requests_total{cluster="member-a",policy="list-pods",reason="TokenBucket",schema="tb"} 2

@@ -4,13 +4,17 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 
+	"github.com/kubewharf/kube-gateway/cmd/kube-gateway/app"
+	"github.com/kubewharf/kube-gateway/proxy/longrunning"
 	"github.com/kubewharf/kube-gateway/test/harness"
 )
 
@@ -59,6 +63,8 @@ func TestRejectsInvalidValues(t *testing.T) {
 		{"kube-gateway", []string{"--set", "apiService.insecureSkipTLSVerify=true"}, []string{schemaErr, "insecureSkipTLSVerify"}},
 		{"kube-gateway", []string{"--set", "resources.requests.cpu=lots"}, []string{schemaErr, "/resources/requests/cpu"}},
 		{"kube-gateway", []string{"--set", "gateway.goGC=-1"}, []string{schemaErr, "/gateway/goGC"}},
+		{"kube-gateway", []string{"--set", "gateway.maxLongRunningRequestsPerUser=-1"}, []string{schemaErr, "/gateway/maxLongRunningRequestsPerUser"}},
+		{"kube-gateway", []string{"--set-string", "gateway.maxLongRunningRequestsPerUser=many"}, []string{schemaErr, "/gateway/maxLongRunningRequestsPerUser"}},
 		{"kube-gateway", []string{"--set", "directAccess.enable=true"}, []string{schemaErr, "enable"}},
 		{"kube-gateway", []string{"--set", "directAccess.service.type=ExternalName"}, []string{schemaErr, "/directAccess/service/type"}},
 		{"kube-gateway", []string{"--set", "directAccess.audit.policy.kind=Config"}, []string{schemaErr, "/directAccess/audit/policy/kind"}},
@@ -107,5 +113,40 @@ func TestDefaultImagesAreWhatMakeImageBuilds(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("chart images %v, make image tags %v", got, want)
+	}
+}
+
+// The chart passes the per-user cap of long-running requests as a whole
+// number: by default the gateway's own default, which the chart's memory limit
+// is sized for; 0 (no limit) and large values as written.
+func TestLongRunningCap(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	helm := DefaultHelm(t)
+	flag := "--" + longrunning.Flag + "="
+	// From a values file, YAML numbers are floats, which a template prints
+	// as 2e+06.
+	large := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(large, []byte("gateway: {maxLongRunningRequestsPerUser: 2000000}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		set  []string
+		want string
+	}{
+		{nil, strconv.Itoa(app.NewOptions().MaxLongRunningPerUser)},
+		{[]string{"--set", "gateway.maxLongRunningRequestsPerUser=0"}, "0"},
+		{[]string{"--values", large}, "2000000"},
+	} {
+		m := helm.Render(ctx, t, "kube-gateway", "kube-gateway", c.set...)
+		args := Convert[appsv1.Deployment](t, m.One(t, "Deployment")).Spec.Template.Spec.Containers[0].Args
+		var got []string
+		for _, a := range args {
+			if v, ok := strings.CutPrefix(a, flag); ok {
+				got = append(got, v)
+			}
+		}
+		if len(got) != 1 || got[0] != c.want {
+			t.Fatalf("%v: %s%v, want %s%s", c.set, flag, got, flag, c.want)
+		}
 	}
 }

@@ -802,7 +802,7 @@ resources: {requests: {cpu: 500m, memory: 512Mi}, limits: {cpu: "2", memory: 2Gi
 podAntiAffinity: hard
 secretNamespace: %s-credentials
 service: {port: 8443}
-gateway: {securePort: 9443, authorizeProxySubpath: true, logVerbosity: 4, extraArgs: ["--request-timeout=2m"], goGC: 0}
+gateway: {securePort: 9443, authorizeProxySubpath: true, maxLongRunningRequestsPerUser: 500, logVerbosity: 4, extraArgs: ["--request-timeout=2m"], goGC: 0}
 nodeSelector: {kubernetes.io/os: linux}
 tolerations: [{key: dedicated, operator: Equal, value: gateway, effect: NoSchedule}]
 podAnnotations: {example.invalid/team: platform}
@@ -839,7 +839,7 @@ etcd:
 				}
 				for flag, want := range map[string]string{
 					"--secret-namespace": g.ns + "-credentials", "--secure-port": "9443", "--v": "4",
-					"--request-timeout": "2m", "--authorize-proxy-subpath": "",
+					"--request-timeout": "2m", "--authorize-proxy-subpath": "", "--max-long-running-requests-per-user": "500",
 					"--status-lease-name": "gw-status", // from fullnameOverride: installs sharing a namespace differ
 				} {
 					if got, ok := g.args[flag]; !ok || got != want {

@@ -613,6 +613,23 @@ func TestClientsKubeconfigCommand(t *testing.T) {
 		t.Fatalf("alice listing namespaces on member-a: %v %s", err, stderr)
 	}
 
+	// Merged as docs/clients.md says, each context keeps its own user.
+	merge := exec.CommandContext(ctx, filepath.Join(env.BinDir, "kubectl"), "config", "view", "--flatten")
+	merge.Env = append(os.Environ(), "KUBECONFIG="+adminA+string(filepath.ListSeparator)+aliceA)
+	merged, err := merge.Output()
+	if err != nil {
+		t.Fatalf("kubectl config view --flatten: %v", err)
+	}
+	mergedFile := filepath.Join(dir, "merged.kubeconfig")
+	if err := os.WriteFile(mergedFile, merged, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for context, want := range map[string]string{harness.MemberA: harness.UserAdmin, "alice-on-a": harness.UserAlice} {
+		if out, _, err := env.Kubectl(ctx, mergedFile, "--context", context, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"); err != nil || out != want {
+			t.Fatalf("merged kubeconfig, context %s: whoami %q (%v), want %s", context, out, err, want)
+		}
+	}
+
 	// --check fails for a cluster the hub does not have, and stdout stays empty.
 	out, stderr, err := kubeGatewayKubeconfig(ctx, t, "hub-admin", "--cluster", "no-such-cluster", "--check")
 	if err == nil || out != "" || !strings.Contains(stderr, `upstreamcluster \"no-such-cluster\" not found`) && !strings.Contains(stderr, `upstreamcluster "no-such-cluster" not found`) {

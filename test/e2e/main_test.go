@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/kubewharf/kube-gateway/proxy/longrunning"
 	"github.com/kubewharf/kube-gateway/test/harness"
 )
 
@@ -18,6 +20,11 @@ import (
 var env *harness.Env
 
 const gatewayRequestTimeout = 5 * time.Second
+
+// longRunningCap is the gateway's --max-long-running-requests-per-user, small
+// enough for TestLongRunningRequestsPerUserCap to reach in a second, above
+// what any one user of the other tests holds open at once.
+const longRunningCap = 30
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -38,7 +45,7 @@ func run(m *testing.M) int {
 		// A short request timeout for the gateway's own non-long-running requests,
 		// so that TestLongRunningRequestsOutliveTheGatewayTimeout can prove in
 		// seconds that proxied streams are not subject to it.
-		GatewayArgs: []string{"--request-timeout=" + gatewayRequestTimeout.String()},
+		GatewayArgs: []string{"--request-timeout=" + gatewayRequestTimeout.String(), "--" + longrunning.Flag + "=" + strconv.Itoa(longRunningCap)},
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the environment: %v\n(logs in %s)\n", err, filepath.Join(workDir, "logs"))

@@ -418,13 +418,26 @@ func StopFromState(workDir string) error {
 
 // --- kubeconfigs ---
 
-func writeKubeconfig(path, server string, caPEM []byte, token string) error {
-	const name = "kube-gateway-test"
+// kubeconfigEntry names the context, cluster and user of one kubeconfig
+// distinctly from those of every other kubeconfig the environment writes, so
+// that any of them merge (KUBECONFIG=a:b, where the first entry of a name
+// wins) with each context keeping its own server and credentials. Clusters
+// are "hub", the member's name (directly) or "gateway-<member>" (through hub
+// and gateway); users are <user>@<cluster>; contexts are the cluster's name
+// for admin directly (--context hub, --context member-a), else <user>@hub or
+// <user>@<member>, as the kubeconfig files are named.
+type kubeconfigEntry struct{ context, cluster, user string }
+
+func entry(context, user, cluster string) kubeconfigEntry {
+	return kubeconfigEntry{context: context, cluster: cluster, user: user + "@" + cluster}
+}
+
+func writeKubeconfig(path string, n kubeconfigEntry, server string, caPEM []byte, token string) error {
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters[name] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
-	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: token}
-	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
-	cfg.CurrentContext = name
+	cfg.Clusters[n.cluster] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
+	cfg.AuthInfos[n.user] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts[n.context] = &clientcmdapi.Context{Cluster: n.cluster, AuthInfo: n.user}
+	cfg.CurrentContext = n.context
 	return clientcmd.WriteToFile(*cfg, path)
 }
 
@@ -449,17 +462,22 @@ func (e *Env) writeKubeconfigs() error {
 	hub := e.Hub
 	hubURL := hub.Servers[0].URL
 	for _, u := range []string{UserAdmin, UserAlice, UserBob, UserGateway} {
-		if err := writeKubeconfig(e.Kubeconfig("hub-"+u), hubURL, hub.CAData, hub.Tokens[u]); err != nil {
+		n := entry(u+"@hub", u, "hub")
+		if u == UserAdmin {
+			n.context = "hub"
+		}
+		if err := writeKubeconfig(e.Kubeconfig("hub-"+u), n, hubURL, hub.CAData, hub.Tokens[u]); err != nil {
 			return err
 		}
 	}
 	for _, m := range []string{MemberA, MemberB} {
 		c := e.Members[m]
-		if err := writeKubeconfig(e.Kubeconfig(m+"-admin"), c.Servers[0].URL, c.CAData, c.Tokens[UserAdmin]); err != nil {
+		if err := writeKubeconfig(e.Kubeconfig(m+"-admin"), entry(m, UserAdmin, m), c.Servers[0].URL, c.CAData, c.Tokens[UserAdmin]); err != nil {
 			return err
 		}
 		for _, u := range []string{UserAlice, UserAdmin} {
-			if err := writeKubeconfig(e.Kubeconfig(u+"@"+m), hubURL+ProxyPath(m), hub.CAData, hub.Tokens[u]); err != nil {
+			n := entry(u+"@"+m, u, "gateway-"+m)
+			if err := writeKubeconfig(e.Kubeconfig(u+"@"+m), n, hubURL+ProxyPath(m), hub.CAData, hub.Tokens[u]); err != nil {
 				return err
 			}
 		}

@@ -62,7 +62,9 @@ same cluster TLS settings (CA, server name, insecure flag) and the same user
 credentials, which authenticate to the hub; the server is the hub server plus
 /apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/NAME/proxy. It has one
 context, named NAME unless --context-name says otherwise, and it is the current
-context; the namespace of the hub context is not carried over. kubectl,
+context; its cluster and user have the context's name, so that kubeconfigs with
+different context names merge safely (KUBECONFIG=a:b kubectl config view
+--flatten); the namespace of the hub context is not carried over. kubectl,
 client-go, helm, k9s and other tools then work against the member, with the
 member's RBAC applied to the hub user.
 
@@ -95,7 +97,7 @@ Only the kubeconfig is written to stdout; errors go to stderr.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&o.cluster, "cluster", "", "name of the member cluster (UpstreamCluster) to reach (required)")
-	fs.StringVar(&o.contextName, "context-name", "", "name of the context, cluster and current context of the printed kubeconfig (default: the cluster name)")
+	fs.StringVar(&o.contextName, "context-name", "", "name of the context, cluster, user and current context of the printed kubeconfig (default: the cluster name); give kubeconfigs you will merge different names, e.g. alice@member-a")
 	fs.BoolVar(&o.check, "check", false, "verify through the hub that the UpstreamCluster exists before printing")
 	fs.BoolVar(&o.flatten, "flatten", false, "embed the certificate and key files the hub kubeconfig refers to")
 	fs.DurationVar(&o.timeout, "request-timeout", o.timeout, "timeout of the --check request to the hub")
@@ -152,7 +154,8 @@ func (o *kubeconfigOptions) run(ctx context.Context, cmd *cobra.Command) error {
 // described by context contextOverride of hub (its current context when
 // empty): the hub context's cluster with the server moved to the member's
 // proxy prefix, and the hub context's user, under one context named
-// contextName (default: cluster) that is the current context.
+// contextName (default: cluster) that is the current context; its cluster and
+// user are named contextName too.
 func memberKubeconfig(hub clientcmdapi.Config, contextOverride, cluster, contextName string) (*clientcmdapi.Config, error) {
 	if err := multicluster.ValidateClusterName(cluster); err != nil {
 		return nil, err
@@ -205,15 +208,15 @@ func memberKubeconfig(hub clientcmdapi.Config, contextOverride, cluster, context
 	memberCluster.LocationOfOrigin = ""
 	memberUser := user.DeepCopy()
 	memberUser.LocationOfOrigin = ""
-	userName := hubContext.AuthInfo
-	if userName == "" {
-		userName = contextName
-	}
 
+	// Cluster and user are named like the context, not like the hub's
+	// entries: kubeconfigs printed from different hub contexts (alice's and
+	// admin's, whose users may share a name such as "admin") then merge with
+	// each context keeping its own credentials, as long as context names differ.
 	out := clientcmdapi.NewConfig()
 	out.Clusters[contextName] = memberCluster
-	out.AuthInfos[userName] = memberUser
-	out.Contexts[contextName] = &clientcmdapi.Context{Cluster: contextName, AuthInfo: userName}
+	out.AuthInfos[contextName] = memberUser
+	out.Contexts[contextName] = &clientcmdapi.Context{Cluster: contextName, AuthInfo: contextName}
 	out.CurrentContext = contextName
 	return out, nil
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -63,8 +64,8 @@ func TestMemberKubeconfig(t *testing.T) {
 		TLSServerName:            "hub.internal",
 		ProxyURL:                 "http://proxy.example:3128",
 	}
-	want.AuthInfos["hub-user"] = &clientcmdapi.AuthInfo{Token: "hub-token"}
-	want.Contexts["member-a"] = &clientcmdapi.Context{Cluster: "member-a", AuthInfo: "hub-user"}
+	want.AuthInfos["member-a"] = &clientcmdapi.AuthInfo{Token: "hub-token"}
+	want.Contexts["member-a"] = &clientcmdapi.Context{Cluster: "member-a", AuthInfo: "member-a"}
 	want.CurrentContext = "member-a"
 	normalize(got)
 	normalize(want)
@@ -86,14 +87,14 @@ func TestMemberKubeconfigOtherContext(t *testing.T) {
 		t.Fatalf("want exactly one context b-through-hub, got %s", dump(t, got))
 	}
 	ctx := got.Contexts["b-through-hub"]
-	if ctx == nil || ctx.Cluster != "b-through-hub" || ctx.AuthInfo != "other-user" || ctx.Namespace != "" {
+	if ctx == nil || ctx.Cluster != "b-through-hub" || ctx.AuthInfo != "b-through-hub" || ctx.Namespace != "" {
 		t.Fatalf("context %+v", ctx)
 	}
 	c := got.Clusters["b-through-hub"]
 	if c.Server != "https://rancher.example/k8s/clusters/c-1/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/member-b/proxy" || !c.InsecureSkipTLSVerify {
 		t.Fatalf("cluster %+v", c)
 	}
-	u := got.AuthInfos["other-user"]
+	u := got.AuthInfos["b-through-hub"]
 	if u.ClientCertificate != "/certs/user.crt" || u.ClientKey != "/certs/user.key" || u.Exec == nil || u.Exec.Command != "get-token" {
 		t.Fatalf("user %+v", u)
 	}
@@ -365,4 +366,51 @@ func dump(t *testing.T, c *clientcmdapi.Config) string {
 		t.Fatal(err)
 	}
 	return string(data)
+}
+
+// Member kubeconfigs printed from different hub kubeconfigs merge safely even
+// when the hub users share a name (local kubeconfigs often all say "admin"):
+// each merged context keeps its own credentials, whatever the order.
+func TestMemberKubeconfigsMerge(t *testing.T) {
+	hubOf := func(token string) clientcmdapi.Config {
+		cfg := clientcmdapi.NewConfig()
+		cfg.Clusters["hub"] = &clientcmdapi.Cluster{Server: "https://hub.example:6443"}
+		cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: token}
+		cfg.Contexts["hub"] = &clientcmdapi.Context{Cluster: "hub", AuthInfo: "admin"}
+		cfg.CurrentContext = "hub"
+		return *cfg
+	}
+	dir := t.TempDir()
+	var files []string
+	want := map[string]string{} // context -> token
+	for _, c := range []struct{ token, cluster, contextName, context string }{
+		{"admin-token", "member-a", "", "member-a"},
+		{"alice-token", "member-a", "alice@member-a", "alice@member-a"},
+		{"alice-token", "member-b", "", "member-b"},
+	} {
+		out, err := memberKubeconfig(hubOf(c.token), "", c.cluster, c.contextName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(dir, c.context+".kubeconfig")
+		if err := clientcmd.WriteToFile(*out, f); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+		want[c.context] = c.token
+	}
+	reversed := slices.Clone(files)
+	slices.Reverse(reversed)
+	for _, merged := range [][]string{files, reversed} {
+		for context, token := range want {
+			rules := &clientcmd.ClientConfigLoadingRules{Precedence: merged}
+			cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.BearerToken != token {
+				t.Errorf("merged %v: context %q has token %q, want %q", merged, context, cfg.BearerToken, token)
+			}
+		}
+	}
 }

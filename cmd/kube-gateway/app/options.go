@@ -26,6 +26,7 @@ import (
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/chain"
 	"github.com/kubewharf/kube-gateway/proxy/frontproxy"
+	"github.com/kubewharf/kube-gateway/proxy/longrunning"
 	"github.com/kubewharf/kube-gateway/registry/upstreamcluster"
 	gatewayopenapi "github.com/kubewharf/kube-gateway/registry/upstreamcluster/openapi"
 )
@@ -57,6 +58,9 @@ type Options struct {
 	// DirectAccess serves the gateway's API to hub credentials sent straight
 	// to the gateway; otherwise only requests through the hub's front proxy.
 	DirectAccess bool
+	// MaxLongRunningPerUser caps the long-running proxied requests each hub
+	// user holds open through this gateway; 0: no cap.
+	MaxLongRunningPerUser int
 
 	scheme *runtime.Scheme
 	codecs serializer.CodecFactory
@@ -75,8 +79,11 @@ func NewOptions() *Options {
 		Logs:            logs.NewOptions(),
 		SecretNamespace: "kube-gateway",
 		StatusLeaseName: "kube-gateway-status",
-		scheme:          scheme,
-		codecs:          codecs,
+		// 10,000 open watches cost the gateway about 375 MiB: one user at the
+		// cap fits the chart's 1 GiB memory limit with room for others.
+		MaxLongRunningPerUser: 10000,
+		scheme:                scheme,
+		codecs:                codecs,
 	}
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(gatewayv1alpha1.SchemeGroupVersion,
 		schema.GroupKind{Group: gatewayv1alpha1.GroupName})
@@ -117,6 +124,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"Hub namespace of the Secrets holding the gateway's credentials toward member clusters. The gateway reads Secrets only there, and UpstreamClusters may only reference Secrets there.")
 	gw.StringVar(&o.StatusLeaseName, "status-lease-name", o.StatusLeaseName,
 		"Name of the hub Lease, in --secret-namespace, whose holder among the gateway replicas writes UpstreamCluster status and records Events. Installations that share a secret namespace need different names.")
+	gw.IntVar(&o.MaxLongRunningPerUser, longrunning.Flag, o.MaxLongRunningPerUser,
+		"Most long-running proxied requests (watches, log streams, exec, attach, port-forward) one hub user may hold open through this gateway process, over all upstream clusters; past it the gateway answers 429. Users are told apart by name: the replicas of a controller that share a service account share one budget. Neither the hub's priority and fairness nor --max-requests-inflight counts these requests, and each open watch costs the gateway about 38 KiB: the limit bounds what one user can take. 0 means no limit.")
 	o.Recommended.Etcd.AddFlags(fss.FlagSet("etcd"))
 	o.Recommended.SecureServing.AddFlags(fss.FlagSet("secure serving"))
 	o.Recommended.Authentication.AddFlags(fss.FlagSet("authentication"))
@@ -159,6 +168,9 @@ func (o *Options) Validate() error {
 	errs = append(errs, logsapi.ValidateAndApply(o.Logs, utilfeature.DefaultFeatureGate))
 	for _, msg := range validation.IsDNS1123Label(o.SecretNamespace) {
 		errs = append(errs, fmt.Errorf("--secret-namespace %q: %s", o.SecretNamespace, msg))
+	}
+	if o.MaxLongRunningPerUser < 0 {
+		errs = append(errs, fmt.Errorf("--%s %d: must be 0 (no limit) or more", longrunning.Flag, o.MaxLongRunningPerUser))
 	}
 	for _, msg := range validation.IsDNS1123Subdomain(o.StatusLeaseName) {
 		errs = append(errs, fmt.Errorf("--status-lease-name %q: %s", o.StatusLeaseName, msg))
@@ -213,6 +225,7 @@ func (o *Options) Config() (*Config, error) {
 			AuthorizeProxySubpath:   o.AuthorizeProxySubpath,
 			Tracing:                 o.Recommended.Traces.ConfigFile != "",
 			Entry:                   entry,
+			LongRunning:             longrunning.New(o.MaxLongRunningPerUser),
 			ConnectAdmissionPlugins: o.connectAdmissionPlugins(),
 		},
 	}, nil

@@ -22,6 +22,7 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/clusterset"
 	"github.com/kubewharf/kube-gateway/proxy/forward"
+	"github.com/kubewharf/kube-gateway/proxy/longrunning"
 	"github.com/kubewharf/kube-gateway/proxy/metrics"
 	"github.com/kubewharf/kube-gateway/proxy/status"
 	"github.com/kubewharf/kube-gateway/registry/upstreamcluster"
@@ -49,6 +50,9 @@ type ExtraConfig struct {
 	// Entry restricts the gateway's API to requests through the hub's front
 	// proxy; nil with --direct-access.
 	Entry *chain.Entry
+	// LongRunning caps each user's open long-running proxied requests; nil:
+	// no cap.
+	LongRunning *longrunning.Limiter
 	// ConnectAdmissionPlugins are the enabled admission plugins whose
 	// configuration objects decide whether CONNECT admission can refuse a proxy
 	// request (upstreamcluster.ConnectAdmissionGate); nil: always run it.
@@ -117,6 +121,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 
 	forwarder := forward.NewForwarder(proxyMetrics)
+	forwarder.LongRunning = c.extra.LongRunning
 	if c.extra.AuthorizeProxySubpath {
 		// The delegating authorizer of the generic server: SubjectAccessReviews
 		// to the hub, with its cache.
