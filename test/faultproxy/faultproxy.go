@@ -126,7 +126,12 @@ func (p *Proxy) accept() {
 
 func (p *Proxy) serve(client net.Conn) {
 	if p.mode.Load().Garbage {
+		_ = client.SetDeadline(time.Now().Add(10 * time.Second))
 		_, _ = client.Write(GarbageBytes)
+		closeWrite(client)
+		// Read until the client closes: closing with its bytes unread would
+		// send RST, and the client would see a reset instead of the garbage.
+		_, _ = io.Copy(io.Discard, client)
 		return
 	}
 	server, err := net.DialTimeout("tcp", p.target, 10*time.Second)
