@@ -389,6 +389,12 @@ func TestBrokenServerResetMidResponse(t *testing.T) {
 	// requests pass, every LIST breaks off.
 	broken := faultyReplica(t, faultproxy.Mode{ResetAfter: 256 << 10})
 	uc := faultCluster("broken-reset", broken)
+	// /version has only the broken server to go to.
+	uc.Spec.DispatchPolicies = []gatewayv1alpha1.DispatchPolicy{{
+		Name:           "version-on-the-broken-server",
+		Rules:          []gatewayv1alpha1.DispatchPolicyRule{{Verbs: []string{"get"}, NonResourceURLs: []string{"/version"}}},
+		UpstreamSubset: []string{broken.URL()},
+	}}
 	createCluster(t, uc)
 	waitUsable(t, uc.Name)
 	c := proxyClient(t, harness.UserAdmin, uc.Name)
@@ -420,5 +426,14 @@ func TestBrokenServerResetMidResponse(t *testing.T) {
 		if err != nil || len(list.Items) != items {
 			t.Fatalf("LIST %d after the ejection: %v", i, err)
 		}
+	}
+
+	// Reset before the server answered anything, with no other server to
+	// try: a 503 naming the server and the reset.
+	broken.Set(faultproxy.Mode{ResetAfter: 1})
+	resp, body := rawGet(ctx, t, harness.UserAdmin, uc.Name, "/version")
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "server "+strings.TrimPrefix(broken.URL(), "https://")) ||
+		!strings.Contains(string(body), "connection reset by peer") {
+		t.Fatalf("GET /version of the broken server only: %s %s, want a 503 naming the server and the reset", resp.Status, body)
 	}
 }
