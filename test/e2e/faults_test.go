@@ -401,6 +401,29 @@ func TestBrokenServerResetMidResponse(t *testing.T) {
 
 	retries := map[string]string{"cluster": uc.Name, "endpoint": broken.URL()}
 	retriedBefore := gatewayCounter(t, "kube_gateway_proxy_retries_total", retries)
+
+	// kubectl fails, and prints no items: round robin sends one of the first
+	// LISTs to the broken server.
+	server := "--server=" + env.ProxyConfig(harness.UserAdmin, uc.Name).Host
+	kubectlFailed := false
+	for i := 0; i < 4 && !kubectlFailed; i++ {
+		stdout, _, err := env.Kubectl(ctx, "hub-admin", server, "get", "configmaps", "--namespace="+bigNamespace, "-o", "name")
+		if err != nil {
+			kubectlFailed = true
+			t.Logf("kubectl get: %v", err)
+			if stdout != "" {
+				t.Fatalf("kubectl failed but printed %d lines", strings.Count(stdout, "\n"))
+			}
+			continue
+		}
+		if n := strings.Count(stdout, "\n"); n != items {
+			t.Fatalf("kubectl get %d: %d of %d ConfigMaps without an error", i, n, items)
+		}
+	}
+	if !kubectlFailed {
+		t.Fatal("no kubectl LIST failed: the broken server got none of them, or the reset did not break them")
+	}
+
 	failed := 0
 	for i := 0; i < 6; i++ {
 		list, err := c.CoreV1().ConfigMaps(bigNamespace).List(ctx, metav1.ListOptions{})
