@@ -61,6 +61,8 @@ func (e *headerTimeoutError) Error() string {
 }
 
 // gatewayTimeout is the 504 of a server that sent no response headers in time.
+// It has no Retry-After: the server may have carried the request out, and
+// clients that honour one would send a POST again.
 func gatewayTimeout(clusterName, host string, after time.Duration) error {
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
 		Status: metav1.StatusFailure,
@@ -68,7 +70,7 @@ func gatewayTimeout(clusterName, host string, after time.Duration) error {
 		Reason: metav1.StatusReasonTimeout,
 		Message: fmt.Sprintf("upstream cluster %q: server %s sent no response headers within %s (the gateway's --member-response-header-timeout); the server is slow or stuck",
 			clusterName, host, after),
-		Details: &metav1.StatusDetails{Name: clusterName, Group: gatewayv1alpha1.GroupName, Kind: "upstreamclusters", RetryAfterSeconds: retryAfterSeconds},
+		Details: &metav1.StatusDetails{Name: clusterName, Group: gatewayv1alpha1.GroupName, Kind: "upstreamclusters"},
 	}}
 }
 

@@ -108,6 +108,9 @@ func TestServeResponseHeaderTimeout(t *testing.T) {
 	if status.Reason != metav1.StatusReasonTimeout || !strings.Contains(status.Message, host) || !strings.Contains(status.Message, "no response headers within 200ms") {
 		t.Fatalf("504 status: %+v, want reason Timeout naming the server and the timeout", status)
 	}
+	if status.Details.RetryAfterSeconds != 0 {
+		t.Fatalf("504 status: retry after %ds, want none: the server may have carried the request out", status.Details.RetryAfterSeconds)
+	}
 
 	// A watch whose headers come later than the timeout is not cut.
 	f.ResponseHeaderTimeout = 200 * time.Millisecond

@@ -334,6 +334,7 @@ func waitUnhealthyStatus(t *testing.T, cluster, endpoint, message string) string
 				return errorf("status of %s: healthy=%v (%s: %s), want unhealthy with %q", endpoint, s.Healthy, s.Reason, s.Message, message)
 			}
 			reason = s.Reason
+			t.Logf("status of %s: %s: %s", endpoint, s.Reason, s.Message)
 			return nil
 		}
 		return errorf("status has no entry for %s: %+v", endpoint, uc.Status)
