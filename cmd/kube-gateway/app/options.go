@@ -3,12 +3,9 @@
 package app
 
 import (
-	"time"
-
 	"fmt"
 	"slices"
-
-	"github.com/kubewharf/kube-gateway/proxy/forward"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -29,6 +26,7 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/chain"
+	"github.com/kubewharf/kube-gateway/proxy/forward"
 	"github.com/kubewharf/kube-gateway/proxy/frontproxy"
 	"github.com/kubewharf/kube-gateway/registry/upstreamcluster"
 	gatewayopenapi "github.com/kubewharf/kube-gateway/registry/upstreamcluster/openapi"
@@ -77,12 +75,11 @@ func NewOptions() *Options {
 	scheme := newScheme()
 	codecs := serializer.NewCodecFactory(scheme)
 	o := &Options{
-		ServerRun:       genericoptions.NewServerRunOptions(),
-		Recommended:     genericoptions.NewRecommendedOptions(defaultEtcdPathPrefix, codecs.LegacyCodec(gatewayv1alpha1.SchemeGroupVersion)),
-		Logs:            logs.NewOptions(),
-		SecretNamespace: "kube-gateway",
-		StatusLeaseName: "kube-gateway-status",
-
+		ServerRun:                   genericoptions.NewServerRunOptions(),
+		Recommended:                 genericoptions.NewRecommendedOptions(defaultEtcdPathPrefix, codecs.LegacyCodec(gatewayv1alpha1.SchemeGroupVersion)),
+		Logs:                        logs.NewOptions(),
+		SecretNamespace:             "kube-gateway",
+		StatusLeaseName:             "kube-gateway-status",
 		MemberResponseHeaderTimeout: forward.DefaultResponseHeaderTimeout,
 		scheme:                      scheme,
 		codecs:                      codecs,
