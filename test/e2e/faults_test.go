@@ -315,7 +315,7 @@ func bigList(ctx context.Context, t *testing.T, n int) {
 	}
 }
 
-// serverStatus waits until the status of cluster (written by the hub's
+// waitUnhealthyStatus waits until the status of cluster (written by the hub's
 // gateway, which holds the status Lease) shows endpoint unhealthy with a
 // message that contains message, and returns its reason.
 func waitUnhealthyStatus(t *testing.T, cluster, endpoint, message string) string {
@@ -330,8 +330,8 @@ func waitUnhealthyStatus(t *testing.T, cluster, endpoint, message string) string
 			if s.Endpoint != endpoint {
 				continue
 			}
-			if s.Healthy || !strings.Contains(s.Message, message) {
-				return errorf("status of %s: healthy=%v (%s: %s), want unhealthy with %q", endpoint, s.Healthy, s.Reason, s.Message, message)
+			if s.Healthy == nil || *s.Healthy || !strings.Contains(s.Message, message) {
+				return errorf("status of %s: healthy=%s (%s: %s), want false with %q", endpoint, healthyString(s.Healthy), s.Reason, s.Message, message)
 			}
 			reason = s.Reason
 			t.Logf("status of %s: %s: %s", endpoint, s.Reason, s.Message)
