@@ -349,6 +349,11 @@ func waitUnhealthyStatus(t *testing.T, cluster, endpoint, message string) string
 func TestBrokenServerGarbage(t *testing.T) {
 	broken := faultyReplica(t, faultproxy.Mode{Garbage: true})
 	uc := faultCluster("broken-garbage", broken)
+	// Three failures to go out: the first probe and a GET or two leave it in
+	// rotation long enough for a GET to be retried.
+	probes := *faultProbes
+	probes.UnhealthyThreshold = 3
+	uc.Spec.HealthCheck = &probes
 	// POSTs of ConfigMaps can only go to the broken server.
 	uc.Spec.DispatchPolicies = []gatewayv1alpha1.DispatchPolicy{{
 		Name:           "creates-on-the-broken-server",
@@ -362,10 +367,14 @@ func TestBrokenServerGarbage(t *testing.T) {
 	c := proxyClient(t, harness.UserAlice, uc.Name)
 	const tlsError = "first record does not look like a TLS handshake"
 
+	retries := map[string]string{"cluster": uc.Name, "endpoint": broken.URL()}
 	for i := 0; i < 4; i++ {
 		if _, err := c.CoreV1().ConfigMaps(harness.AliceNamespace).Get(ctx, target, metav1.GetOptions{}); err != nil {
 			t.Fatalf("GET %d: %v, want success (retried on the other server)", i, err)
 		}
+	}
+	if n := gatewayCounter(t, "kube_gateway_proxy_retries_total", retries); n < 1 {
+		t.Fatalf("kube_gateway_proxy_retries_total%v = %v, want at least 1: GETs round robin sent to the broken server went to the other", retries, n)
 	}
 	_, err := c.CoreV1().ConfigMaps(harness.AliceNamespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "faults-"}}, metav1.CreateOptions{})
 	status, ok := err.(apierrors.APIStatus)
