@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +33,8 @@ type attempt struct {
 	identity   clienttransport.ImpersonationConfig
 	errors     ErrorWriter
 	retryable  bool
+	// headerTimeout bounds the wait for the response headers; zero: none.
+	headerTimeout time.Duration
 
 	failed      bool
 	deferred    error // a retryable error, not written yet
@@ -77,7 +80,10 @@ func (a *attempt) Error(_ http.ResponseWriter, req *http.Request, err error) {
 	// could not serve.
 	a.cluster.ReportFailure(a.endpoint, err)
 	var status error
-	if isConnectError(err) {
+	var timeout *headerTimeoutError
+	if errors.As(err, &timeout) {
+		status = gatewayTimeout(a.cluster.Name, host, timeout.after)
+	} else if isConnectError(err) {
 		status = unavailable(a.cluster.Name, fmt.Sprintf("server %s could not be reached: %v", host, transport.StripURL(err)))
 	} else {
 		status = &apierrors.StatusError{ErrStatus: metav1.Status{
@@ -93,6 +99,16 @@ func (a *attempt) Error(_ http.ResponseWriter, req *http.Request, err error) {
 		return
 	}
 	a.write(status)
+}
+
+// bodyFailed records that reading the server's response body failed after the
+// response began: the connection broke (reset, closed) mid-response. The client
+// has part of the answer, so the request is never retried and the stream is
+// aborted; the server is counted as failed.
+func (a *attempt) bodyFailed(ctx context.Context, err error) {
+	a.failed = true
+	klog.FromContext(ctx).V(2).Info("Member response broke off", "upstreamcluster", a.cluster.Name, "endpoint", a.endpoint.URL.Host, "err", err.Error())
+	a.cluster.ReportFailure(a.endpoint, err)
 }
 
 func (a *attempt) writeDeferred() {

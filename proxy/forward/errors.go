@@ -60,6 +60,29 @@ func unavailable(clusterName, why string) error {
 	}}
 }
 
+// headerTimeoutError is the error of an attempt whose server sent no response
+// headers within the attempt's headerTimeout. It does not wrap
+// context.Canceled: the client did not go away, the server failed.
+type headerTimeoutError struct{ after time.Duration }
+
+func (e *headerTimeoutError) Error() string {
+	return fmt.Sprintf("no response headers within %s", e.after)
+}
+
+// gatewayTimeout is the 504 of a server that sent no response headers in time.
+// It has no Retry-After: the server may have carried the request out, and
+// clients that honour one would send a POST again.
+func gatewayTimeout(clusterName, host string, after time.Duration) error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure,
+		Code:   http.StatusGatewayTimeout,
+		Reason: metav1.StatusReasonTimeout,
+		Message: fmt.Sprintf("upstream cluster %q: server %s sent no response headers within %s (the gateway's --member-response-header-timeout); the server is slow or stuck",
+			clusterName, host, after),
+		Details: &metav1.StatusDetails{Name: clusterName, Group: gatewayv1alpha1.GroupName, Kind: "upstreamclusters"},
+	}}
+}
+
 // Unavailable is the 503 of a cluster the gateway cannot use, with the reason.
 func Unavailable(clusterName string, why error) error { return unavailable(clusterName, why.Error()) }
 

@@ -68,6 +68,12 @@ type Forwarder struct {
 	// LongRunning caps the long-running requests each hub user holds open
 	// through this gateway, over all clusters; nil: no cap.
 	LongRunning *longrunning.Limiter
+	// ResponseHeaderTimeout bounds the wait for a server's response headers to
+	// a request that is not long-running: a server that stays silent longer is
+	// counted as failed, like one that cannot be reached. Zero waits forever.
+	// Long-running requests (watches, log streams, exec, attach, port-forward,
+	// proxy) are never bounded: their server may rightly be silent for long.
+	ResponseHeaderTimeout time.Duration
 
 	// proxy carries requests that are not long-running, longRunning the others:
 	// they differ in the size of their pooled copy buffers only.
@@ -76,14 +82,22 @@ type Forwarder struct {
 	stop context.CancelFunc
 }
 
+// DefaultResponseHeaderTimeout is the default ResponseHeaderTimeout. A member
+// kube-apiserver answers every request that is not long-running within its
+// --request-timeout (60 s by default), with its own 504 at worst; the 10 s
+// more let that answer through, so that only a server that is stuck, not
+// one that is busy, counts as failed.
+const DefaultResponseHeaderTimeout = 70 * time.Second
+
 // NewForwarder returns a Forwarder recording into m.
 func NewForwarder(m *metrics.Metrics) *Forwarder {
 	stopping, stop := context.WithCancel(context.Background())
 	return &Forwarder{
-		Metrics:     m,
-		proxy:       newReverseProxy(shortBufferSize, nil),
-		longRunning: newReverseProxy(longRunningBufferSize, stopping),
-		stop:        stop,
+		Metrics:               m,
+		ResponseHeaderTimeout: DefaultResponseHeaderTimeout,
+		proxy:                 newReverseProxy(shortBufferSize, nil),
+		longRunning:           newReverseProxy(longRunningBufferSize, stopping),
+		stop:                  stop,
 	}
 }
 
@@ -203,6 +217,9 @@ func (f *Forwarder) attempts(w *statusRecorder, req *http.Request, r Request, ro
 		}
 		last = &attempt{cluster: r.Cluster, endpoint: endpoint, transports: r.Cluster.Transports(endpoint),
 			path: r.Path, rawQuery: r.RawQuery, identity: identity, errors: r.Errors, retryable: retryable && n == 0}
+		if !attrs.LongRunning && !upgrade {
+			last.headerTimeout = f.ResponseHeaderTimeout
+		}
 		f.try(w, req, last, upgrade, attrs.LongRunning)
 		if last.deferred == nil {
 			return last, true

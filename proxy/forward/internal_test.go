@@ -15,7 +15,7 @@ func TestStoppableBodyNeedsNoGoroutine(t *testing.T) {
 	before := runtime.NumGoroutine()
 	bodies := make([]*body, 100)
 	for i := range bodies {
-		bodies[i] = newBody(context.Background(), io.NopCloser(strings.NewReader("event\n")), stopping)
+		bodies[i] = newBody(context.Background(), io.NopCloser(strings.NewReader("event\n")), stopping, func() {}, nil)
 	}
 	if after := runtime.NumGoroutine(); after > before {
 		t.Fatalf("%d goroutines for %d waiting bodies, want none", after-before, len(bodies))

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -88,16 +89,35 @@ func rewrite(pr *httputil.ProxyRequest) {
 }
 
 // RoundTrip sends the request over the pooled connections of the attempt's
-// server; rewrite has set the gateway's credential and the identity.
+// server; rewrite has set the gateway's credential and the identity. With a
+// header timeout, the request's context is cancelled when the headers do not
+// come in time; once they came, only when the body is closed.
 func (rp *reverseProxy) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Header.Get("Impersonate-User") == "" {
 		return nil, impersonate.ErrNoIdentity
 	}
-	resp, err := attemptFrom(req.Context()).transports.Pooled.RoundTrip(req)
+	a := attemptFrom(req.Context())
+	client := req.Context()
+	var timer *time.Timer
+	cancel := context.CancelFunc(func() {})
+	if a.headerTimeout > 0 {
+		var ctx context.Context
+		ctx, cancel = context.WithCancel(client)
+		timer = time.AfterFunc(a.headerTimeout, cancel)
+		req = req.WithContext(ctx)
+	}
+	resp, err := a.transports.Pooled.RoundTrip(req)
+	if timer != nil && !timer.Stop() && client.Err() == nil { // the timer cancelled the request
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		return nil, &headerTimeoutError{after: a.headerTimeout}
+	}
 	if err != nil {
+		cancel()
 		return nil, err
 	}
-	resp.Body = newBody(req.Context(), resp.Body, rp.stopping)
+	resp.Body = newBody(client, resp.Body, rp.stopping, cancel, a.bodyFailed)
 	return resp, nil
 }
 
@@ -136,18 +156,22 @@ func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 // for a long-running response, when the gateway stops (the client gets a
 // complete response, for a watch the end of the stream, and reconnects
 // elsewhere). Any other read error still aborts the response, so that a
-// truncated body never looks complete. It needs no goroutine of its own.
+// truncated body never looks complete, and is reported to failed: the server
+// broke off. It needs no goroutine of its own.
 type body struct {
 	io.ReadCloser
 	client      context.Context // the client's request
 	stopped     atomic.Bool
 	unsubscribe func() bool // ends the subscription to stopping; nil without one
+	cancel      context.CancelFunc
+	failed      func(context.Context, error) // nil once called
 }
 
 // newBody wraps the response body of the client's request; stopping, if not
-// nil, ends it when done.
-func newBody(client context.Context, rc io.ReadCloser, stopping context.Context) *body {
-	b := &body{ReadCloser: rc, client: client}
+// nil, ends it when done. Close calls cancel; failed, if not nil, is called
+// once with the first read error that aborts the response.
+func newBody(client context.Context, rc io.ReadCloser, stopping context.Context, cancel context.CancelFunc, failed func(context.Context, error)) *body {
+	b := &body{ReadCloser: rc, client: client, cancel: cancel, failed: failed}
 	if stopping != nil {
 		b.unsubscribe = context.AfterFunc(stopping, func() {
 			b.stopped.Store(true)
@@ -159,8 +183,14 @@ func newBody(client context.Context, rc io.ReadCloser, stopping context.Context)
 
 func (b *body) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err != nil && err != io.EOF && (b.stopped.Load() || b.client.Err() != nil) {
-		return n, io.EOF
+	if err != nil && err != io.EOF {
+		if b.stopped.Load() || b.client.Err() != nil {
+			return n, io.EOF
+		}
+		if b.failed != nil {
+			b.failed(b.client, err)
+			b.failed = nil
+		}
 	}
 	return n, err
 }
@@ -169,5 +199,7 @@ func (b *body) Close() error {
 	if b.unsubscribe != nil {
 		b.unsubscribe()
 	}
-	return b.ReadCloser.Close()
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
 }

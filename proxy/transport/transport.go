@@ -73,8 +73,10 @@ func (t *Transports) Authorize(h http.Header) {
 	}
 }
 
-// Timeouts of connection set-up. Responses have none: watches and log streams
-// last as long as the client wants.
+// Timeouts of connection set-up. Responses have none here: watches and log
+// streams last as long as the client wants, and they share these connections
+// with other requests; the forwarder bounds the wait for the response headers
+// of the requests that are not long-running, per request.
 const (
 	dialTimeout         = 10 * time.Second
 	tlsHandshakeTimeout = 10 * time.Second

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -65,6 +66,7 @@ func TestRejectsInvalidValues(t *testing.T) {
 		{"kube-gateway", []string{"--set", "gateway.goGC=-1"}, []string{schemaErr, "/gateway/goGC"}},
 		{"kube-gateway", []string{"--set", "gateway.maxLongRunningRequestsPerUser=-1"}, []string{schemaErr, "/gateway/maxLongRunningRequestsPerUser"}},
 		{"kube-gateway", []string{"--set-string", "gateway.maxLongRunningRequestsPerUser=many"}, []string{schemaErr, "/gateway/maxLongRunningRequestsPerUser"}},
+		{"kube-gateway", []string{"--set", "gateway.memberResponseHeaderTimeout=90"}, []string{schemaErr, "/gateway/memberResponseHeaderTimeout"}},
 		{"kube-gateway", []string{"--set", "directAccess.enable=true"}, []string{schemaErr, "enable"}},
 		{"kube-gateway", []string{"--set", "directAccess.service.type=ExternalName"}, []string{schemaErr, "/directAccess/service/type"}},
 		{"kube-gateway", []string{"--set", "directAccess.audit.policy.kind=Config"}, []string{schemaErr, "/directAccess/audit/policy/kind"}},
@@ -148,5 +150,24 @@ func TestLongRunningCap(t *testing.T) {
 		if len(got) != 1 || got[0] != c.want {
 			t.Fatalf("%v: %s%v, want %s%s", c.set, flag, got, flag, c.want)
 		}
+	}
+}
+
+// gateway.memberResponseHeaderTimeout passes --member-response-header-timeout;
+// left empty, the gateway's own default applies.
+func TestMemberResponseHeaderTimeout(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	helm := DefaultHelm(t)
+	args := func(extra ...string) []string {
+		m := helm.Render(ctx, t, "kube-gateway", "kube-gateway", extra...)
+		return Convert[appsv1.Deployment](t, m.One(t, "Deployment")).Spec.Template.Spec.Containers[0].Args
+	}
+	for _, a := range args() {
+		if strings.HasPrefix(a, "--member-response-header-timeout") {
+			t.Fatalf("default values pass %s, want the gateway's default", a)
+		}
+	}
+	if got := args("--set", "gateway.memberResponseHeaderTimeout=90s"); !slices.Contains(got, "--member-response-header-timeout=90s") {
+		t.Fatalf("with memberResponseHeaderTimeout=90s the args are %v", got)
 	}
 }

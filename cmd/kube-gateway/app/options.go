@@ -5,6 +5,7 @@ package app
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -25,6 +26,7 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/chain"
+	"github.com/kubewharf/kube-gateway/proxy/forward"
 	"github.com/kubewharf/kube-gateway/proxy/frontproxy"
 	"github.com/kubewharf/kube-gateway/proxy/longrunning"
 	"github.com/kubewharf/kube-gateway/registry/upstreamcluster"
@@ -52,6 +54,9 @@ type Options struct {
 	SecretNamespace string
 	// AuthorizeProxySubpath makes the hub authorize every inner request too.
 	AuthorizeProxySubpath bool
+	// MemberResponseHeaderTimeout bounds the wait for a member server's
+	// response headers to a request that is not long-running.
+	MemberResponseHeaderTimeout time.Duration
 	// StatusLeaseName is the hub Lease, in SecretNamespace, whose holder
 	// writes UpstreamCluster status and records Events.
 	StatusLeaseName string
@@ -81,9 +86,10 @@ func NewOptions() *Options {
 		StatusLeaseName: "kube-gateway-status",
 		// 10,000 open watches cost the gateway about 375 MiB: one user at the
 		// cap fits the chart's 1 GiB memory limit with room for others.
-		MaxLongRunningPerUser: 10000,
-		scheme:                scheme,
-		codecs:                codecs,
+		MaxLongRunningPerUser:       10000,
+		MemberResponseHeaderTimeout: forward.DefaultResponseHeaderTimeout,
+		scheme:                      scheme,
+		codecs:                      codecs,
 	}
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(gatewayv1alpha1.SchemeGroupVersion,
 		schema.GroupKind{Group: gatewayv1alpha1.GroupName})
@@ -120,6 +126,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"Before forwarding, ask the hub (SubjectAccessReview, cached) whether the user may perform the proxied request itself: its real verb (list and watch stay list and watch), resource, namespace and name, or non-resource path. For operators who keep one RBAC on the hub; the member's RBAC still applies.")
 	gw.BoolVar(&o.DirectAccess, DirectAccessFlag, o.DirectAccess,
 		"Also serve gateway.kubewharf.io (UpstreamClusters and their proxy subresource) to hub credentials sent straight to the gateway: bearer tokens, checked by cached TokenReviews to the hub, and client certificates of the hub's client CA, authorized by cached SubjectAccessReviews to the hub as the hub would. Such requests skip the hub's API Priority and Fairness and its audit log; the gateway's own audit policy (--audit-policy-file) applies. Off: only requests that come through the hub (its front proxy) are served, others get 401.")
+	gw.DurationVar(&o.MemberResponseHeaderTimeout, "member-response-header-timeout", o.MemberResponseHeaderTimeout,
+		"How long to wait for a member server's response headers to a proxied request that is not long-running (watches, log follow, exec, attach, port-forward and proxy are never cut). A server that stays silent longer is counted as failed toward its health; the client gets a 504, or the answer of another server when the request may be retried (GET, HEAD, OPTIONS). Keep it above the members' --request-timeout (60s by default), so that a busy server answers with its own 504 first. 0 waits forever.")
 	gw.StringVar(&o.SecretNamespace, "secret-namespace", o.SecretNamespace,
 		"Hub namespace of the Secrets holding the gateway's credentials toward member clusters. The gateway reads Secrets only there, and UpstreamClusters may only reference Secrets there.")
 	gw.StringVar(&o.StatusLeaseName, "status-lease-name", o.StatusLeaseName,
@@ -166,6 +174,9 @@ func (o *Options) Complete() error {
 func (o *Options) Validate() error {
 	errs := append(o.ServerRun.Validate(), o.Recommended.Validate()...)
 	errs = append(errs, logsapi.ValidateAndApply(o.Logs, utilfeature.DefaultFeatureGate))
+	if o.MemberResponseHeaderTimeout < 0 {
+		errs = append(errs, fmt.Errorf("--member-response-header-timeout %s: must not be negative (0 waits forever)", o.MemberResponseHeaderTimeout))
+	}
 	for _, msg := range validation.IsDNS1123Label(o.SecretNamespace) {
 		errs = append(errs, fmt.Errorf("--secret-namespace %q: %s", o.SecretNamespace, msg))
 	}
@@ -218,15 +229,16 @@ func (o *Options) Config() (*Config, error) {
 	return &Config{
 		Generic: serverConfig,
 		Extra: ExtraConfig{
-			Scheme:                  o.scheme,
-			Codecs:                  o.codecs,
-			SecretNamespace:         o.SecretNamespace,
-			StatusLeaseName:         o.StatusLeaseName,
-			AuthorizeProxySubpath:   o.AuthorizeProxySubpath,
-			Tracing:                 o.Recommended.Traces.ConfigFile != "",
-			Entry:                   entry,
-			LongRunning:             longrunning.New(o.MaxLongRunningPerUser),
-			ConnectAdmissionPlugins: o.connectAdmissionPlugins(),
+			Scheme:                      o.scheme,
+			Codecs:                      o.codecs,
+			SecretNamespace:             o.SecretNamespace,
+			StatusLeaseName:             o.StatusLeaseName,
+			AuthorizeProxySubpath:       o.AuthorizeProxySubpath,
+			Tracing:                     o.Recommended.Traces.ConfigFile != "",
+			Entry:                       entry,
+			LongRunning:                 longrunning.New(o.MaxLongRunningPerUser),
+			ConnectAdmissionPlugins:     o.connectAdmissionPlugins(),
+			MemberResponseHeaderTimeout: o.MemberResponseHeaderTimeout,
 		},
 	}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -45,6 +46,8 @@ type ExtraConfig struct {
 	StatusLeaseName string
 	// AuthorizeProxySubpath: see Options.
 	AuthorizeProxySubpath bool
+	// MemberResponseHeaderTimeout: see Options.
+	MemberResponseHeaderTimeout time.Duration
 	// Tracing is on: spans for proxied requests too.
 	Tracing bool
 	// Entry restricts the gateway's API to requests through the hub's front
@@ -122,6 +125,7 @@ func (c CompletedConfig) New() (*Server, error) {
 
 	forwarder := forward.NewForwarder(proxyMetrics)
 	forwarder.LongRunning = c.extra.LongRunning
+	forwarder.ResponseHeaderTimeout = c.extra.MemberResponseHeaderTimeout
 	if c.extra.AuthorizeProxySubpath {
 		// The delegating authorizer of the generic server: SubjectAccessReviews
 		// to the hub, with its cache.
