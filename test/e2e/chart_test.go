@@ -254,7 +254,8 @@ func checkGateway(t *testing.T, m *chart.Manifest, ns string) *gateway {
 		t.Fatalf("GOMEMLIMIT: %+v, want the container's limits.memory", e)
 	}
 
-	// Probes on the real endpoints, over HTTPS, on the secure port.
+	// Probes on the real endpoints, over HTTPS, on the secure port; what they
+	// leave out is checked in TestGatewayEtcdOutage.
 	var httpsPort int32
 	for _, p := range g.container.Ports {
 		if p.Name == "https" {
@@ -268,7 +269,7 @@ func checkGateway(t *testing.T, m *chart.Manifest, ns string) *gateway {
 		name  string
 		probe *corev1.Probe
 		path  string
-	}{{"liveness", g.container.LivenessProbe, "/livez"}, {"readiness", g.container.ReadinessProbe, "/readyz"}, {"startup", g.container.StartupProbe, "/livez"}} {
+	}{{"liveness", g.container.LivenessProbe, chartLivenessPath}, {"readiness", g.container.ReadinessProbe, chartReadinessPath}, {"startup", g.container.StartupProbe, "/livez"}} {
 		if c.probe == nil || c.probe.HTTPGet == nil {
 			t.Fatalf("no %s probe", c.name)
 		}
@@ -1262,3 +1263,11 @@ spec:
 		return nil
 	})
 }
+
+// The gateway chart's liveness and readiness probe paths: etcd is left out, so
+// that an outage of the gateway's own etcd (which only UpstreamCluster writes
+// need) neither takes the pods out of the hub's Service nor restarts them.
+const (
+	chartLivenessPath  = "/livez?exclude=etcd"
+	chartReadinessPath = "/readyz?exclude=etcd&exclude=etcd-readiness"
+)

@@ -314,6 +314,14 @@ func TestGatewayEtcdOutage(t *testing.T) {
 		return nil
 	})
 
+	// The chart's probes leave etcd out: the pods stay in the hub's Service
+	// and keep proxying, and are not restarted into a start-up that needs etcd.
+	for _, path := range []string{chartReadinessPath, chartLivenessPath} {
+		if code, body, err := gatewayGetIn(ctx, t, e, path, false); err != nil || code != http.StatusOK {
+			t.Fatalf("the chart's probe %s while etcd is down: %d %v\n%s", path, code, err, body)
+		}
+	}
+
 	// ...and so do its metrics.
 	if n := etcdErrors(ctx, t, e); n <= errorsBefore {
 		t.Fatalf("etcd_request_errors_total: %v, was %v before the outage", n, errorsBefore)
