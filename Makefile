@@ -10,7 +10,7 @@ export KUBE_GATEWAY_BIN_DIR := $(BIN)
 # chart checks (which need helm from `make tools`).
 UNIT_PKGS = $$(go list ./... | grep -v -e /test/e2e -e /test/harness -e /test/chart)
 
-.PHONY: all build tools test test-unit test-chart test-e2e bench bench-scale bench-exec fuzz verify update-codegen local-up local-down clean image image-names
+.PHONY: all build tools test test-unit test-chart test-e2e bench bench-scale bench-exec soak fuzz verify update-codegen local-up local-down clean image image-names
 
 # Images of `make image`; the tag is the chart's appVersion, so that the chart's
 # default image.repository/tag (and etcd.bundled.image) name exactly these.
@@ -55,6 +55,10 @@ bench-scale: build tools
 ## bench-exec: kubectl exec sessions over SPDY and WebSocket, direct and through the gateway, counting lost output and wrong exit codes; a report, not a test
 bench-exec: build tools
 	go run ./test/bench/exec -out-dir $(ROOT)/_output/bench-exec $(BENCH_EXEC_ARGS)
+
+## soak: 30 minutes of mixed traffic through hub + gateway with edits and credential rotations; RSS, goroutines, files, p99 over time (SOAK_ARGS="-duration 3m" for the short form); a report, not a test
+soak: build tools
+	go run ./test/bench/soak -out-dir $(ROOT)/_output/soak $(SOAK_ARGS)
 
 ## fuzz: every fuzz target for FUZZTIME each (default 100000x); a long run, not part of `make test`
 fuzz:
