@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -180,14 +182,28 @@ func TestChartRunsOnLoopback(t *testing.T) {
 	verifyChain(t, "etcd's serving certificate", readArg(gwProc.Args, "--etcd-cafile"),
 		readArg(etcdProc.Args, "--cert-file"), readArg(etcdProc.Args, "--key-file"), etcdDNS, x509.ExtKeyUsageServerAuth)
 
-	// The hub reaches the gateway through the rendered Service and APIService.
-	svc := m.Get(t, "Service", ns, deploy.Name)
+	// The hub reaches the gateway through the rendered APIService and the
+	// Service it names. In a cluster that Service sends the APIService's port to
+	// the gateway pods' --secure-port; here an ExternalName sends the loopback
+	// port that stands for it to localhost.
+	apiService := m.Get(t, "APIService", "", harness.APIServiceName)
+	svcNs, _, _ := unstructured.NestedString(apiService.Object, "spec", "service", "namespace")
+	svcName, _, _ := unstructured.NestedString(apiService.Object, "spec", "service", "name")
+	svcPort, _, _ := unstructured.NestedInt64(apiService.Object, "spec", "service", "port")
+	svc := m.Get(t, "Service", svcNs, svcName)
+	typed := chart.Convert[corev1.Service](t, svc)
+	if !labels.SelectorFromSet(typed.Spec.Selector).Matches(labels.Set(deploy.Spec.Template.Labels)) {
+		t.Fatalf("Service %s/%s does not select the gateway's pods", svcNs, svcName)
+	}
+	i := slices.IndexFunc(typed.Spec.Ports, func(p corev1.ServicePort) bool { return int64(p.Port) == svcPort })
+	if i < 0 || strconv.Itoa(int(gw.containerPort(typed.Spec.Ports[i].TargetPort.String()))) != flagValue(t, gwArgv, "--secure-port") {
+		t.Fatalf("Service %s/%s does not send port %d to the gateway's --secure-port=%s: %+v", svcNs, svcName, svcPort, flagValue(t, gwArgv, "--secure-port"), typed.Spec.Ports)
+	}
 	port := int64(gwPort)
 	svc.Object["spec"] = map[string]any{
 		"type": "ExternalName", "externalName": "localhost",
-		"ports": []any{map[string]any{"name": "https", "protocol": "TCP", "port": port}},
+		"ports": []any{map[string]any{"name": typed.Spec.Ports[i].Name, "protocol": "TCP", "port": port}},
 	}
-	apiService := m.Get(t, "APIService", "", harness.APIServiceName)
 	if err := unstructured.SetNestedField(apiService.Object, port, "spec", "service", "port"); err != nil {
 		t.Fatal(err)
 	}
@@ -239,13 +255,18 @@ func TestChartRunsOnLoopback(t *testing.T) {
 	})
 
 	// The status writer (the chart's Lease and Event rights) reports member-b Ready.
+	var last error
 	eventually(t, 30*time.Second, func(ctx context.Context) error {
 		got, err := clusters.Get(ctx, harness.MemberB, metav1.GetOptions{})
 		if err != nil {
+			if ctx.Err() != nil && last != nil {
+				return last // the deadline cut this Get; what was seen before says more
+			}
 			return err
 		}
 		if c := meta.FindStatusCondition(got.Status.Conditions, gatewayv1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
-			return errorf("member-b's Ready condition: %+v", c)
+			last = errorf("member-b's Ready condition: %+v", c)
+			return last
 		}
 		return nil
 	})
@@ -352,6 +373,8 @@ var apiServicesGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io"
 func waitAPIServiceAvailable(ctx context.Context, t *testing.T, penv *harness.Env, gw *harness.Process) {
 	t.Helper()
 	dyn := dynamic.NewForConfigOrDie(penv.HubConfig(harness.UserAdmin))
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
 	var state string
 	err := func() error {
 		for {
