@@ -63,7 +63,7 @@ import (
 //     gateway's loopback port; the caBundle stays the rendered one.
 func TestChartRunsOnLoopback(t *testing.T) {
 	ctx := testContext(t, 4*time.Minute)
-	penv := startPrivateEnv(ctx, t)
+	penv := privateEnvNoGateway(ctx, t)
 	const release, ns = "chartrun", "chartrun"
 	h := chart.Helm{Bin: filepath.Join(penv.BinDir, "helm"), Home: filepath.Join(penv.WorkDir, "helm")}
 	out, err := h.Run(ctx, t, "template", release, chart.Path(t, "kube-gateway"), "--namespace", ns)
@@ -113,7 +113,7 @@ func TestChartRunsOnLoopback(t *testing.T) {
 			return args
 		},
 		Env:     etcd.env,
-		Ready:   etcd.readiness(func() map[int32]int { return etcdPorts }),
+		Ready:   etcd.ready(func() map[int32]int { return etcdPorts }),
 		Timeout: time.Minute,
 	})
 	if err != nil {
@@ -160,7 +160,7 @@ func TestChartRunsOnLoopback(t *testing.T) {
 			return args
 		},
 		Env:     gw.env,
-		Ready:   gw.readiness(func() map[int32]int { return gwPorts }),
+		Ready:   gw.ready(func() map[int32]int { return gwPorts }),
 		Timeout: time.Minute,
 	})
 	if err != nil {
@@ -272,11 +272,12 @@ func TestChartRunsOnLoopback(t *testing.T) {
 	})
 }
 
-// startPrivateEnv starts an environment of this test's own without a gateway;
-// its work dir is kept when the test fails.
-func startPrivateEnv(ctx context.Context, t *testing.T) *harness.Env {
+// privateEnvNoGateway starts an environment of this test's own without a
+// gateway (privateEnv's always has one); its work dir is kept when the test
+// fails.
+func privateEnvNoGateway(ctx context.Context, t *testing.T) *harness.Env {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "kube-gateway-chartrun-")
+	dir, err := os.MkdirTemp("", "kube-gateway-e2e-"+strings.ToLower(t.Name())+"-")
 	if err != nil {
 		t.Fatal(err)
 	}

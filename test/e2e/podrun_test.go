@@ -282,14 +282,37 @@ func (r *podRun) loopbackPorts() map[int32]int {
 	return ports
 }
 
-// readiness returns the container's readiness probe as a poll on loopback,
-// with the scheme, path and port (through ports) the render gives, and, as the
-// kubelet does, without verifying an HTTPS server's certificate.
-func (r *podRun) readiness(ports func() map[int32]int) func(ctx context.Context) error {
+// ready returns what makes the kubelet call the container ready, as a poll on
+// loopback: its startup probe succeeded once, then its readiness probe
+// succeeds. Each probe is an HTTP GET with the rendered scheme, path and port
+// (through ports, container port to loopback port) that, as the kubelet's,
+// does not verify an HTTPS server's certificate.
+func (r *podRun) ready(ports func() map[int32]int) func(ctx context.Context) error {
 	r.t.Helper()
-	p := r.c.ReadinessProbe
-	if p == nil || p.HTTPGet == nil {
-		r.t.Fatalf("container %s has no HTTP readiness probe", r.c.Name)
+	if r.c.ReadinessProbe == nil {
+		r.t.Fatalf("container %s has no readiness probe", r.c.Name)
+	}
+	readiness := r.httpProbe("readiness", r.c.ReadinessProbe, ports)
+	startup := func(context.Context) error { return nil }
+	if r.c.StartupProbe != nil {
+		startup = r.httpProbe("startup", r.c.StartupProbe, ports)
+	}
+	started := false
+	return func(ctx context.Context) error {
+		if !started {
+			if err := startup(ctx); err != nil {
+				return err
+			}
+			started = true
+		}
+		return readiness(ctx)
+	}
+}
+
+func (r *podRun) httpProbe(what string, p *corev1.Probe, ports func() map[int32]int) func(ctx context.Context) error {
+	r.t.Helper()
+	if p.HTTPGet == nil {
+		r.t.Fatalf("container %s: the %s probe is not an HTTP GET, which podRun does not do", r.c.Name, what)
 	}
 	get := p.HTTPGet
 	port := r.containerPort(get.Port.String())
@@ -306,12 +329,12 @@ func (r *podRun) readiness(ports func() map[int32]int) func(ctx context.Context)
 		}
 		resp, err := client.Do(req)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s probe: %w", what, err)
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		if resp.StatusCode < 200 || resp.StatusCode >= 400 {
-			return fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
+			return fmt.Errorf("%s probe: GET %s: %s: %s", what, u, resp.Status, strings.TrimSpace(string(body)))
 		}
 		return nil
 	}
