@@ -490,10 +490,16 @@ func (s *soak) sample(ctx context.Context, started time.Time) []point {
 		p := point{T: time.Since(started)}
 		p.RSSKB, _ = measure.RSSKB(pid)
 		p.OpenFiles, _, _ = measure.OpenFiles(pid)
-		if m, err := root.Scrape(ctx, s.env.GatewayURL+"/metrics"); err == nil {
-			g, _ := m.Sum("go_goroutines", nil)
-			p.Goroutines = int(g)
+		m, err := root.Scrape(ctx, s.env.GatewayURL+"/metrics")
+		if ctx.Err() != nil {
+			return out // the run ended during this sample
 		}
+		if err != nil {
+			logf("scraping the gateway: %v", err)
+			continue
+		}
+		g, _ := m.Sum("go_goroutines", nil)
+		p.Goroutines = int(g)
 		s.latMu.Lock()
 		lat := s.lat
 		s.lat = nil
