@@ -15,9 +15,6 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -362,33 +359,6 @@ func TestGatewayEtcdOutage(t *testing.T) {
 	load.requireNoFailure(t)
 }
 
-// rotationIdentity creates a service account on member that may impersonate
-// and returns its user name and a fresh token.
-func rotationIdentity(ctx context.Context, t *testing.T, member *harness.Cluster, name string) (string, string) {
-	t.Helper()
-	c, err := kubernetes.NewForConfig(member.AdminConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.CoreV1().ServiceAccounts("kube-system").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "kube-gateway:impersonator"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "kube-system", Name: name}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	expiry := int64(3600)
-	tr, err := c.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, name,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return "system:serviceaccount:kube-system:" + name, tr.Status.Token
-}
-
 // The hub kube-apiserver restarts (same flags, ports and etcd): watches through
 // it end instead of hanging, and the gateway's informers and delegated
 // authentication and authorization recover without a gateway restart: proxied
@@ -403,7 +373,11 @@ func TestHubRestart(t *testing.T) {
 	hub := e.Hub.Servers[0]
 	gatewayPID := e.Gateway.PID()
 	memberA := e.Members[harness.MemberA]
-	newUser, newToken := rotationIdentity(ctx, t, memberA, "gateway-after-hub-restart")
+	memberAClient, err := kubernetes.NewForConfig(memberA.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newUser, newToken := gatewayIdentity(ctx, t, memberAClient, "gateway-after-hub-restart")
 
 	// Three watches through the hub: one the hub serves, one the gateway
 	// serves, one proxied to a member.

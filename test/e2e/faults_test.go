@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -174,27 +172,7 @@ func (g extraGatewayClient) metric(ctx context.Context, name string, labels map[
 	if code != http.StatusOK {
 		g.t.Fatalf("GET /metrics: %d %s", code, body)
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
-	if err != nil {
-		g.t.Fatalf("parsing /metrics: %v", err)
-	}
-series:
-	for _, m := range families[name].GetMetric() {
-		if len(m.GetLabel()) != len(labels) {
-			continue
-		}
-		for _, l := range m.GetLabel() {
-			if v, ok := labels[l.GetName()]; !ok || v != l.GetValue() {
-				continue series
-			}
-		}
-		if m.GetGauge() != nil {
-			return m.GetGauge().GetValue(), true
-		}
-		return m.GetCounter().GetValue(), true
-	}
-	return 0, false
+	return seriesValue(g.t, body, name, labels)
 }
 
 // With round robin, a server slower than --member-response-header-timeout

@@ -49,6 +49,15 @@ func gatewayCounter(t *testing.T, name string, labels map[string]string) float64
 	if code != http.StatusOK {
 		t.Fatalf("GET /metrics: %d %s", code, body)
 	}
+	v, _ := seriesValue(t, body, name, labels)
+	return v
+}
+
+// seriesValue returns the value of the series of name with exactly labels
+// (counter or gauge) in body, the text of a /metrics scrape, and whether there
+// is one.
+func seriesValue(t *testing.T, body, name string, labels map[string]string) (float64, bool) {
+	t.Helper()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
 	if err != nil {
@@ -64,9 +73,12 @@ series:
 				continue series
 			}
 		}
-		return m.GetCounter().GetValue()
+		if m.GetGauge() != nil {
+			return m.GetGauge().GetValue(), true
+		}
+		return m.GetCounter().GetValue(), true
 	}
-	return 0
+	return 0, false
 }
 
 // The gateway's health endpoints answer anyone (probes carry no credentials);

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -41,11 +43,11 @@ func hubAdmin(t *testing.T) kubernetes.Interface {
 	return c
 }
 
-// gatewayIdentity creates a service account on member-b that may impersonate,
-// and returns a fresh token of it.
-func gatewayIdentity(ctx context.Context, t *testing.T, name string) string {
+// gatewayIdentity creates a service account on a member (through c, its
+// admin client) that may impersonate, as the gateway's own identity may, and
+// returns its user name and a fresh token; both go when the test ends.
+func gatewayIdentity(ctx context.Context, t *testing.T, c kubernetes.Interface, name string) (user, token string) {
 	t.Helper()
-	c := memberB(t)
 	if _, err := c.CoreV1().ServiceAccounts("kube-system").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +59,8 @@ func gatewayIdentity(ctx context.Context, t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx := context.Background()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // the member may be gone
+		defer cancel()
 		_ = c.RbacV1().ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{})
 		_ = c.CoreV1().ServiceAccounts("kube-system").Delete(ctx, name, metav1.DeleteOptions{})
 	})
@@ -67,7 +70,7 @@ func gatewayIdentity(ctx context.Context, t *testing.T, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tr.Status.Token
+	return serviceaccount.MakeUsername("kube-system", name), tr.Status.Token
 }
 
 // auditUsers counts the requests a replica's audit log shows as made by user.
@@ -80,8 +83,8 @@ func auditUsers(t *testing.T, s *harness.APIServer, user string) int {
 // the member: requests keep succeeding, without a restart.
 func TestCredentialRotation(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
-	oldToken := gatewayIdentity(ctx, t, "gateway-rotation-old")
-	newToken := gatewayIdentity(ctx, t, "gateway-rotation-new")
+	_, oldToken := gatewayIdentity(ctx, t, memberB(t), "gateway-rotation-old")
+	_, newToken := gatewayIdentity(ctx, t, memberB(t), "gateway-rotation-new")
 	secrets := hubAdmin(t).CoreV1().Secrets(harness.GatewayNamespace)
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "rotation"},
