@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the pinned kube-apiserver, kubectl and etcd of hack/tools/go.mod, and helm of
-# hack/tools/helm/go.mod, into _output/bin through the Go module proxy. Each group is
-# reused while its pins (and this script) are unchanged.
+# Builds the pinned kube-apiserver, kube-controller-manager, kubectl and etcd of
+# hack/tools/go.mod, and helm of hack/tools/helm/go.mod, into _output/bin through the
+# Go module proxy. Each group is reused while its pins (and this script) are unchanged.
 set -o errexit -o nounset -o pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -10,9 +10,9 @@ STAMP="${BIN}/.tools-$(cat "${BASH_SOURCE[0]}" "${ROOT}/hack/tools/go.mod" "${RO
 HELM_STAMP="${BIN}/.helm-$(cat "${BASH_SOURCE[0]}" "${ROOT}/hack/tools/helm/go.mod" "${ROOT}/hack/tools/helm/go.sum" | sha256sum | cut -c1-16)"
 mkdir -p "${BIN}"
 
-if [[ ! -f "${STAMP}" || ! -x "${BIN}/kube-apiserver" || ! -x "${BIN}/kubectl" || ! -x "${BIN}/etcd" ]]; then
+if [[ ! -f "${STAMP}" || ! -x "${BIN}/kube-apiserver" || ! -x "${BIN}/kube-controller-manager" || ! -x "${BIN}/kubectl" || ! -x "${BIN}/etcd" ]]; then
     rm -f "${BIN}"/.tools-*
-    echo "building kube-apiserver, kubectl and etcd (pinned in hack/tools/go.mod; several minutes on a cold cache)"
+    echo "building kube-apiserver, kube-controller-manager, kubectl and etcd (pinned in hack/tools/go.mod; several minutes on a cold cache)"
     cd "${ROOT}/hack/tools"
     start=$(date +%s)
     # Stamp the Kubernetes version as the release build does, so that /version and
@@ -23,7 +23,8 @@ if [[ ! -f "${STAMP}" || ! -x "${BIN}/kube-apiserver" || ! -x "${BIN}/kubectl" |
     for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
         LDFLAGS+=" -X ${pkg}.gitVersion=${KUBE_VERSION} -X ${pkg}.gitMajor=${KUBE_MAJOR} -X ${pkg}.gitMinor=${KUBE_MINOR} -X ${pkg}.gitTreeState=clean"
     done
-    go build -ldflags "${LDFLAGS}" -o "${BIN}/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl ./etcd
+    go build -ldflags "${LDFLAGS}" -o "${BIN}/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+        k8s.io/kubernetes/cmd/kubectl ./etcd
     touch "${STAMP}"
     echo "tools built in $(( $(date +%s) - start ))s"
 fi

@@ -135,7 +135,7 @@ func up(args []string) error {
 	}
 	if _, ok := harness.GatewayBinary(f.binDir); !ok && !f.noGateway {
 		bin, _ := harness.GatewayBinary(f.binDir)
-		return fmt.Errorf("%s is missing: build it with `go build -o _output/bin/kube-gateway ./cmd/kube-gateway` (and `make tools` for etcd, kube-apiserver, kubectl)", bin)
+		return fmt.Errorf("%s is missing: build it with `go build -o _output/bin/kube-gateway ./cmd/kube-gateway` (and `make tools` for etcd, kube-apiserver, kube-controller-manager, kubectl)", bin)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -2,12 +2,9 @@ package e2e
 
 import (
 	"context"
-	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/rsa"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -1045,52 +1042,6 @@ func TestChartKeepsGeneratedCertificatesOnUpgrade(t *testing.T) {
 	checkBundledEtcd(t, g3, 1, true)
 }
 
-// legacyServiceAccountToken signs the token of a kubernetes.io/service-account-token
-// Secret as kube-controller-manager's token controller does (issuer
-// kubernetes/serviceaccount, RS256 with the cluster's service-account key): the
-// harness runs no controller-manager.
-func legacyServiceAccountToken(t *testing.T, keyFile string, sa *corev1.ServiceAccount, secretName string) string {
-	t.Helper()
-	data, err := os.ReadFile(keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, _ := pem.Decode(data)
-	if block == nil {
-		t.Fatalf("%s: no PEM", keyFile)
-	}
-	key, err := x509.ParsePKCS1PrivateKey(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kid := sha256.Sum256(pub)
-	enc := func(v any) string {
-		b, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return base64.RawURLEncoding.EncodeToString(b)
-	}
-	signingInput := enc(map[string]string{"alg": "RS256", "kid": base64.RawURLEncoding.EncodeToString(kid[:])}) + "." + enc(map[string]string{
-		"iss":                                    "kubernetes/serviceaccount",
-		"sub":                                    "system:serviceaccount:" + sa.Namespace + ":" + sa.Name,
-		"kubernetes.io/serviceaccount/namespace": sa.Namespace,
-		"kubernetes.io/serviceaccount/secret.name":          secretName,
-		"kubernetes.io/serviceaccount/service-account.name": sa.Name,
-		"kubernetes.io/serviceaccount/service-account.uid":  string(sa.UID),
-	})
-	digest := sha256.Sum256([]byte(signingInput))
-	sig, err := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, digest[:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return signingInput + "." + base64.RawURLEncoding.EncodeToString(sig)
-}
-
 func writeTestKubeconfig(t *testing.T, server string, caPEM []byte, token string) string {
 	t.Helper()
 	cfg := clientcmdapi.NewConfig()
@@ -1127,12 +1078,7 @@ func TestChartMemberIdentityImpersonates(t *testing.T) {
 		_ = memberB(t).CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 	})
 
-	// Stand in for the token controller: fill in the token Secret the chart made.
 	cs := memberB(t)
-	sa, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	secret, err := cs.CoreV1().Secrets(ns).Get(ctx, name+"-token", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -1140,29 +1086,28 @@ func TestChartMemberIdentityImpersonates(t *testing.T) {
 	if secret.Type != corev1.SecretTypeServiceAccountToken || secret.Annotations[corev1.ServiceAccountNameKey] != name {
 		t.Fatalf("Secret %s is %s for %q, want a token of ServiceAccount %s", secret.Name, secret.Type, secret.Annotations[corev1.ServiceAccountNameKey], name)
 	}
-	secret.Data = map[string][]byte{
-		corev1.ServiceAccountTokenKey:     []byte(legacyServiceAccountToken(t, member.ServiceAccountKeyFile(), sa, secret.Name)),
-		corev1.ServiceAccountRootCAKey:    member.CAData,
-		corev1.ServiceAccountNamespaceKey: []byte(ns),
-	}
-	if _, err := cs.CoreV1().Secrets(ns).Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 
-	// docs/install.md: read the token and CA from the member...
-	read := func(key string) []byte {
-		t.Helper()
+	// docs/install.md: read the token and CA from the member, once the member's
+	// token controller filled them in...
+	read := func(ctx context.Context, key string) ([]byte, error) {
 		out, _, err := env.Kubectl(ctx, memberKC, "-n", ns, "get", "secret", name+"-token", "-o", "jsonpath={.data."+strings.ReplaceAll(key, ".", `\.`)+"}")
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		b, err := base64.StdEncoding.DecodeString(out)
 		if err != nil || len(b) == 0 {
-			t.Fatalf("%s of the token Secret: %q %v", key, out, err)
+			return nil, errorf("%s of the token Secret: %q %v", key, out, err)
 		}
-		return b
+		return b, nil
 	}
-	token, caPEM := read("token"), read("ca.crt")
+	var token, caPEM []byte
+	eventually(t, time.Minute, func(ctx context.Context) (err error) {
+		if token, err = read(ctx, "token"); err != nil {
+			return err
+		}
+		caPEM, err = read(ctx, "ca.crt")
+		return err
+	})
 
 	// ... with which the gateway's identity may impersonate on member-b, and only that.
 	gw := writeTestKubeconfig(t, member.Servers[0].URL, caPEM, string(token))

@@ -2,7 +2,9 @@
 // binaries on 127.0.0.1: an etcd for the hub and the members and another for
 // the gateway, a hub kube-apiserver with front-proxy
 // (aggregation) flags, two member clusters (member-a with two kube-apiserver
-// replicas, member-b with one), a stand-in kubelet for exec / attach /
+// replicas, member-b with one), a kube-controller-manager per cluster (the
+// namespace, service-account, token, ClusterRole aggregation and garbage
+// collector controllers), a stand-in kubelet for exec / attach /
 // port-forward on member-a, and the kube-gateway aggregated API server
 // registered on the hub through an APIService, with an UpstreamCluster per
 // member.
@@ -73,7 +75,8 @@ func ProxyPath(member string) string {
 
 // Config tells Start where to find binaries and where to put its files.
 type Config struct {
-	// BinDir holds etcd, kube-apiserver, kubectl and kube-gateway.
+	// BinDir holds etcd, kube-apiserver, kube-controller-manager, kubectl and
+	// kube-gateway.
 	// Default: $KUBE_GATEWAY_BIN_DIR, else <repo root>/_output/bin.
 	BinDir string
 	// WorkDir receives certs, data, logs, audit logs and kubeconfigs; it is
@@ -147,6 +150,9 @@ type Cluster struct {
 	Tokens map[string]string
 	// EtcdPrefix is the --etcd-prefix of every replica.
 	EtcdPrefix string
+	// ControllerManager is the cluster's kube-controller-manager, a client of
+	// Servers[0].
+	ControllerManager *Process
 
 	dir      string // <WorkDir>/clusters/<name>
 	serving  *keyPair
@@ -191,13 +197,6 @@ func (c *Cluster) Config(user string, i int) *rest.Config {
 		QPS:             -1, // no client-side throttling
 	}
 }
-
-// ServiceAccountKeyFile returns the cluster's service-account key (RSA, PKCS#1
-// PEM), its --service-account-key-file and --service-account-signing-key-file.
-// There is no kube-controller-manager: a test that needs the token of a
-// kubernetes.io/service-account-token Secret signs it with this key, as the
-// token controller would.
-func (c *Cluster) ServiceAccountKeyFile() string { return c.saKey }
 
 // HubConfig returns a client config for user (admin, alice, bob or
 // kube-gateway) on the hub.
@@ -272,8 +271,8 @@ func (e *Env) track(p *Process) {
 	e.mu.Unlock()
 }
 
-// Stop stops every process Start started (gateway, apiservers, stand-in
-// kubelet, the etcds), each by its own PID: SIGTERM, then SIGKILL after 20 s. It is
+// Stop stops every process Start started (gateway, apiservers, controller
+// managers, stand-in kubelet, the etcds), each by its own PID: SIGTERM, then SIGKILL after 20 s. It is
 // safe to call more than once. With Detach it also removes state.json.
 func (e *Env) Stop() error {
 	e.mu.Lock()
@@ -553,7 +552,7 @@ func checkBinaries(binDir string, names ...string) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	hint := "run `make tools` (builds etcd, kube-apiserver, kubectl)"
+	hint := "run `make tools` (builds etcd, kube-apiserver, kube-controller-manager, kubectl)"
 	if len(missing) == 1 && missing[0] == "kube-gateway" {
 		hint = "run `go build -o _output/bin/kube-gateway ./cmd/kube-gateway`"
 	}

@@ -55,6 +55,8 @@ type objects struct {
 	cs *kubernetes.Clientset
 }
 
+// namespace creates namespace name and waits for its ServiceAccount "default"
+// (from the controller manager), which pod admission wants.
 func (o objects) namespace(ctx context.Context, name string) error {
 	if err := ensure(ctx, "namespace "+name, func(ctx context.Context) error {
 		_, err := o.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
@@ -62,16 +64,15 @@ func (o objects) namespace(ctx context.Context, name string) error {
 	}); err != nil {
 		return err
 	}
-	return o.defaultServiceAccount(ctx, name)
-}
-
-// defaultServiceAccount creates ServiceAccount "default" (there is no
-// controller-manager to do it, and pod admission wants it).
-func (o objects) defaultServiceAccount(ctx context.Context, ns string) error {
-	return ensure(ctx, "serviceaccount "+ns+"/default", func(ctx context.Context) error {
-		_, err := o.cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
-		return err
-	})
+	state := "not read yet"
+	return poll(ctx, setupTimeout, func(ctx context.Context) (bool, error) {
+		_, err := o.cs.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
+		if err != nil {
+			state = err.Error()
+			return false, nil
+		}
+		return true, nil
+	}, func() string { return "serviceaccount " + name + "/default: " + state })
 }
 
 func (o objects) clusterRole(ctx context.Context, name string, rules ...rbacv1.PolicyRule) error {
@@ -116,57 +117,6 @@ func (o objects) roleBinding(ctx context.Context, ns, name, kind, role, user str
 }
 
 var readVerbs = []string{"get", "list", "watch"}
-
-// aggregateClusterRoles fills the rules of the built-in aggregated
-// ClusterRoles view, edit and admin (in that order, since edit aggregates
-// view and admin aggregates edit) as kube-controller-manager's
-// clusterrole-aggregation controller would: without a controller-manager
-// they have no rules at all.
-func (o objects) aggregateClusterRoles(ctx context.Context) error {
-	for _, name := range []string{"view", "edit", "admin"} {
-		err := ensure(ctx, "rules of clusterrole "+name, func(ctx context.Context) error {
-			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				role, err := o.cs.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				if role.AggregationRule == nil {
-					return nil
-				}
-				var rules []rbacv1.PolicyRule
-				seen := map[string]bool{}
-				for _, sel := range role.AggregationRule.ClusterRoleSelectors {
-					s, err := metav1.LabelSelectorAsSelector(&sel)
-					if err != nil {
-						return err
-					}
-					list, err := o.cs.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{LabelSelector: s.String()})
-					if err != nil {
-						return err
-					}
-					for _, r := range list.Items { // sorted by name
-						if r.Name == name {
-							continue
-						}
-						for _, rule := range r.Rules {
-							if key := rule.String(); !seen[key] {
-								seen[key] = true
-								rules = append(rules, rule)
-							}
-						}
-					}
-				}
-				role.Rules = rules
-				_, err = o.cs.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{})
-				return err
-			})
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // setupHub creates what the gateway needs on the hub (before it starts), the
 // member Secrets, and alice's right to use the proxy.
@@ -275,8 +225,6 @@ func (e *Env) setupMember(ctx context.Context, c *Cluster) error {
 		func() error {
 			return o.clusterRoleBinding(ctx, "kube-gateway:impersonator", "kube-gateway:impersonator", UserGateway)
 		},
-		func() error { return o.aggregateClusterRoles(ctx) },
-		func() error { return o.defaultServiceAccount(ctx, "default") },
 		func() error { return o.namespace(ctx, AliceNamespace) },
 	}
 	if c.Name == MemberA {

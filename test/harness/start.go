@@ -61,7 +61,7 @@ func Start(ctx context.Context, cfg Config) (_ *Env, err error) {
 	if _, err := os.Stat(filepath.Join(e.WorkDir, "data", "etcd")); err == nil {
 		return nil, fmt.Errorf("harness: %s already holds an environment's etcd data; use an empty work dir", e.WorkDir)
 	}
-	bins := []string{"etcd", "kube-apiserver", "kubectl"}
+	bins := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kubectl"}
 	if !cfg.NoGateway {
 		bins = append(bins, "kube-gateway")
 	}
@@ -118,17 +118,22 @@ func Start(ctx context.Context, cfg Config) (_ *Env, err error) {
 		return nil, fmt.Errorf("kubeconfigs: %w", err)
 	}
 
-	// Objects on the hub and the members.
+	// Objects on the hub and the members, while the controller managers start
+	// (setup waits for the ServiceAccounts they create).
 	sctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
-	if err := parallel(
+	starts = []func() error{
 		func() error { return e.setupHub(sctx) },
 		func() error { return e.setupMember(sctx, e.Members[MemberA]) },
 		func() error { return e.setupMember(sctx, e.Members[MemberB]) },
-	); err != nil {
+	}
+	for _, c := range e.clusters() {
+		starts = append(starts, func() error { return e.startControllerManager(ctx, c) })
+	}
+	if err := parallel(starts...); err != nil {
 		return nil, err
 	}
-	e.logf("hub and members set up")
+	e.logf("hub and members set up, controller managers ready")
 
 	if !cfg.NoGateway {
 		if err := e.startGateway(ctx); err != nil {
