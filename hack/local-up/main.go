@@ -1,8 +1,9 @@
 // Command local-up runs a complete kube-gateway environment on 127.0.0.1 for
 // trying things by hand: an etcd for the hub and the members, a hub
 // kube-apiserver, member clusters member-a (two apiserver replicas, a stand-in
-// kubelet and pod alice/shell) and member-b, and kube-gateway with its own etcd,
-// registered on the hub. See test/harness.
+// kubelet and pod alice/shell) and member-b, a kube-controller-manager per
+// cluster, and kube-gateway with its own etcd, registered on the hub. See
+// test/harness.
 //
 //	go run ./hack/local-up up     # start into _output/local-up/, print how to use it, exit 0
 //	go run ./hack/local-up down   # stop it
@@ -57,8 +58,9 @@ func usage() {
 	fmt.Fprint(os.Stderr, `usage: local-up up [--dir DIR] [--bin-dir DIR] [--no-gateway]
        local-up down [--dir DIR]
 
-  up    start etcd, a hub, members member-a and member-b and kube-gateway (with
-        its own etcd) on 127.0.0.1 in the background (state in DIR/state.json), print how to use them
+  up    start etcd, a hub, members member-a and member-b (each cluster with a
+        kube-controller-manager) and kube-gateway (with its own etcd) on
+        127.0.0.1 in the background (state in DIR/state.json), print how to use them
   down  stop what "up" started in DIR
 `)
 }
@@ -217,6 +219,8 @@ func printGuide(env *harness.Env, took time.Duration) {
 	w("  %-44s alice on member-b through hub and gateway (no rights: 403)", kc("alice@member-b"))
 	w("  %-44s admin on member-a through hub and gateway", kc("admin@member-a"))
 	w("  %-44s admin on member-b through hub and gateway", kc("admin@member-b"))
+	w("CAs of the apiservers' serving certificates: %s", rel(filepath.Join(env.WorkDir, "clusters", "<cluster>", "ca.crt")))
+	w("Controllers: a kube-controller-manager per cluster (namespaces, service accounts and their tokens, ClusterRole aggregation, garbage collection)")
 	w("")
 	w("Try:")
 	w("  %s --kubeconfig %s get upstreamclusters", kubectl, kc("hub-admin"))
