@@ -360,8 +360,8 @@ func rotate(ts []*measure.Target, r int) []*measure.Target {
 	return out
 }
 
-// setupObjects creates namespace bench (with its default ServiceAccount: there
-// is no controller-manager), ConfigMap bench/target, namespace bench-list and
+// setupObjects creates namespace bench (and its default ServiceAccount, unless
+// the controller manager made it first), ConfigMap bench/target, namespace bench-list and
 // o.ListObjects small ConfigMaps in it with o.Workers concurrent creators.
 func setupObjects(ctx context.Context, cs kubernetes.Interface, o options, rep *report) error {
 	for _, ns := range []string{targetNS, listNS} {
