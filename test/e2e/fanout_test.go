@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -163,16 +164,19 @@ func TestFanOutList(t *testing.T) {
 		t.Cleanup(func() {
 			_, _ = ucs.Patch(context.Background(), harness.MemberA, types.MergePatchType, []byte(`{"metadata":{"labels":{"`+key+`":null}}}`), metav1.PatchOptions{})
 		})
-		eventually(t, 30*time.Second, func(ctx context.Context) error {
-			body, code, _ := fanOutGet(ctx, t, harness.UserAdmin, fanOutPath(key+"=yes")+configMaps, nil)
-			if code != http.StatusOK {
-				return errorf("%d: %s", code, body)
-			}
-			if got := fanOutClusters(t, body); len(got) != 1 || got["cm-member-a"] != harness.MemberA {
-				return errorf("selector %s=yes: items %v, want member-a's only", key, got)
-			}
-			return nil
-		})
+		// Both spellings cross the hub: the second is URL-encoded (space).
+		for _, selector := range []string{key + "=yes", key + " in (yes,maybe)"} {
+			eventually(t, 30*time.Second, func(ctx context.Context) error {
+				body, code, _ := fanOutGet(ctx, t, harness.UserAdmin, fanOutPath(url.PathEscape(selector))+configMaps, nil)
+				if code != http.StatusOK {
+					return errorf("%d: %s", code, body)
+				}
+				if got := fanOutClusters(t, body); len(got) != 1 || got["cm-member-a"] != harness.MemberA {
+					return errorf("selector %q: items %v, want member-a's only", selector, got)
+				}
+				return nil
+			})
+		}
 	})
 
 	t.Run("a member the user may not read is a warning", func(t *testing.T) {
@@ -180,7 +184,9 @@ func TestFanOutList(t *testing.T) {
 		if _, err := cs.CoreV1().ConfigMaps(harness.AliceNamespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = cs.CoreV1().ConfigMaps(harness.AliceNamespace).Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = cs.CoreV1().ConfigMaps(harness.AliceNamespace).Delete(context.Background(), ns, metav1.DeleteOptions{})
+		})
 		body, code, warnings := fanOutGet(ctx, t, harness.UserAlice, fanOutPath("*")+"/api/v1/namespaces/"+harness.AliceNamespace+"/configmaps", nil)
 		if code != http.StatusOK {
 			t.Fatalf("alice's fan-out list: %d %s", code, body)
