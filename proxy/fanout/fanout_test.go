@@ -8,12 +8,15 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
@@ -265,5 +268,55 @@ func TestIsFanOut(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { IsFanOut("member-a") }); n != 0 {
 		t.Errorf("IsFanOut allocates %v times", n)
+	}
+}
+
+func TestMemberTimeout(t *testing.T) {
+	h, _ := newHandler(nil)
+	h.MemberTimeout = 10 * time.Millisecond
+	h.Member = func(w http.ResponseWriter, req *http.Request, name, path string) {
+		if name == "b" {
+			<-req.Context().Done() // a member that never answers
+			return
+		}
+		(&members{asked: map[string]*http.Request{}, paths: map[string]string{}}).serve(w, req, name, path)
+	}
+	rec := do(h, "*", "/api/v1/pods", "", nil)
+	if got := strings.Join(itemClusters(t, rec), ","); got != "a,c" {
+		t.Errorf("items of %s, want a,c", got)
+	}
+	if w := strings.Join(rec.Header().Values("Warning"), "\n"); !strings.Contains(w, `upstream cluster \"b\": no complete answer within 10ms`) {
+		t.Errorf("warnings %q", w)
+	}
+}
+
+// At most Parallel members are asked at once.
+func TestParallelBound(t *testing.T) {
+	h, _ := newHandler(nil)
+	h.Clusters = clusters{uc("a", nil, true), uc("b", nil, true), uc("c", nil, true), uc("d", nil, true), uc("e", nil, true)}
+	h.Parallel = 2
+	var inFlight, most atomic.Int32
+	release := make(chan struct{})
+	h.Member = func(w http.ResponseWriter, req *http.Request, name, path string) {
+		n := inFlight.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		<-release
+		inFlight.Add(-1)
+		(&members{asked: map[string]*http.Request{}, paths: map[string]string{}}).serve(w, req, name, path)
+	}
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- do(h, "*", "/api/v1/pods", "", nil) }()
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return inFlight.Load() >= 2, nil
+	}); err != nil {
+		t.Fatalf("members in flight: %d", inFlight.Load())
+	}
+	close(release)
+	if got := strings.Join(itemClusters(t, <-done), ","); got != "a,b,c,d,e" {
+		t.Errorf("items of %s", got)
+	}
+	if most.Load() != 2 {
+		t.Errorf("%d members asked at once, want at most Parallel = 2", most.Load())
 	}
 }
