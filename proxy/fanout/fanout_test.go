@@ -320,3 +320,18 @@ func TestParallelBound(t *testing.T) {
 		t.Errorf("%d members asked at once, want at most Parallel = 2", most.Load())
 	}
 }
+
+// A member's own warnings reach the client, naming the member.
+func TestMemberWarningsArePassedOn(t *testing.T) {
+	h, _ := newHandler(nil)
+	h.Member = func(w http.ResponseWriter, req *http.Request, name, path string) {
+		if name == "c" {
+			w.Header().Add("Warning", `299 - "v1 pods are deprecated"`)
+		}
+		(&members{asked: map[string]*http.Request{}, paths: map[string]string{}}).serve(w, req, name, path)
+	}
+	rec := do(h, "*", "/api/v1/pods", "", nil)
+	if w := rec.Header().Values("Warning"); len(w) != 1 || w[0] != `299 - "upstream cluster \"c\": v1 pods are deprecated"` {
+		t.Errorf("warnings %q", w)
+	}
+}
