@@ -22,6 +22,7 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/chain"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/clusterset"
+	"github.com/kubewharf/kube-gateway/proxy/fanout"
 	"github.com/kubewharf/kube-gateway/proxy/forward"
 	"github.com/kubewharf/kube-gateway/proxy/longrunning"
 	"github.com/kubewharf/kube-gateway/proxy/metrics"
@@ -141,7 +142,10 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	proxyHandler := upstreamcluster.NewProxyHandler(proxyREST, c.generic.AdmissionControl, admissionGate, c.extra.Scheme, c.extra.Codecs)
 	c.generic.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
-		return chain.New(genericapiserver.DefaultBuildHandlerChain(apiHandler, gc), proxyHandler.ServeProxy, gc, chain.Options{Tracing: c.extra.Tracing, Entry: c.extra.Entry})
+		// "*" and label selectors in the name segment fan out (proxy/fanout).
+		fan := &fanout.Handler{Member: proxyHandler.ServeProxy, Clusters: storage.UpstreamCluster, Authorizer: gc.Authorization.Authorizer, Serializer: c.extra.Codecs}
+		serve := chain.ProxyFunc(fan.Wrap(proxyHandler.ServeProxy))
+		return chain.New(genericapiserver.DefaultBuildHandlerChain(apiHandler, gc), serve, gc, chain.Options{Tracing: c.extra.Tracing, Entry: c.extra.Entry})
 	}
 	generic, err := c.generic.New("kube-gateway", genericapiserver.NewEmptyDelegate())
 	if err != nil {

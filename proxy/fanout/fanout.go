@@ -1,0 +1,382 @@
+// Package fanout serves one request over many member clusters: the name
+// segment of .../upstreamclusters/{name}/proxy/{path} is "*" (every
+// UpstreamCluster) or a label selector of UpstreamClusters (e.g. "env=prod"),
+// which no UpstreamCluster name can be. This first increment serves lists
+// (merged into one List or Table, every item annotated with its cluster) and
+// discovery (from one member); other verbs get a Status saying so.
+//
+// Each member is asked through the same entry point as a request naming it
+// (CONNECT admission, lookup, forward.Forwarder), so dispatch policies, flow
+// control, impersonation, retries and metrics apply per member as for any
+// request.
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+	genericrequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/warning"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/request"
+)
+
+// ClusterAnnotation names the member cluster of every item of a fan-out list.
+const ClusterAnnotation = "gateway.kubewharf.io/cluster"
+
+// StrictParam is the query parameter that makes a fan-out list fail when any
+// member fails ("true"); the gateway removes it before asking members.
+const StrictParam = "gateway.kubewharf.io/strict"
+
+// Defaults of Handler.
+const (
+	DefaultParallel      = 8
+	DefaultMemberTimeout = 30 * time.Second
+)
+
+// MemberFunc serves one request for one member cluster, as a request naming
+// that cluster is served (chain.ProxyFunc; upstreamcluster.ProxyHandler's
+// ServeProxy).
+type MemberFunc func(w http.ResponseWriter, req *http.Request, name, path string)
+
+// Lister lists UpstreamClusters; the registry's store is one.
+type Lister interface {
+	List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error)
+}
+
+// Handler serves fan-out requests.
+type Handler struct {
+	// Member serves the request for one member; required.
+	Member MemberFunc
+	// Clusters lists the UpstreamClusters to select from; required.
+	Clusters Lister
+	// Authorizer must allow upstreamclusters/proxy on each selected member for
+	// the user (the hub only checked the name segment); a member it does not
+	// allow is left out with a warning. Required.
+	Authorizer authorizer.Authorizer
+	// Serializer encodes errors as Status objects; required.
+	Serializer runtime.NegotiatedSerializer
+	// Parallel bounds the members asked at once; 0: DefaultParallel.
+	Parallel int
+	// MemberTimeout bounds each member's answer; 0: DefaultMemberTimeout.
+	MemberTimeout time.Duration
+}
+
+// IsFanOut tells whether a name segment selects many clusters: "*", or a
+// label selector, which holds characters an UpstreamCluster name (a DNS
+// subdomain) cannot. It does not allocate: every proxied request asks.
+func IsFanOut(name string) bool {
+	return name == "*" || strings.ContainsAny(name, "=!,() ")
+}
+
+// Wrap returns a MemberFunc that serves fan-out names with h and every other
+// name with single, unchanged.
+func (h *Handler) Wrap(single MemberFunc) MemberFunc {
+	return func(w http.ResponseWriter, req *http.Request, name, path string) {
+		if !IsFanOut(name) {
+			single(w, req, name, path)
+			return
+		}
+		h.Serve(w, req, name, path)
+	}
+}
+
+// Serve serves a request whose name segment selects many clusters.
+func (h *Handler) Serve(w http.ResponseWriter, req *http.Request, name, path string) {
+	fail := func(err error) {
+		responsewriters.ErrorNegotiated(err, h.Serializer, gatewayv1alpha1.SchemeGroupVersion, w, req)
+	}
+	selector, err := parseSelector(name)
+	if err != nil {
+		fail(err)
+		return
+	}
+	query, strict, err := memberQuery(req.URL.RawQuery)
+	if err != nil {
+		fail(err)
+		return
+	}
+	u, _ := genericrequest.UserFrom(req.Context())
+	attrs, err := request.Parse(req.Method, path, query, u)
+	if err != nil {
+		fail(apierrors.NewBadRequest(err.Error()))
+		return
+	}
+	kind := classify(req, &attrs)
+	if kind == unsupported {
+		fail(unsupportedError(req, &attrs))
+		return
+	}
+	if kind == list && hasContinue(query) {
+		fail(apierrors.NewBadRequest("fan-out lists do not support continue tokens yet: list without limit and continue (limit is ignored)"))
+		return
+	}
+	members, err := h.selectMembers(req, name, selector)
+	if err != nil {
+		fail(err)
+		return
+	}
+	inner := req.Clone(req.Context())
+	inner.URL.RawQuery = query
+	if kind == discovery {
+		h.Member(w, inner, firstReady(members), path)
+		return
+	}
+	results := h.ask(inner, members, path, wantsTable(req.Header.Get("Accept")))
+	out, warnings, err := merge(results, strict)
+	for _, msg := range warnings {
+		warning.AddWarning(req.Context(), "", msg)
+	}
+	if err != nil {
+		fail(err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(out)
+}
+
+// parseSelector reads the name segment: "*" or a label selector.
+func parseSelector(name string) (labels.Selector, error) {
+	if name == "*" {
+		return labels.Everything(), nil
+	}
+	s, err := labels.Parse(name)
+	if err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the upstream cluster name segment %q is neither a name nor a valid label selector: %v", name, err))
+	}
+	return s, nil
+}
+
+// memberQuery removes what is for the gateway from the client's query: the
+// strict parameter, and limit (members answer whole lists: this increment
+// has no continue tokens to page through many members).
+func memberQuery(raw string) (query string, strict bool, err error) {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return "", false, apierrors.NewBadRequest("invalid query string: " + err.Error())
+	}
+	if v, ok := q[StrictParam]; ok {
+		strict = len(v) > 0 && v[0] == "true"
+		if len(v) != 1 || (v[0] != "true" && v[0] != "false") {
+			return "", false, apierrors.NewBadRequest(fmt.Sprintf("query parameter %s must be true or false", StrictParam))
+		}
+	}
+	delete(q, StrictParam)
+	delete(q, "limit")
+	return q.Encode(), strict, nil
+}
+
+func hasContinue(query string) bool {
+	q, _ := url.ParseQuery(query)
+	return q.Get("continue") != ""
+}
+
+type requestKind int
+
+const (
+	unsupported requestKind = iota
+	list
+	discovery
+)
+
+// classify tells what a fan-out request is: a list (GET of a collection, not
+// a watch), discovery or OpenAPI (served by one member so that clients can
+// find resources), or something this increment does not serve.
+func classify(req *http.Request, a *request.Attributes) requestKind {
+	if httpstream.IsUpgradeRequest(req) || req.Method != http.MethodGet {
+		return unsupported
+	}
+	if a.IsResourceRequest {
+		if a.Verb == "list" && a.Subresource == "" {
+			return list
+		}
+		return unsupported
+	}
+	if isDiscovery(a.Path) {
+		return discovery
+	}
+	return unsupported
+}
+
+// isDiscovery: /api, /api/{v}, /apis, /apis/{g}, /apis/{g}/{v}, /openapi/...,
+// /version (non-resource paths only reach here).
+func isDiscovery(path string) bool {
+	p := strings.TrimSuffix(path, "/")
+	switch {
+	case p == "/version", p == "/api", p == "/apis", strings.HasPrefix(p, "/openapi/"), p == "/openapi":
+		return true
+	case strings.HasPrefix(p, "/api/"):
+		return !strings.Contains(p[len("/api/"):], "/")
+	case strings.HasPrefix(p, "/apis/"):
+		return strings.Count(p[len("/apis/"):], "/") <= 1
+	}
+	return false
+}
+
+func unsupportedError(req *http.Request, a *request.Attributes) error {
+	what := req.Method + " " + a.Path
+	switch {
+	case httpstream.IsUpgradeRequest(req):
+		what = "protocol upgrades (exec, attach, port-forward)"
+	case a.Verb == "watch":
+		return methodNotAllowed("fan-out paths do not support watch yet: fan-out supports list (GET of a collection without watch=true) and discovery; watch one cluster through its own name")
+	case a.IsResourceRequest && a.Subresource != "":
+		what = a.Verb + " " + a.Resource + "/" + a.Subresource
+	case a.IsResourceRequest:
+		what = a.Verb + " " + a.Resource
+	}
+	return methodNotAllowed(fmt.Sprintf("fan-out paths support list (GET of a collection) and discovery only, not %s: address one cluster by its name for it", what))
+}
+
+func methodNotAllowed(msg string) error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusMethodNotAllowed, Reason: metav1.StatusReasonMethodNotAllowed, Message: msg,
+	}}
+}
+
+// member is a selected UpstreamCluster.
+type member struct {
+	name  string
+	ready bool
+}
+
+// selectMembers lists the UpstreamClusters the selector matches, sorted by
+// name, and keeps those the user may reach, warning about the others.
+func (h *Handler) selectMembers(req *http.Request, segment string, selector labels.Selector) ([]member, error) {
+	ctx := req.Context()
+	// ResourceVersion "0": served from the watch cache when there is one.
+	obj, err := h.Clusters.List(ctx, &metainternalversion.ListOptions{LabelSelector: selector, ResourceVersion: "0"})
+	if err != nil {
+		return nil, err
+	}
+	ucs, ok := obj.(*gatewayv1alpha1.UpstreamClusterList)
+	if !ok {
+		return nil, fmt.Errorf("listing upstream clusters: unexpected %T", obj)
+	}
+	u, _ := genericrequest.UserFrom(ctx)
+	verb := "get"
+	if info, ok := genericrequest.RequestInfoFrom(ctx); ok && info.Verb != "" {
+		verb = info.Verb
+	}
+	var members []member
+	for i := range ucs.Items {
+		uc := &ucs.Items[i]
+		decision, _, _ := h.Authorizer.Authorize(ctx, authorizer.AttributesRecord{
+			User: u, Verb: verb, APIGroup: gatewayv1alpha1.GroupName, APIVersion: gatewayv1alpha1.SchemeGroupVersion.Version,
+			Resource: "upstreamclusters", Subresource: "proxy", Name: uc.Name, ResourceRequest: true,
+		})
+		if decision != authorizer.DecisionAllow {
+			warning.AddWarning(ctx, "", fmt.Sprintf("upstream cluster %q: left out: the user may not use upstreamclusters/proxy on it", uc.Name))
+			continue
+		}
+		members = append(members, member{name: uc.Name, ready: meta.IsStatusConditionTrue(uc.Status.Conditions, gatewayv1alpha1.ConditionReady)})
+	}
+	if len(members) == 0 {
+		return nil, apierrors.NewNotFound(gatewayv1alpha1.Resource("upstreamclusters"),
+			fmt.Sprintf("%s (no upstream cluster this user may reach matches %q)", segment, selector.String()))
+	}
+	slices.SortFunc(members, func(a, b member) int { return strings.Compare(a.name, b.name) })
+	return members, nil
+}
+
+// firstReady is the member that serves discovery: the first Ready one by
+// name, else the first (its own answer then tells what is wrong).
+func firstReady(members []member) string {
+	for _, m := range members {
+		if m.ready {
+			return m.name
+		}
+	}
+	return members[0].name
+}
+
+// result is one member's answer.
+type result struct {
+	cluster  string
+	code     int
+	body     []byte
+	warnings []string
+	// err is set when the member did not answer in time.
+	err error
+}
+
+// ask sends the list to every member, Parallel at a time, each bounded by
+// MemberTimeout, and returns the answers in members' order.
+func (h *Handler) ask(req *http.Request, members []member, path string, table bool) []result {
+	parallel, timeout := h.Parallel, h.MemberTimeout
+	if parallel <= 0 {
+		parallel = DefaultParallel
+	}
+	if timeout <= 0 {
+		timeout = DefaultMemberTimeout
+	}
+	accept := "application/json"
+	if table {
+		// The fallback lets the gateway's own errors (Status) negotiate.
+		accept = "application/json;as=Table;v=v1;g=meta.k8s.io, application/json"
+	}
+	results := make([]result, len(members))
+	slots := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	for i, m := range members {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			results[i] = h.askOne(req, m.name, path, accept, timeout)
+		}()
+	}
+	wg.Wait()
+	return results
+}
+
+func (h *Handler) askOne(req *http.Request, name, path, accept string, timeout time.Duration) result {
+	ctx, cancel := context.WithTimeout(req.Context(), timeout)
+	defer cancel()
+	// Warnings of this member's request (e.g. from admission) are collected
+	// here, not written concurrently into the client's headers.
+	rec := &recorder{}
+	ctx = warning.WithWarningRecorder(ctx, rec)
+	inner := req.Clone(ctx)
+	inner.Header.Set("Accept", accept)
+	// The gateway decodes the answer: let the transport handle compression.
+	inner.Header.Del("Accept-Encoding")
+	c := newCapture()
+	h.Member(c, inner, name, path)
+	r := result{cluster: name, code: c.code(), body: c.body.Bytes(), warnings: rec.texts}
+	r.warnings = append(r.warnings, memberWarnings(c.header)...)
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		r.err = fmt.Errorf("no complete answer within %s", timeout)
+	}
+	return r
+}
+
+// recorder collects warnings of one member request.
+type recorder struct {
+	mu    sync.Mutex
+	texts []string
+}
+
+func (r *recorder) AddWarning(_, text string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.texts = append(r.texts, text)
+}

@@ -1,0 +1,186 @@
+package fanout
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const (
+	podListA = `{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"11"},"items":[
+		{"metadata":{"name":"p1","namespace":"n","annotations":{"keep":"me"}},"spec":{"priority":9007199254740993}},
+		{"metadata":{"name":"p2","namespace":"n"}}]}`
+	podListB = `{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"22"},"items":[{"metadata":{"name":"p3","namespace":"n"}}]}`
+	tableA   = `{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"11"},
+		"columnDefinitions":[{"name":"Name","type":"string","format":"name"},{"name":"Age","type":"string"}],
+		"rows":[{"cells":["p1","1m"],"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"p1"}}}]}`
+	tableB = `{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"22"},
+		"columnDefinitions":[{"name":"Name","type":"string","format":"name"},{"name":"Age","type":"string"}],
+		"rows":[{"cells":["p3","2m"],"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"p3","annotations":{"a":"b"}}}}]}`
+	forbidden = `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"pods is forbidden: User \"alice\" cannot list resource \"pods\"","reason":"Forbidden","code":403}`
+)
+
+func ok(cluster, body string) result {
+	return result{cluster: cluster, code: http.StatusOK, body: []byte(body)}
+}
+
+func decodeVersions(t *testing.T, rv string) map[string]string {
+	t.Helper()
+	raw, err := base64.RawURLEncoding.DecodeString(rv)
+	if err != nil {
+		t.Fatalf("resourceVersion %q: %v", rv, err)
+	}
+	var v map[string]string
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatalf("resourceVersion %q: %v", rv, err)
+	}
+	return v
+}
+
+func TestMergeList(t *testing.T) {
+	out, warnings, err := merge([]result{ok("a", podListA), ok("b", podListB)}, false)
+	if err != nil || len(warnings) != 0 {
+		t.Fatalf("merge: %v, warnings %q", err, warnings)
+	}
+	var got struct {
+		Kind, APIVersion string
+		Metadata         metav1.ListMeta
+		Items            []struct {
+			Metadata metav1.ObjectMeta
+			Spec     struct{ Priority json.Number }
+		}
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Kind != "PodList" || got.APIVersion != "v1" || len(got.Items) != 3 {
+		t.Fatalf("merged %s", out)
+	}
+	want := map[string]string{"p1": "a", "p2": "a", "p3": "b"}
+	for _, item := range got.Items {
+		if c := item.Metadata.Annotations[ClusterAnnotation]; c != want[item.Metadata.Name] {
+			t.Errorf("%s: cluster annotation %q, want %q", item.Metadata.Name, c, want[item.Metadata.Name])
+		}
+	}
+	if got.Items[0].Metadata.Annotations["keep"] != "me" {
+		t.Errorf("existing annotations lost: %v", got.Items[0].Metadata.Annotations)
+	}
+	if got.Items[0].Spec.Priority != "9007199254740993" {
+		t.Errorf("a large integer changed in the merge: %s", got.Items[0].Spec.Priority)
+	}
+	if v := decodeVersions(t, got.Metadata.ResourceVersion); v["a"] != "11" || v["b"] != "22" || len(v) != 2 {
+		t.Errorf("composite resourceVersion %v", v)
+	}
+}
+
+func TestMergeTable(t *testing.T) {
+	out, _, err := merge([]result{ok("a", tableA), ok("b", tableB)}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got metav1.Table
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.ColumnDefinitions) != 3 || got.ColumnDefinitions[0].Name != "Cluster" || got.ColumnDefinitions[1].Name != "Name" {
+		t.Fatalf("columns %+v", got.ColumnDefinitions)
+	}
+	if len(got.Rows) != 2 {
+		t.Fatalf("rows %+v", got.Rows)
+	}
+	for i, want := range []struct{ cluster, name string }{{"a", "p1"}, {"b", "p3"}} {
+		row := got.Rows[i]
+		if len(row.Cells) != 3 || row.Cells[0] != want.cluster || row.Cells[1] != want.name {
+			t.Errorf("row %d cells %v, want %s first then %s", i, row.Cells, want.cluster, want.name)
+		}
+		var obj metav1.PartialObjectMetadata
+		if err := json.Unmarshal(row.Object.Raw, &obj); err != nil || obj.Annotations[ClusterAnnotation] != want.cluster {
+			t.Errorf("row %d object %s: want annotation %s=%s (%v)", i, row.Object.Raw, ClusterAnnotation, want.cluster, err)
+		}
+	}
+	if v := decodeVersions(t, got.ResourceVersion); v["a"] != "11" || v["b"] != "22" {
+		t.Errorf("composite resourceVersion %v", v)
+	}
+}
+
+func TestMergeWarnsOfFailedMembers(t *testing.T) {
+	results := []result{
+		ok("a", podListA),
+		{cluster: "b", code: http.StatusForbidden, body: []byte(forbidden)},
+		{cluster: "c", code: http.StatusOK, err: errors.New("no complete answer within 30s")},
+		ok("d", tableA), // another kind than the others
+		{cluster: "e", code: http.StatusOK, body: []byte(podListB), warnings: []string{"v1 pods are old"}},
+	}
+	out, warnings, err := merge(results, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct{ Items []any }
+	if err := json.Unmarshal(out, &list); err != nil || len(list.Items) != 3 {
+		t.Fatalf("items of a and e only: %s (%v)", out, err)
+	}
+	for _, want := range []string{
+		`upstream cluster "b": 403 pods is forbidden`,
+		`upstream cluster "c": no complete answer within 30s`,
+		`upstream cluster "d": left out: it answered meta.k8s.io/v1 Table`,
+		`upstream cluster "e": v1 pods are old`,
+	} {
+		if !containsPrefix(warnings, want) {
+			t.Errorf("no warning %q in %q", want, warnings)
+		}
+	}
+	if len(warnings) != 4 {
+		t.Errorf("warnings %q, want 4", warnings)
+	}
+
+	_, _, err = merge(results, true)
+	if status, isStatus := err.(apierrors.APIStatus); !isStatus || status.Status().Code != http.StatusServiceUnavailable ||
+		!strings.Contains(err.Error(), `"b": 403`) || !strings.Contains(err.Error(), `"c": no complete answer`) || strings.Contains(err.Error(), `"a":`) {
+		t.Errorf("strict: %v, want 503 naming b and c", err)
+	}
+}
+
+func containsPrefix(texts []string, prefix string) bool {
+	for _, s := range texts {
+		if strings.HasPrefix(s, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestMergeWhenNoMemberAnswers(t *testing.T) {
+	_, _, err := merge([]result{
+		{cluster: "a", code: http.StatusForbidden, body: []byte(forbidden)},
+		{cluster: "b", code: http.StatusForbidden, body: []byte(forbidden)},
+	}, false)
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `"a": 403`) || !strings.Contains(err.Error(), `"b": 403`) {
+		t.Errorf("every member forbids: %v, want 403 naming both", err)
+	}
+	_, _, err = merge([]result{
+		{cluster: "a", code: http.StatusForbidden, body: []byte(forbidden)},
+		{cluster: "b", code: http.StatusBadGateway, body: []byte("bad")},
+	}, false)
+	if !apierrors.IsServiceUnavailable(err) {
+		t.Errorf("members fail differently: %v, want 503", err)
+	}
+}
+
+func TestWantsTable(t *testing.T) {
+	for accept, want := range map[string]bool{
+		"application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json": true,
+		"application/json": false,
+		"application/json, application/json;as=Table;v=v1;g=meta.k8s.io": false,
+		"": false,
+	} {
+		if got := wantsTable(accept); got != want {
+			t.Errorf("wantsTable(%q) = %v", accept, got)
+		}
+	}
+}

@@ -1,0 +1,245 @@
+package e2e
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kubewharf/kube-gateway/test/harness"
+)
+
+// fanOutPath is the hub path prefix that fans out to the clusters the name
+// segment selects; spelled out, not taken from the code under test.
+func fanOutPath(segment string) string {
+	return "/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/" + segment + "/proxy"
+}
+
+// fanOutGet GETs path (with query parameters) through the hub as user and
+// returns the body, the status code and the warnings the client received.
+func fanOutGet(ctx context.Context, t *testing.T, user, path string, params map[string]string) ([]byte, int, []string) {
+	t.Helper()
+	cfg := env.HubConfig(user)
+	warnings := &warningCollector{}
+	cfg.WarningHandler = warnings
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := c.CoreV1().RESTClient().Get().AbsPath(path).MaxRetries(0)
+	for k, v := range params {
+		req = req.Param(k, v)
+	}
+	var code int
+	body, _ := req.Do(ctx).StatusCode(&code).Raw()
+	return body, code, warnings.get()
+}
+
+// fanOutClusters returns the cluster annotation of each named ConfigMap in a
+// fan-out list.
+func fanOutClusters(t *testing.T, body []byte) map[string]string {
+	t.Helper()
+	var list corev1.ConfigMapList
+	if err := json.Unmarshal(body, &list); err != nil {
+		t.Fatalf("not a ConfigMapList: %v: %s", err, body)
+	}
+	got := map[string]string{}
+	for _, cm := range list.Items {
+		got[cm.Name] = cm.Annotations["gateway.kubewharf.io/cluster"]
+	}
+	return got
+}
+
+// fanOutKubeconfig writes a kubeconfig of hub user's whose server fans out to
+// every UpstreamCluster.
+func fanOutKubeconfig(t *testing.T, user string) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(env.Kubeconfig("hub-" + user))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = strings.TrimSuffix(c.Server, "/") + fanOutPath("*")
+	}
+	path := filepath.Join(t.TempDir(), "fanout-"+user+".kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func hasWarningAbout(warnings []string, cluster string) bool {
+	for _, w := range warnings {
+		if strings.Contains(w, `upstream cluster "`+cluster+`"`) {
+			return true
+		}
+	}
+	return false
+}
+
+// One list over every member: items of both, each annotated with its
+// cluster; kubectl through a fan-out kubeconfig prints a CLUSTER column; a
+// label selector in the name segment selects by UpstreamCluster labels; a
+// member that cannot answer is a warning (an error with strict); a member
+// that forbids the user is a warning; other verbs get a clear Status.
+func TestFanOutList(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	ns := "fanout-" + utilrand.String(5)
+	for _, m := range []string{harness.MemberA, harness.MemberB} {
+		cs := kubernetes.NewForConfigOrDie(env.Members[m].Config(harness.UserAdmin, 0))
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+		if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm-" + m}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	configMaps := "/api/v1/namespaces/" + ns + "/configmaps"
+
+	t.Run("raw list", func(t *testing.T) {
+		out, _, err := env.Kubectl(ctx, "hub-admin", "get", "--raw", fanOutPath("*")+configMaps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := fanOutClusters(t, []byte(out))
+		if got["cm-member-a"] != harness.MemberA || got["cm-member-b"] != harness.MemberB {
+			t.Fatalf("cluster annotations %v, want cm-member-a on %s and cm-member-b on %s", got, harness.MemberA, harness.MemberB)
+		}
+		var list metav1.List
+		if err := json.Unmarshal([]byte(out), &list); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := base64.RawURLEncoding.DecodeString(list.ResourceVersion)
+		var versions map[string]string
+		if err == nil {
+			err = json.Unmarshal(raw, &versions)
+		}
+		if err != nil || versions[harness.MemberA] == "" || versions[harness.MemberB] == "" {
+			t.Fatalf("resourceVersion %q is not a composite of both members' (%v): %s", list.ResourceVersion, err, raw)
+		}
+	})
+
+	t.Run("kubectl get with a fan-out kubeconfig", func(t *testing.T) {
+		out, _, err := env.Kubectl(ctx, fanOutKubeconfig(t, harness.UserAdmin), "get", "configmaps", "-n", ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) == 0 || !strings.HasPrefix(lines[0], "CLUSTER") {
+			t.Fatalf("kubectl get printed no CLUSTER column first:\n%s", out)
+		}
+		for _, m := range []string{harness.MemberA, harness.MemberB} {
+			found := false
+			for _, l := range lines[1:] {
+				f := strings.Fields(l)
+				found = found || (len(f) > 1 && f[0] == m && f[1] == "cm-"+m)
+			}
+			if !found {
+				t.Errorf("no row of %s's cm-%s with its cluster:\n%s", m, m, out)
+			}
+		}
+	})
+
+	t.Run("label selector", func(t *testing.T) {
+		key := "fanout-e2e-" + ns
+		ucs := upstreamClusters(t)
+		patch := []byte(`{"metadata":{"labels":{"` + key + `":"yes"}}}`)
+		if _, err := ucs.Patch(ctx, harness.MemberA, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_, _ = ucs.Patch(context.Background(), harness.MemberA, types.MergePatchType, []byte(`{"metadata":{"labels":{"`+key+`":null}}}`), metav1.PatchOptions{})
+		})
+		// Both spellings cross the hub; the client URL-encodes the spaces of the second.
+		for _, selector := range []string{key + "=yes", key + " in (yes,maybe)"} {
+			// The test's context, not the poll's: the last answer is kept whole.
+			eventually(t, 30*time.Second, func(context.Context) error {
+				body, code, _ := fanOutGet(ctx, t, harness.UserAdmin, fanOutPath(selector)+configMaps, nil)
+				if code != http.StatusOK {
+					return errorf("%d: %s", code, body)
+				}
+				if got := fanOutClusters(t, body); len(got) != 1 || got["cm-member-a"] != harness.MemberA {
+					return errorf("selector %q: items %v, want member-a's only", selector, got)
+				}
+				return nil
+			})
+		}
+	})
+
+	t.Run("a member the user may not read is a warning", func(t *testing.T) {
+		cs := kubernetes.NewForConfigOrDie(env.Members[harness.MemberA].Config(harness.UserAdmin, 0))
+		if _, err := cs.CoreV1().ConfigMaps(harness.AliceNamespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cs.CoreV1().ConfigMaps(harness.AliceNamespace).Delete(context.Background(), ns, metav1.DeleteOptions{})
+		})
+		body, code, warnings := fanOutGet(ctx, t, harness.UserAlice, fanOutPath("*")+"/api/v1/namespaces/"+harness.AliceNamespace+"/configmaps", nil)
+		if code != http.StatusOK {
+			t.Fatalf("alice's fan-out list: %d %s", code, body)
+		}
+		got := fanOutClusters(t, body)
+		if got[ns] != harness.MemberA {
+			t.Errorf("alice's items %v, want member-a's", got)
+		}
+		if !hasWarningAbout(warnings, harness.MemberB) || hasWarningAbout(warnings, harness.MemberA) {
+			t.Errorf("warnings %q, want one about member-b (forbidden) only", warnings)
+		}
+	})
+
+	t.Run("other verbs get a Status", func(t *testing.T) {
+		for _, c := range []struct {
+			path   string
+			params map[string]string
+			want   string
+		}{
+			{configMaps, map[string]string{"watch": "true"}, "watch yet"},
+			{configMaps + "/cm-member-a", nil, "support list"},
+		} {
+			body, code, _ := fanOutGet(ctx, t, harness.UserAdmin, fanOutPath("*")+c.path, c.params)
+			var status metav1.Status
+			_ = json.Unmarshal(body, &status)
+			if code != http.StatusMethodNotAllowed || !strings.Contains(status.Message, c.want) {
+				t.Errorf("%s %v: %d %q, want 405 saying %q", c.path, c.params, code, status.Message, c.want)
+			}
+		}
+	})
+
+	t.Run("a member that cannot answer", func(t *testing.T) {
+		port, err := harness.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed := "fanout-closed-" + utilrand.String(5)
+		createCluster(t, newCluster(closed, "https://127.0.0.1:"+strconv.Itoa(port)))
+		out, stderr, err := env.Kubectl(ctx, fanOutKubeconfig(t, harness.UserAdmin), "get", "configmaps", "-n", ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, "cm-member-a") || !strings.Contains(out, "cm-member-b") {
+			t.Errorf("the other members' items are missing:\n%s", out)
+		}
+		if !strings.Contains(stderr, `upstream cluster "`+closed+`"`) {
+			t.Errorf("kubectl printed no warning about %s:\n%s", closed, stderr)
+		}
+		body, code, _ := fanOutGet(ctx, t, harness.UserAdmin, fanOutPath("*")+configMaps, map[string]string{"gateway.kubewharf.io/strict": "true"})
+		var status metav1.Status
+		_ = json.Unmarshal(body, &status)
+		if code != http.StatusServiceUnavailable || !strings.Contains(status.Message, closed) {
+			t.Errorf("strict list with %s unreachable: %d %q, want 503 naming it", closed, code, status.Message)
+		}
+	})
+}
