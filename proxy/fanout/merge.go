@@ -91,7 +91,7 @@ func merge(results []result, strict bool) (out []byte, warnings []string, err er
 			continue
 		}
 		if r.code != http.StatusOK {
-			fail(r.cluster, statusCause(r.code, r.body))
+			fail(r.cluster, statusCause(r.cluster, r.code, r.body))
 			codes[r.code] = true
 			continue
 		}
@@ -141,10 +141,13 @@ func failed(code int, msg string) error {
 }
 
 // statusCause describes a member's failed answer by its Status, if it is one.
-func statusCause(code int, body []byte) string {
+func statusCause(cluster string, code int, body []byte) string {
 	var s metav1.Status
 	if json.Unmarshal(body, &s) == nil && s.Kind == "Status" && s.Message != "" {
-		return fmt.Sprintf("%d %s", code, s.Message)
+		// The gateway's own Status names the cluster already; the warning does.
+		msg := strings.TrimPrefix(s.Message, fmt.Sprintf("upstream cluster %q ", cluster))
+		msg = strings.TrimPrefix(msg, fmt.Sprintf("upstream cluster %q: ", cluster))
+		return fmt.Sprintf("%d %s", code, msg)
 	}
 	text := strings.TrimSpace(string(body))
 	if len(text) > 200 {
