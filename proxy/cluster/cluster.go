@@ -169,10 +169,12 @@ func (c *Cluster) Route(a *request.Attributes) *Route {
 // onTransition is told every change of an endpoint's health (from the health
 // checker's goroutine), after the cluster recorded it.
 //
+// share is this replica's share of the flow-control limits (nil: whole limits).
+//
 // secret is nil when the referenced Secret does not exist. Errors are
 // *ConfigError (see ConfigErrorReason).
-func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *Cluster, onTransition func(*Cluster, health.ServerHealth)) (*Cluster, error) {
-	c, err := compile(uc, secret, prev, onTransition)
+func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *Cluster, onTransition func(*Cluster, health.ServerHealth), share *flowcontrol.Share) (*Cluster, error) {
+	c, err := compile(uc, secret, prev, onTransition, share)
 	if err != nil {
 		var ce *ConfigError
 		if !errors.As(err, &ce) {
@@ -183,7 +185,7 @@ func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *C
 	return c, nil
 }
 
-func compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *Cluster, onTransition func(*Cluster, health.ServerHealth)) (*Cluster, error) {
+func compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *Cluster, onTransition func(*Cluster, health.ServerHealth), share *flowcontrol.Share) (*Cluster, error) {
 	if secret == nil {
 		ref := uc.Spec.ClientConfig.SecretRef
 		return nil, configError(ReasonSecretNotFound, "its credential Secret %s/%s was not found on the hub", ref.Namespace, ref.Name)
@@ -244,7 +246,7 @@ func compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *C
 	if prev != nil {
 		prevFlowControl = prev.flowControl
 	}
-	c.flowControl = flowcontrol.NewSet(prevFlowControl, schemas, clock.RealClock{})
+	c.flowControl = flowcontrol.NewSet(prevFlowControl, schemas, clock.RealClock{}, share)
 	c.fallback = Route{Candidates: c.Endpoints, Picker: mustPicker(gatewayv1alpha1.RoundRobin)}
 	for _, p := range uc.Spec.DispatchPolicies {
 		r := Route{Policy: p.Name, Candidates: c.Endpoints}

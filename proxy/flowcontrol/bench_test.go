@@ -23,7 +23,7 @@ func benchSchemas() []gatewayv1alpha1.FlowControlSchema {
 }
 
 func BenchmarkAdmit(b *testing.B) {
-	set := NewSet(nil, benchSchemas(), clock.RealClock{})
+	set := NewSet(nil, benchSchemas(), clock.RealClock{}, nil)
 	for _, sc := range benchSchemas() {
 		s := set.Schema(sc.Name)
 		r := Request{User: "system:serviceaccount:kube-system:replicaset-controller", Namespace: "default",
@@ -56,7 +56,7 @@ func BenchmarkAdmit(b *testing.B) {
 // BenchmarkAdmitManyUsers admits requests of 5,000 distinct users in turn on a
 // distinguished token bucket: map lookups on a large table.
 func BenchmarkAdmitManyUsers(b *testing.B) {
-	set := NewSet(nil, benchSchemas(), clock.RealClock{})
+	set := NewSet(nil, benchSchemas(), clock.RealClock{}, nil)
 	s := set.Schema("tokenBucket/user")
 	reqs := make([]Request, 5000)
 	for i := range reqs {
@@ -77,7 +77,7 @@ func BenchmarkAdmitManyUsers(b *testing.B) {
 
 // BenchmarkRefused measures the reject path of a token bucket (Retry-After computed).
 func BenchmarkRefused(b *testing.B) {
-	set := NewSet(nil, []gatewayv1alpha1.FlowControlSchema{bucket("tb", 1, 1)}, clock.RealClock{})
+	set := NewSet(nil, []gatewayv1alpha1.FlowControlSchema{bucket("tb", 1, 1)}, clock.RealClock{}, nil)
 	s := set.Schema("tb")
 	s.Admit(Request{})
 	b.ReportAllocs()
@@ -91,9 +91,9 @@ func BenchmarkNewSet(b *testing.B) {
 	for i := 0; i < 50; i++ {
 		schemas = append(schemas, bucket(fmt.Sprint("s", i), 10, 10))
 	}
-	prev := NewSet(nil, schemas, clock.RealClock{})
+	prev := NewSet(nil, schemas, clock.RealClock{}, nil)
 	b.ReportAllocs()
 	for b.Loop() {
-		prev = NewSet(prev, schemas, clock.RealClock{})
+		prev = NewSet(prev, schemas, clock.RealClock{}, nil)
 	}
 }

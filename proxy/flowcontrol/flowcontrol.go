@@ -60,8 +60,9 @@ type Set struct {
 // keeps its state (tokens, in-flight counts). A changed schema gets a new limiter
 // at once; requests admitted by the old one release into the old one. Of two
 // schemas of the same name (which validation refuses) the first wins. clk nil
-// means the real clock.
-func NewSet(prev *Set, schemas []gatewayv1alpha1.FlowControlSchema, clk clock.PassiveClock) *Set {
+// means the real clock. Every schema enforces share of its limits; share nil
+// means whole limits.
+func NewSet(prev *Set, schemas []gatewayv1alpha1.FlowControlSchema, clk clock.PassiveClock, share *Share) *Set {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
@@ -71,11 +72,11 @@ func NewSet(prev *Set, schemas []gatewayv1alpha1.FlowControlSchema, clk clock.Pa
 		if _, dup := s.schemas[sp.name]; dup {
 			continue
 		}
-		if old := prev.Schema(sp.name); old != nil && old.spec == sp {
+		if old := prev.Schema(sp.name); old != nil && old.spec == sp && old.share == share {
 			s.schemas[sp.name] = old
 			continue
 		}
-		s.schemas[sp.name] = newSchema(sp, clk)
+		s.schemas[sp.name] = newSchema(sp, clk, share)
 	}
 	return s
 }
@@ -137,14 +138,15 @@ func compileSpec(in *gatewayv1alpha1.FlowControlSchema) spec {
 type Schema struct {
 	spec  spec
 	clock clock.PassiveClock
+	share *Share
 	// single is the only flow of a schema without distinguisher.
 	single *flow
 	// flows holds the flows of a schema with a distinguisher.
 	flows *flowTable
 }
 
-func newSchema(sp spec, clk clock.PassiveClock) *Schema {
-	s := &Schema{spec: sp, clock: clk}
+func newSchema(sp spec, clk clock.PassiveClock, share *Share) *Schema {
+	s := &Schema{spec: sp, clock: clk, share: share}
 	if sp.kind == KindExempt {
 		return s
 	}
@@ -179,12 +181,13 @@ func (s *Schema) Admit(r Request) (release func(), retryAfter time.Duration, ok 
 	if s == nil || s.spec.kind == KindExempt {
 		return noop, 0, true
 	}
+	replicas := s.share.current()
 	if s.flows == nil {
 		var now time.Time
 		if s.spec.kind == KindTokenBucket {
 			now = s.clock.Now()
 		}
-		return s.admitFlow(s.single, r, now)
+		return s.admitFlow(s.single, r, now, replicas)
 	}
 	key := r.User
 	if s.spec.distinguisher == gatewayv1alpha1.FlowDistinguisherNamespace {
@@ -194,9 +197,56 @@ func (s *Schema) Admit(r Request) (release func(), retryAfter time.Duration, ok 
 	t.mu.Lock()
 	now := s.clock.Now()
 	f := s.lookupLocked(key, now)
-	release, retryAfter, ok = s.admitFlow(f, r, now)
+	release, retryAfter, ok = s.admitFlow(f, r, now, replicas)
 	t.mu.Unlock()
 	return release, retryAfter, ok
+}
+
+// Share is the part of every limit this gateway replica enforces: 1/n of it,
+// n being the number of live replicas. One Share serves every schema of the
+// process; a change applies to each flow at its next admission (an atomic load
+// per admission), from the time of the change on, keeping the flow's tokens and
+// in-flight count. A nil *Share is one replica: whole limits.
+type Share struct {
+	clock clock.PassiveClock
+	split atomic.Pointer[split]
+}
+
+// split is one value of a Share: n replicas since at.
+type split struct {
+	n  int32
+	at time.Time
+}
+
+var oneReplica = &split{n: 1}
+
+// NewShare returns the share of a single replica. clk nil means the real clock;
+// it must be the clock of the schemas that use the share.
+func NewShare(clk clock.PassiveClock) *Share {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	s := &Share{clock: clk}
+	s.split.Store(oneReplica)
+	return s
+}
+
+// SetReplicas divides the limits among n replicas from now on; n < 1 counts as 1.
+func (s *Share) SetReplicas(n int) {
+	n = min(max(n, 1), math.MaxInt32)
+	if s.split.Load().n != int32(n) {
+		s.split.Store(&split{n: int32(n), at: s.clock.Now()})
+	}
+}
+
+// Replicas is the number of replicas the limits are divided among.
+func (s *Share) Replicas() int32 { return s.current().n }
+
+func (s *Share) current() *split {
+	if s == nil {
+		return oneReplica
+	}
+	return s.split.Load()
 }
 
 // noop is the release of requests that hold nothing.
@@ -206,6 +256,8 @@ func noop() {}
 type flow struct {
 	inflight atomic.Int32
 	bucket   *rate.Limiter // KindTokenBucket with a valid qps and burst
+	// bucketReplicas is the replica count bucket's limit and burst are divided by.
+	bucketReplicas atomic.Int32
 	// lastSeen is the time of the last request; guarded by the flow table's
 	// mutex, unused by the single flow of a schema.
 	lastSeen time.Time
@@ -214,9 +266,44 @@ type flow struct {
 func (s *Schema) newFlow() *flow {
 	f := &flow{}
 	if s.spec.kind == KindTokenBucket && s.spec.qps > 0 && s.spec.burst > 0 {
-		f.bucket = rate.NewLimiter(rate.Limit(s.spec.qps), int(s.spec.burst))
+		n := s.share.Replicas()
+		qps, burst := s.bucketShare(n)
+		f.bucket = rate.NewLimiter(qps, burst)
+		f.bucketReplicas.Store(n)
 	}
 	return f
+}
+
+// bucketShare is the rate and burst of one of n replicas: qps/n (exact, rates
+// need not be whole) and burst/n, at least 1 so that every replica admits.
+func (s *Schema) bucketShare(n int32) (rate.Limit, int) {
+	return rate.Limit(float64(s.spec.qps) / float64(n)), int(max(1, s.spec.burst/n))
+}
+
+// inflightShare is the in-flight cap of one of n replicas: max/n, at least 1;
+// max <= 0 (the emergency brake) stays 0 everywhere.
+func (s *Schema) inflightShare(n int32) int32 {
+	if s.spec.max <= 0 {
+		return 0
+	}
+	return max(1, s.spec.max/n)
+}
+
+// resplit sets f's bucket to the share sp if it is not already, as of the
+// time of the change: the bucket filled at the old rate until then. The tokens
+// it holds stay (capped to the new burst at the next admission), so a re-split
+// neither refills nor empties a bucket.
+func (s *Schema) resplit(f *flow, now time.Time, sp *split) {
+	if f.bucketReplicas.Swap(sp.n) == sp.n {
+		return
+	}
+	at := now
+	if sp.at.Before(now) && !sp.at.IsZero() {
+		at = sp.at
+	}
+	qps, burst := s.bucketShare(sp.n)
+	f.bucket.SetLimitAt(at, qps)
+	f.bucket.SetBurstAt(at, burst)
 }
 
 // flowIdle says whether f holds no state a new flow would not have at now.
@@ -224,16 +311,16 @@ func (s *Schema) flowIdle(f *flow, now time.Time) bool {
 	if f.inflight.Load() != 0 {
 		return false
 	}
-	if f.bucket != nil && f.bucket.TokensAt(now) < float64(s.spec.burst) {
+	if f.bucket != nil && f.bucket.TokensAt(now) < float64(f.bucket.Burst()) {
 		return false
 	}
 	return true
 }
 
-func (s *Schema) admitFlow(f *flow, r Request, now time.Time) (func(), time.Duration, bool) {
+func (s *Schema) admitFlow(f *flow, r Request, now time.Time, sp *split) (func(), time.Duration, bool) {
 	switch s.spec.kind {
 	case KindMaxInflight:
-		limit := s.spec.max
+		limit := s.inflightShare(sp.n)
 		if r.LongRunning && !s.spec.countLongRunning {
 			if f.inflight.Load() >= limit {
 				return nil, rejectRetryAfter, false
@@ -253,10 +340,13 @@ func (s *Schema) admitFlow(f *flow, r Request, now time.Time) (func(), time.Dura
 		if f.bucket == nil {
 			return nil, rejectRetryAfter, false
 		}
+		if f.bucketReplicas.Load() != sp.n {
+			s.resplit(f, now, sp)
+		}
 		if f.bucket.AllowN(now, 1) {
 			return noop, 0, true
 		}
-		return nil, retryAfter(f.bucket.TokensAt(now), float64(s.spec.qps)), false
+		return nil, retryAfter(f.bucket.TokensAt(now), float64(f.bucket.Limit())), false
 	}
 	return noop, 0, true
 }

@@ -34,7 +34,7 @@ func distinguished(s gatewayv1alpha1.FlowControlSchema, d gatewayv1alpha1.FlowDi
 
 func schema(t testing.TB, s gatewayv1alpha1.FlowControlSchema, clk *testclock.FakeClock) *Schema {
 	t.Helper()
-	set := NewSet(nil, []gatewayv1alpha1.FlowControlSchema{s}, clk)
+	set := NewSet(nil, []gatewayv1alpha1.FlowControlSchema{s}, clk, nil)
 	sc := set.Schema(s.Name)
 	if sc == nil {
 		t.Fatalf("schema %q not compiled", s.Name)
@@ -191,7 +191,7 @@ func TestNilSetAndSchema(t *testing.T) {
 	if set.Schema("x") != nil || set.Len() != 0 {
 		t.Fatal("nil set has schemas")
 	}
-	set = NewSet(nil, []gatewayv1alpha1.FlowControlSchema{exempt("a"), bucket("b", 1, 1)}, nil)
+	set = NewSet(nil, []gatewayv1alpha1.FlowControlSchema{exempt("a"), bucket("b", 1, 1)}, nil, nil)
 	if set.Len() != 2 || set.Schema("c") != nil {
 		t.Fatalf("Len = %d, Schema(c) = %v", set.Len(), set.Schema("c"))
 	}
@@ -322,7 +322,7 @@ func TestNewSetReuse(t *testing.T) {
 		bucket("tb", 5, 5), inflight("mif", 1, false), exempt("free"),
 		distinguished(bucket("per-user", 1, 1), gatewayv1alpha1.FlowDistinguisherUser),
 	}
-	set1 := NewSet(nil, v1, clk)
+	set1 := NewSet(nil, v1, clk, nil)
 
 	// Exhaust the bucket, hold the in-flight slot, exhaust alice's bucket.
 	for i := 0; i < 5; i++ {
@@ -339,7 +339,7 @@ func TestNewSetReuse(t *testing.T) {
 	}
 
 	// An unrelated change (a new schema) keeps every limiter and its state.
-	set2 := NewSet(set1, append(v1[:len(v1):len(v1)], bucket("new", 1, 1)), clk)
+	set2 := NewSet(set1, append(v1[:len(v1):len(v1)], bucket("new", 1, 1)), clk, nil)
 	for _, name := range []string{"tb", "mif", "free", "per-user"} {
 		if set2.Schema(name) != set1.Schema(name) {
 			t.Errorf("unchanged schema %q was not reused", name)
@@ -360,7 +360,7 @@ func TestNewSetReuse(t *testing.T) {
 		bucket("tb", 6, 5), inflight("mif", 2, false), exempt("free"),
 		distinguished(bucket("per-user", 1, 1), gatewayv1alpha1.FlowDistinguisherNamespace),
 	}
-	set3 := NewSet(set2, v3, clk)
+	set3 := NewSet(set2, v3, clk, nil)
 	if set3.Schema("free") != set1.Schema("free") {
 		t.Error("unchanged exempt schema was not reused")
 	}
@@ -508,7 +508,7 @@ func TestAdmitAllocations(t *testing.T) {
 	set := NewSet(nil, []gatewayv1alpha1.FlowControlSchema{
 		exempt("exempt"), bucket("tb", 1<<30, 1<<30),
 		distinguished(bucket("tb-user", 1<<30, 1<<30), gatewayv1alpha1.FlowDistinguisherUser),
-	}, clk)
+	}, clk, nil)
 	r := Request{User: "alice", Namespace: "default"}
 	for _, name := range []string{"exempt", "tb", "tb-user"} {
 		sc := set.Schema(name)
@@ -540,7 +540,7 @@ func TestConcurrentMaxInflight(t *testing.T) {
 		distinguished(bucket("tb", 1000, 10), gatewayv1alpha1.FlowDistinguisherNamespace),
 	}
 	var current atomic.Pointer[Set]
-	current.Store(NewSet(nil, schemas, clk))
+	current.Store(NewSet(nil, schemas, clk, nil))
 
 	var global atomic.Int32
 	var perUser [4]atomic.Int32
@@ -558,7 +558,7 @@ func TestConcurrentMaxInflight(t *testing.T) {
 			default:
 			}
 			clk.Step(7 * time.Second)
-			current.Store(NewSet(current.Load(), schemas, clk))
+			current.Store(NewSet(current.Load(), schemas, clk, nil))
 			runtime.Gosched() // let the workers run on a single P too
 		}
 	}()

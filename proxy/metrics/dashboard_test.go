@@ -34,7 +34,7 @@ type family struct {
 
 // registeredFamilies returns what a gateway serves on /metrics that a dashboard
 // may use: the proxy metrics (each recorded once, since a vector without series is
-// not gathered), the server health gauge, and the process and Go runtime metrics
+// not gathered), the server health and replicas gauges, and the process and Go runtime metrics
 // of the legacy registry k8s.io/apiserver serves.
 func registeredFamilies(t *testing.T) map[string]family {
 	t.Helper()
@@ -45,6 +45,7 @@ func registeredFamilies(t *testing.T) map[string]family {
 	reg.MustRegister(NewServerHealthCollector(func(fn func(cluster, endpoint string, healthy bool)) {
 		fn("member-a", "https://192.0.2.10:6443", true)
 	}))
+	reg.MustRegister(NewReplicasCollector(func() int { return 2 }))
 	m.Observe("member-a", "p", "s", "get", "pods", 200, time.Millisecond)
 	m.InFlight("member-a", "p", "s").Inc()
 	m.Rejected("member-a", "p", "s", ReasonTokenBucket)

@@ -368,7 +368,7 @@ func checkRBAC(t *testing.T, m *chart.Manifest, ns, sa, secretNs string) {
 		if b.Namespace == secretNs {
 			role := chart.Convert[rbacv1.Role](t, m.Get(t, "Role", secretNs, b.RoleRef.Name))
 			secrets = hasRule(role.Rules, "", "secrets", "get", "list", "watch") &&
-				hasRule(role.Rules, "coordination.k8s.io", "leases", "get", "create", "update") &&
+				hasRule(role.Rules, "coordination.k8s.io", "leases", "get", "list", "watch", "create", "update", "delete") &&
 				!hasRule(role.Rules, "", "secrets", "create") && !hasRule(role.Rules, "", "secrets", "update")
 		}
 		// The status writer records Events about cluster-scoped UpstreamClusters,
@@ -385,7 +385,7 @@ func checkRBAC(t *testing.T, m *chart.Manifest, ns, sa, secretNs string) {
 		t.Fatal("no RoleBinding of extension-apiserver-authentication-reader in kube-system to the gateway")
 	}
 	if !secrets {
-		t.Fatalf("no Role in the secret namespace %q with secrets get/list/watch and leases get/create/update (and nothing more on secrets)", secretNs)
+		t.Fatalf("no Role in the secret namespace %q with secrets get/list/watch and leases get/list/watch/create/update/delete (and nothing more on secrets)", secretNs)
 	}
 	var readers bool
 	for name := range boundClusterRoles {

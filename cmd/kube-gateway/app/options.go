@@ -29,11 +29,15 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/forward"
 	"github.com/kubewharf/kube-gateway/proxy/frontproxy"
 	"github.com/kubewharf/kube-gateway/proxy/longrunning"
+	"github.com/kubewharf/kube-gateway/proxy/replicas"
 	"github.com/kubewharf/kube-gateway/registry/upstreamcluster"
 	gatewayopenapi "github.com/kubewharf/kube-gateway/registry/upstreamcluster/openapi"
 )
 
 const defaultEtcdPathPrefix = "/registry/gateway.kubewharf.io"
+
+// SplitLimitsFlag divides flow-control limits among the gateway replicas.
+const SplitLimitsFlag = "split-limits-across-replicas"
 
 // DirectAccessFlag is the flag that lets hub credentials in without the hub.
 const DirectAccessFlag = "direct-access"
@@ -66,6 +70,9 @@ type Options struct {
 	// MaxLongRunningPerUser caps the long-running proxied requests each hub
 	// user holds open through this gateway; 0: no cap.
 	MaxLongRunningPerUser int
+	// SplitLimitsAcrossReplicas divides every flow-control limit among the live
+	// gateway replicas, which announce themselves with Leases in SecretNamespace.
+	SplitLimitsAcrossReplicas bool
 
 	scheme *runtime.Scheme
 	codecs serializer.CodecFactory
@@ -88,6 +95,7 @@ func NewOptions() *Options {
 		// cap fits the chart's 1 GiB memory limit with room for others.
 		MaxLongRunningPerUser:       10000,
 		MemberResponseHeaderTimeout: forward.DefaultResponseHeaderTimeout,
+		SplitLimitsAcrossReplicas:   true,
 		scheme:                      scheme,
 		codecs:                      codecs,
 	}
@@ -134,6 +142,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"Name of the hub Lease, in --secret-namespace, whose holder among the gateway replicas writes UpstreamCluster status and records Events. Installations that share a secret namespace need different names.")
 	gw.IntVar(&o.MaxLongRunningPerUser, longrunning.Flag, o.MaxLongRunningPerUser,
 		"Most long-running proxied requests (watches, log streams, exec, attach, port-forward) one hub user may hold open through this gateway process, over all upstream clusters; past it the gateway answers 429. Users are told apart by name: the replicas of a controller that share a service account share one budget. Neither the hub's priority and fairness nor --max-requests-inflight counts these requests, and each open watch costs the gateway about 38 KiB: the limit bounds what one user can take. 0 means no limit.")
+	gw.BoolVar(&o.SplitLimitsAcrossReplicas, SplitLimitsFlag, o.SplitLimitsAcrossReplicas,
+		"Divide every flow-control limit of the UpstreamClusters among the live gateway replicas, so that a schema's qps, burst and max in-flight hold for the whole gateway rather than for each replica. Each replica keeps a hub Lease, in --secret-namespace, labeled "+replicas.LabelReplicaOf+"=<--status-lease-name>, and counts those of the others; one that cannot read or write them enforces whole limits. Off: every replica enforces whole limits.")
 	o.Recommended.Etcd.AddFlags(fss.FlagSet("etcd"))
 	o.Recommended.SecureServing.AddFlags(fss.FlagSet("secure serving"))
 	o.Recommended.Authentication.AddFlags(fss.FlagSet("authentication"))
@@ -185,6 +195,12 @@ func (o *Options) Validate() error {
 	}
 	for _, msg := range validation.IsDNS1123Subdomain(o.StatusLeaseName) {
 		errs = append(errs, fmt.Errorf("--status-lease-name %q: %s", o.StatusLeaseName, msg))
+	}
+	if o.SplitLimitsAcrossReplicas {
+		// It labels the replicas' Leases.
+		for _, msg := range validation.IsValidLabelValue(o.StatusLeaseName) {
+			errs = append(errs, fmt.Errorf("--status-lease-name %q: %s (it names the replicas' Leases with --%s; shorten it, or turn that off)", o.StatusLeaseName, msg, SplitLimitsFlag))
+		}
 	}
 	return utilerrors.NewAggregate(errs)
 }
@@ -239,6 +255,7 @@ func (o *Options) Config() (*Config, error) {
 			LongRunning:                 longrunning.New(o.MaxLongRunningPerUser),
 			ConnectAdmissionPlugins:     o.connectAdmissionPlugins(),
 			MemberResponseHeaderTimeout: o.MemberResponseHeaderTimeout,
+			SplitLimitsAcrossReplicas:   o.SplitLimitsAcrossReplicas,
 		},
 	}, nil
 }

@@ -23,9 +23,11 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/clusterset"
 	"github.com/kubewharf/kube-gateway/proxy/fanout"
+	"github.com/kubewharf/kube-gateway/proxy/flowcontrol"
 	"github.com/kubewharf/kube-gateway/proxy/forward"
 	"github.com/kubewharf/kube-gateway/proxy/longrunning"
 	"github.com/kubewharf/kube-gateway/proxy/metrics"
+	"github.com/kubewharf/kube-gateway/proxy/replicas"
 	"github.com/kubewharf/kube-gateway/proxy/status"
 	"github.com/kubewharf/kube-gateway/registry/upstreamcluster"
 )
@@ -57,6 +59,8 @@ type ExtraConfig struct {
 	// LongRunning caps each user's open long-running proxied requests; nil:
 	// no cap.
 	LongRunning *longrunning.Limiter
+	// SplitLimitsAcrossReplicas: see Options.
+	SplitLimitsAcrossReplicas bool
 	// ConnectAdmissionPlugins are the enabled admission plugins whose
 	// configuration objects decide whether CONNECT admission can refuse a proxy
 	// request (upstreamcluster.ConnectAdmissionGate); nil: always run it.
@@ -123,6 +127,20 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := legacyregistry.Registerer().Register(metrics.NewServerHealthCollector(controller.EachServer)); err != nil {
 		return nil, err
 	}
+	identity := status.Identity()
+	// Flow-control limits hold across replicas: each enforces its share.
+	var members *replicas.Membership
+	liveReplicas := func() int { return 1 }
+	if c.extra.SplitLimitsAcrossReplicas {
+		share := flowcontrol.NewShare(clock.RealClock{})
+		controller.FlowShare = share
+		members = replicas.New(replicas.Config{Client: c.hub, Namespace: c.extra.SecretNamespace, Group: c.extra.StatusLeaseName,
+			Identity: identity, OnChange: share.SetReplicas})
+		liveReplicas = members.Live
+	}
+	if err := legacyregistry.Registerer().Register(metrics.NewReplicasCollector(liveReplicas)); err != nil {
+		return nil, err
+	}
 
 	forwarder := forward.NewForwarder(proxyMetrics)
 	forwarder.LongRunning = c.extra.LongRunning
@@ -165,9 +183,21 @@ func (c CompletedConfig) New() (*Server, error) {
 	generic.AddPostStartHookOrDie("start-upstreamcluster-controller", func(hookCtx genericapiserver.PostStartHookContext) error {
 		secretInformers.Start(hookCtx.Done())
 		go controller.Run(hookCtx)
-		go status.Lead(hookCtx, c.hub, c.extra.SecretNamespace, c.extra.StatusLeaseName, status.Identity(), statusWriter.Run)
+		go status.Lead(hookCtx, c.hub, c.extra.SecretNamespace, c.extra.StatusLeaseName, identity, statusWriter.Run)
+		if members != nil {
+			members.Start(hookCtx)
+		}
 		return nil
 	})
+	// The other replicas take this one's share as soon as its Lease is gone.
+	if members != nil {
+		if err := generic.AddPreShutdownHook("remove-replica-lease", func() error {
+			members.Stop()
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
 	// Proxied watches and log streams would hold the shutdown until its timeout:
 	// end them as soon as the shutdown starts (k8s.io/apiserver runs pre-shutdown
 	// hooks on SIGTERM), so clients reconnect elsewhere.
