@@ -19,6 +19,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/informers"
@@ -50,7 +51,8 @@ type Config struct {
 	Identity string
 	// RenewPeriod and Duration: zero means the defaults.
 	RenewPeriod, Duration time.Duration
-	// OnChange is told the number of live replicas (at least 1) when it changes.
+	// OnChange is told the number of live replicas (at least 1) when it changes,
+	// in order; it must not block nor call the Membership.
 	OnChange func(n int)
 	// Clock: nil means the real clock.
 	Clock clock.WithTicker
@@ -222,14 +224,14 @@ func (m *Membership) release(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Delete(ctx, m.LeaseName(), metav1.DeleteOptions{})
-	if err != nil {
+	if err != nil && !apierrors.IsNotFound(err) {
 		klog.FromContext(ctx).Info("Cannot delete this gateway replica's Lease; the others count it until it expires", "lease", m.cfg.Namespace+"/"+m.LeaseName(), "err", err)
 	}
 }
 
 func (m *Membership) observe(ctx context.Context, obj interface{}) {
 	lease, ok := obj.(*coordinationv1.Lease)
-	if !ok || lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil {
+	if !ok || lease.Labels[LabelReplicaOf] != m.cfg.Group || lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil {
 		return
 	}
 	m.mu.Lock()
@@ -273,12 +275,13 @@ func (m *Membership) recount(ctx context.Context) {
 	}
 	changed := n != m.live
 	m.live = n
+	// Under the mutex, so that concurrent recounts tell their counts in order.
+	if changed && m.cfg.OnChange != nil {
+		m.cfg.OnChange(n)
+	}
 	m.mu.Unlock()
 	if changed {
 		klog.FromContext(ctx).Info("Gateway replicas changed: flow-control limits are divided among them", "replicas", n, "group", m.cfg.Group)
-		if m.cfg.OnChange != nil {
-			m.cfg.OnChange(n)
-		}
 	}
 }
 
