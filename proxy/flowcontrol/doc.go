@@ -78,6 +78,18 @@
 // maxRequestsInflight schema can therefore have up to old max + new max requests
 // in flight. Renaming a schema is a change.
 //
+// # Replicas
+//
+// A Share divides every limit among the live gateway replicas (package
+// replicas counts them): with n replicas a maxRequestsInflight schema allows
+// max/n in flight (at least 1; max <= 0 stays 0, so the emergency brake holds
+// everywhere), a token bucket refills at qps/n with a burst of burst/n (at
+// least 1), per flow of a distinguished schema too. One Share serves every
+// schema of the process. A change of n applies to each flow at its next
+// admission, from the time of the change (rate.Limiter.SetLimitAt/SetBurstAt):
+// tokens and in-flight counts are kept, never reset. A schema compiled with
+// another Share is a changed schema for NewSet.
+//
 // # Cost
 //
 // Admit allocates nothing for exempt schemas and for token buckets; an
