@@ -162,6 +162,9 @@ func (m *Membership) Run(ctx context.Context) {
 	defer ticker.Stop()
 	nextRenew := time.Time{}
 	failing := false
+	// blindSince is when this replica last stopped seeing its own Lease live
+	// although it writes it: it cannot list or watch Leases.
+	blindSince, blind := m.cfg.Clock.Now(), false
 	for {
 		if now := m.cfg.Clock.Now(); !now.Before(nextRenew) {
 			nextRenew = now.Add(m.cfg.RenewPeriod)
@@ -175,7 +178,16 @@ func (m *Membership) Run(ctx context.Context) {
 				failing = false
 			}
 		}
-		m.recount(ctx)
+		if self := m.recount(ctx); self || failing {
+			if blind && self {
+				logger.Info("Sees the gateway replicas' Leases again")
+			}
+			blindSince, blind = m.cfg.Clock.Now(), false
+		} else if !blind && m.cfg.Clock.Since(blindSince) > m.cfg.Duration {
+			logger.Error(nil, "Cannot see this gateway replica's own Lease: it needs list and watch on leases in its namespace; enforcing whole flow-control limits until it can",
+				"synced", leases.HasSynced())
+			blind = true
+		}
 		m.collectGarbage(ctx)
 		select {
 		case <-ctx.Done():
@@ -260,7 +272,8 @@ func (m *Membership) forget(ctx context.Context, obj interface{}) {
 }
 
 // recount counts the live Leases; 1 when this replica's own is not among them.
-func (m *Membership) recount(ctx context.Context) {
+// It returns whether its own is.
+func (m *Membership) recount(ctx context.Context) bool {
 	now := m.cfg.Clock.Now()
 	m.mu.Lock()
 	n, self := 0, false
@@ -283,6 +296,7 @@ func (m *Membership) recount(ctx context.Context) {
 	if changed {
 		klog.FromContext(ctx).Info("Gateway replicas changed: flow-control limits are divided among them", "replicas", n, "group", m.cfg.Group)
 	}
+	return self
 }
 
 // collectGarbage deletes the Leases of the group that nobody renewed for

@@ -283,6 +283,10 @@ func checkGateway(t *testing.T, m *chart.Manifest, ns string) *gateway {
 	}
 	secretNs := g.args["--secret-namespace"]
 	checkRBAC(t, m, ns, sa, secretNs)
+	// The replicas divide flow-control limits by default (docs/dispatch.md).
+	if v := g.args["--split-limits-across-replicas"]; v != "true" {
+		t.Fatalf("--split-limits-across-replicas=%q, want true by default", v)
+	}
 
 	// Service and APIService.
 	g.service = chart.Convert[corev1.Service](t, m.Get(t, "Service", ns, g.deploy.Name))
