@@ -12,6 +12,7 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/test/harness"
@@ -87,20 +88,20 @@ func TestLimitsSplitAcrossReplicas(t *testing.T) {
 	}
 
 	// The emergency brake refuses on every replica.
-	setPolicies(t, uc.Name, policies, &gatewayv1alpha1.FlowControl{FlowControlSchemas: []gatewayv1alpha1.FlowControlSchema{
+	setFlowControl(ctx, t, uc.Name, &gatewayv1alpha1.FlowControl{FlowControlSchemas: []gatewayv1alpha1.FlowControlSchema{
 		{Name: "twenty-per-second", MaxRequestsInflight: &gatewayv1alpha1.MaxRequestsInflightFlowControl{Max: 0}},
 	}})
 	eventually(t, 30*time.Second, func(ctx context.Context) error {
 		for i, g := range gws {
 			for n := 0; n < 5; n++ {
-				if code, body := g.proxy(ctx, http.MethodGet, path); code != http.StatusTooManyRequests {
-					return errorf("replica %d with max in-flight 0: %d %s, want 429", i, code, body)
+				if code, err := getCode(ctx, g, path); code != http.StatusTooManyRequests {
+					return errorf("replica %d with max in-flight 0: %d %v, want 429", i, code, err)
 				}
 			}
 		}
 		return nil
 	})
-	setPolicies(t, uc.Name, policies, tokenBucket)
+	setFlowControl(ctx, t, uc.Name, tokenBucket)
 	eventually(t, 30*time.Second, func(ctx context.Context) error {
 		for i, g := range gws {
 			if code, body := g.proxy(ctx, http.MethodGet, path); code != http.StatusOK {
@@ -232,4 +233,22 @@ func getCode(ctx context.Context, g extraGatewayClient, path string) (int, error
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode, nil
+}
+
+// setFlowControl replaces the cluster's flow-control schemas, again on
+// conflicts with status writes.
+func setFlowControl(ctx context.Context, t *testing.T, cluster string, fc *gatewayv1alpha1.FlowControl) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		uc, err := upstreamClusters(t).Get(ctx, cluster, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		uc.Spec.FlowControl = fc
+		_, err = upstreamClusters(t).Update(ctx, uc, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
