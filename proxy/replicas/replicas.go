@@ -168,7 +168,10 @@ func (m *Membership) Run(ctx context.Context) {
 	for {
 		if now := m.cfg.Clock.Now(); !now.Before(nextRenew) {
 			nextRenew = now.Add(m.cfg.RenewPeriod)
-			err := m.renew(ctx, now)
+			// Bounded, so that a hub that hangs does not stop the recounts.
+			renewCtx, cancel := context.WithTimeout(ctx, m.cfg.RenewPeriod)
+			err := m.renew(renewCtx, now)
+			cancel()
 			switch {
 			case err != nil && !failing && ctx.Err() == nil:
 				logger.Error(err, "Cannot renew this gateway replica's Lease: the other replicas do not count it; once it expired it enforces whole flow-control limits")
