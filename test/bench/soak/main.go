@@ -51,6 +51,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubewharf/kube-gateway/apis/client/clientset/versioned"
@@ -239,13 +240,16 @@ func (s *soak) credentials(ctx context.Context) (func(context.Context) error, er
 	tokens := [][]byte{original.Data["token"], []byte(tr.Status.Token)}
 	var n int
 	return func(ctx context.Context) error {
-		sec, err := secrets.Get(ctx, harness.MemberA, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
 		n++
-		sec.Data["token"] = tokens[n%2]
-		if _, err := secrets.Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			sec, err := secrets.Get(ctx, harness.MemberA, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			sec.Data["token"] = tokens[n%2]
+			_, err = secrets.Update(ctx, sec, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
 			return err
 		}
 		s.rotations.Add(1)
@@ -441,17 +445,22 @@ func (s *soak) edit(ctx context.Context) error {
 		return err
 	}
 	ucs := c.GatewayV1alpha1().UpstreamClusters()
-	uc, err := ucs.Get(ctx, harness.MemberA, metav1.GetOptions{})
-	if err != nil {
+	// The gateway's status writes change the object too: a conflict is
+	// retried, as any client that updates does.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		uc, err := ucs.Get(ctx, harness.MemberA, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(uc.Spec.DispatchPolicies) == 0 {
+			uc.Spec.DispatchPolicies = []gatewayv1alpha1.DispatchPolicy{{Name: "soak-reads", Strategy: gatewayv1alpha1.LeastRequest,
+				Rules: []gatewayv1alpha1.DispatchPolicyRule{{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{""}, Resources: []string{"configmaps"}, Namespaces: []string{ns}}}}}
+		} else {
+			uc.Spec.DispatchPolicies = nil
+		}
+		_, err = ucs.Update(ctx, uc, metav1.UpdateOptions{})
 		return err
-	}
-	if len(uc.Spec.DispatchPolicies) == 0 {
-		uc.Spec.DispatchPolicies = []gatewayv1alpha1.DispatchPolicy{{Name: "soak-reads", Strategy: gatewayv1alpha1.LeastRequest,
-			Rules: []gatewayv1alpha1.DispatchPolicyRule{{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{""}, Resources: []string{"configmaps"}, Namespaces: []string{ns}}}}}
-	} else {
-		uc.Spec.DispatchPolicies = nil
-	}
-	if _, err := ucs.Update(ctx, uc, metav1.UpdateOptions{}); err != nil {
+	}); err != nil {
 		return err
 	}
 	s.edits.Add(1)
