@@ -26,7 +26,7 @@ func NewPluginCommand(ctx context.Context) *cobra.Command {
 		Use: "gateway",
 		// kubectl runs it as `kubectl gateway`: help and usage say so.
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl gateway"},
-		Short: "Register member clusters with kube-gateway and reach them through the hub",
+		Short:       "Register member clusters with kube-gateway and reach them through the hub",
 		Long: `kubectl gateway manages the member clusters of a hub that runs kube-gateway:
   join       register a member cluster (its identity on the member, its UpstreamCluster on the hub)
   unjoin     remove what join created

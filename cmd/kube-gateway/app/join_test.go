@@ -1,0 +1,184 @@
+package app
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/test/chart"
+)
+
+// typed decodes an apply configuration into the object it applies.
+func typed[T any](t *testing.T, ac any) *T {
+	t.Helper()
+	b, err := json.Marshal(ac)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out T
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return &out
+}
+
+// join creates on a member exactly what the member chart installs, but for
+// labels: same kinds, names, namespaces, rules, subjects, token Secret.
+func TestMemberIdentityIsTheMemberChart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	m := memberIdentity{name: "gw-e2e", namespace: "gw-system"}
+	rendered := chart.DefaultHelm(t).Render(ctx, t, "kube-gateway-member", m.namespace, "--set", "name="+m.name)
+
+	ours := map[string]any{
+		"ServiceAccount":     typed[corev1.ServiceAccount](t, m.serviceAccount()),
+		"Secret":             typed[corev1.Secret](t, m.tokenSecret()),
+		"ClusterRole":        typed[rbacv1.ClusterRole](t, m.clusterRole()),
+		"ClusterRoleBinding": typed[rbacv1.ClusterRoleBinding](t, m.clusterRoleBinding()),
+	}
+	if len(rendered.Objs) != len(ours) {
+		var have []string
+		for _, o := range rendered.Objs {
+			have = append(have, o.GetKind()+" "+o.GetName())
+		}
+		t.Fatalf("the chart renders %v, join has %d objects", have, len(ours))
+	}
+	for _, u := range rendered.Objs {
+		want, ok := ours[u.GetKind()]
+		if !ok {
+			t.Errorf("the chart renders a %s %s join does not create", u.GetKind(), u.GetName())
+			continue
+		}
+		got, err := runtime.DefaultUnstructuredConverter.ToUnstructured(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := withoutLabels(u.Object), withoutLabels(got)
+		if !reflect.DeepEqual(a, b) {
+			aj, _ := json.MarshalIndent(a, "", "  ")
+			bj, _ := json.MarshalIndent(b, "", "  ")
+			t.Errorf("%s: the chart renders\n%s\njoin applies\n%s", u.GetKind(), aj, bj)
+		}
+	}
+}
+
+// withoutLabels drops the labels (the chart's name helm's) and empty fields
+// the JSON round trip adds.
+func withoutLabels(obj map[string]any) map[string]any {
+	u := (&unstructured.Unstructured{Object: obj}).DeepCopy()
+	u.SetLabels(nil)
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+	return u.Object
+}
+
+func TestMemberAccess(t *testing.T) {
+	withCA := &rest.Config{Host: "https://member.example:6443", TLSClientConfig: rest.TLSClientConfig{CAData: []byte("CA"), ServerName: "member.internal"}}
+	for _, c := range []struct {
+		name    string
+		cfg     *rest.Config
+		servers []string
+		want    *memberAccess
+		wantErr string
+	}{{
+		name: "the kubeconfig's server", cfg: withCA,
+		want: &memberAccess{servers: []string{"https://member.example:6443"}, caPEM: []byte("CA"), serverName: "member.internal"},
+	}, {
+		name: "servers given", cfg: withCA, servers: []string{"https://10.0.0.1:6443", "https://10.0.0.2"},
+		want: &memberAccess{servers: []string{"https://10.0.0.1:6443", "https://10.0.0.2"}, caPEM: []byte("CA"), serverName: "member.internal"},
+	}, {
+		name: "no CA", cfg: &rest.Config{Host: "https://member.example", TLSClientConfig: rest.TLSClientConfig{Insecure: true}},
+		wantErr: "the member kubeconfig has no CA",
+	}, {
+		name: "a path", cfg: withCA, servers: []string{"https://rancher.example/k8s/clusters/c-1"},
+		wantErr: `"https://rancher.example/k8s/clusters/c-1": want https://HOST[:PORT], without path`,
+	}, {
+		name: "http", cfg: withCA, servers: []string{"http://10.0.0.1:6443"},
+		wantErr: "want https://HOST[:PORT]",
+	}, {
+		name: "twice", cfg: withCA, servers: []string{"https://10.0.0.1", "https://10.0.0.1"},
+		wantErr: "given twice",
+	}} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := memberAccessFrom(c.cfg, c.servers)
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, c.want) {
+				t.Fatalf("got %+v, want %+v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestHubObjects(t *testing.T) {
+	access := &memberAccess{servers: []string{"https://10.0.0.1:6443", "https://10.0.0.2:6443/"}, caPEM: []byte("CA"), serverName: "member.internal"}
+	uc := typed[gatewayv1alpha1.UpstreamCluster](t, upstreamCluster("member-a", "gw", access))
+	want := gatewayv1alpha1.UpstreamClusterSpec{
+		Servers: []gatewayv1alpha1.UpstreamServer{{Endpoint: "https://10.0.0.1:6443"}, {Endpoint: "https://10.0.0.2:6443"}},
+		ClientConfig: gatewayv1alpha1.ClientConfig{
+			SecretRef:  gatewayv1alpha1.SecretReference{Namespace: "gw", Name: "member-a"},
+			ServerName: "member.internal",
+		},
+	}
+	if uc.Name != "member-a" || !reflect.DeepEqual(uc.Spec, want) {
+		t.Fatalf("upstreamcluster %s %+v, want member-a %+v", uc.Name, uc.Spec, want)
+	}
+	s := typed[corev1.Secret](t, hubSecret("member-a", "gw", []byte("TOKEN"), []byte("CA")))
+	if s.Namespace != "gw" || s.Name != "member-a" || string(s.Data["token"]) != "TOKEN" || string(s.Data["ca.crt"]) != "CA" || len(s.Data) != 2 {
+		t.Fatalf("secret %s/%s %v", s.Namespace, s.Name, s.Data)
+	}
+}
+
+func TestBoundTokenExpiry(t *testing.T) {
+	jwt := func(claims string) []byte {
+		enc := base64.RawURLEncoding.EncodeToString
+		return []byte(enc([]byte(`{"alg":"RS256"}`)) + "." + enc([]byte(claims)) + ".sig")
+	}
+	exp := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	if got, ok := boundTokenExpiry(jwt(fmt.Sprintf(`{"sub":"system:serviceaccount:kube-system:kube-gateway","exp":%d}`, exp.Unix()))); !ok || !got.Equal(exp) {
+		t.Errorf("bound token: %v %v, want %v", got, ok, exp)
+	}
+	for name, token := range map[string][]byte{
+		"long-lived (no exp)": jwt(`{"sub":"system:serviceaccount:kube-system:kube-gateway"}`),
+		"not a JWT":           []byte("abcdef"),
+		"bad payload":         []byte("a.!!!.c"),
+	} {
+		if got, ok := boundTokenExpiry(token); ok {
+			t.Errorf("%s: expiry %v, want none", name, got)
+		}
+	}
+}
+
+func TestIsPlugin(t *testing.T) {
+	for argv0, want := range map[string]bool{
+		"kubectl-gateway":                true,
+		"/usr/local/bin/kubectl-gateway": true,
+		"kubectl-gateway.exe":            true,
+		"kube-gateway":                   false,
+		"/usr/local/bin/kube-gateway":    false,
+		"kubectl":                        false,
+		"kubectl-gateway-dev":            false,
+	} {
+		if got := IsPlugin(argv0); got != want {
+			t.Errorf("IsPlugin(%q) = %v, want %v", argv0, got, want)
+		}
+	}
+}
