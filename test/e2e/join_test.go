@@ -209,6 +209,10 @@ func TestJoinRegistersAMember(t *testing.T) {
 	if after := j.versions(ctx); !maps.Equal(before, after) {
 		t.Errorf("join run again changed objects:\nbefore %v\nafter  %v", before, after)
 	}
+	// The plugin is the client commands only, and says so.
+	if out := runGatewayCLI(ctx, t, pluginDir, kubectl, "gateway", "--help"); !strings.Contains(out, "kubectl gateway [command]") || strings.Contains(out, "--secure-port") {
+		t.Errorf("kubectl gateway --help:\n%s", out)
+	}
 	// kubectl gateway clusters shows it, Ready.
 	out = runGatewayCLI(ctx, t, pluginDir, kubectl, "gateway", "clusters", "--kubeconfig", env.Kubeconfig("hub-admin"))
 	if !strings.HasPrefix(out, "NAME ") || !hasRow(out, j.name, "True") || !hasRow(out, harness.MemberA) {

@@ -332,7 +332,7 @@ func (o *joinOptions) run(ctx context.Context, out io.Writer) error {
 	fmt.Fprintf(out, `Reach it through the hub at %s/..., for example:
   kube-gateway kubeconfig --cluster %s > %s.kubeconfig
   kubectl --kubeconfig %s.kubeconfig get namespaces
-Hub users need "get" on upstreamclusters/proxy %q to use it (see docs/register-a-cluster.md).
+Hub users need a role with verbs on upstreamclusters/proxy (resource name %q) to use it.
 `, multicluster.ProxyPath(o.name), o.name, o.name, o.name, o.name)
 	return nil
 }
