@@ -12,6 +12,7 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -259,4 +260,82 @@ func hasRow(table, name string, cells ...string) bool {
 		}
 	}
 	return false
+}
+
+// With --long-lived-token, join waits for the member's token controller to
+// fill the token Secret it creates and registers that token; join without
+// the flag then replaces it with a bound token and deletes the Secret.
+func TestJoinLongLivedToken(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	bin, ok := harness.GatewayBinary(env.BinDir)
+	if !ok {
+		t.Fatalf("no kube-gateway binary in %s: run make build", env.BinDir)
+	}
+	const name, identity, ns = "member-b-long-lived", "kube-gateway-long-lived", "kube-system"
+	flags := []string{"--kubeconfig", env.Kubeconfig("hub-admin"), "--member-kubeconfig", env.Kubeconfig("member-b-admin"), "--identity-name", identity}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = exec.CommandContext(ctx, bin, append([]string{"unjoin", name}, flags...)...).Run()
+	})
+	member := memberB(t)
+
+	cmd := exec.CommandContext(ctx, bin, append([]string{"join", name, "--long-lived-token", "--timeout", "90s"}, flags...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Stand in for the token controller unless the member runs one: fill the
+	// token Secret join created, as the controller would.
+	var token []byte
+	eventually(t, 60*time.Second, func(ctx context.Context) error {
+		s, err := member.CoreV1().Secrets(ns).Get(ctx, identity+"-token", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if token = s.Data[corev1.ServiceAccountTokenKey]; len(token) > 0 {
+			return nil
+		}
+		sa, err := member.CoreV1().ServiceAccounts(ns).Get(ctx, identity, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		token = []byte(legacyServiceAccountToken(t, env.Members[harness.MemberB].ServiceAccountKeyFile(), sa, s.Name))
+		s.Data = map[string][]byte{corev1.ServiceAccountTokenKey: token, corev1.ServiceAccountRootCAKey: env.Members[harness.MemberB].CAData, corev1.ServiceAccountNamespaceKey: []byte(ns)}
+		_, err = member.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{})
+		return err
+	})
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("join --long-lived-token: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	t.Logf("join --long-lived-token:\n%s", stdout.String())
+	if !strings.Contains(stdout.String(), "member: secret/"+ns+"/"+identity+"-token created") {
+		t.Errorf("join --long-lived-token does not create the token Secret:\n%s", stdout.String())
+	}
+	hubSecret, err := hubAdmin(t).CoreV1().Secrets(harness.GatewayNamespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(hubSecret.Data["token"], token) {
+		t.Fatalf("the hub Secret's token is not the long-lived token of the member Secret")
+	}
+	waitUsable(t, name)
+
+	// Without the flag: a bound token, and the long-lived one goes.
+	out := runGatewayCLI(ctx, t, t.TempDir(), append([]string{bin, "join", name}, flags...)...)
+	for _, want := range []string{
+		"member: secret/" + ns + "/" + identity + "-token deleted",
+		"member: token of serviceaccount " + ns + "/" + identity + " requested",
+		"hub: secret/" + harness.GatewayNamespace + "/" + name + " configured",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("join without --long-lived-token: no %q in\n%s", want, out)
+		}
+	}
+	if _, err := member.CoreV1().Secrets(ns).Get(ctx, identity+"-token", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the long-lived token Secret after join without --long-lived-token: %v, want NotFound", err)
+	}
+	waitUsable(t, name)
+	runGatewayCLI(ctx, t, t.TempDir(), append([]string{bin, "unjoin", name}, flags...)...)
 }

@@ -10,10 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"bytes"
+
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
@@ -180,5 +184,24 @@ func TestIsPlugin(t *testing.T) {
 		if got := IsPlugin(argv0); got != want {
 			t.Errorf("IsPlugin(%q) = %v, want %v", argv0, got, want)
 		}
+	}
+}
+
+// Without a token controller on the member, join --long-lived-token gives up
+// after --timeout and says what to do.
+func TestLongLivedTokenNeverFilled(t *testing.T) {
+	o := &joinOptions{clusterOptions: newClusterOptions(), longLivedToken: true}
+	o.identity = memberIdentity{name: "kube-gateway", namespace: "kube-system"}
+	o.timeout = time.Second
+	member := fake.NewClientset()
+	var out bytes.Buffer
+	_, _, err := o.token(context.Background(), &clients{member: member}, &reporter{out: &out}, nil,
+		metav1.ApplyOptions{FieldManager: joinFieldManager, Force: true})
+	if err == nil || !strings.Contains(err.Error(), "member Secret kube-system/kube-gateway-token still has no token after 1s") ||
+		!strings.Contains(err.Error(), "leave out --long-lived-token") {
+		t.Fatalf("error %v, want one that says the token Secret was not filled and what to do", err)
+	}
+	if _, err := member.CoreV1().Secrets("kube-system").Get(context.Background(), "kube-gateway-token", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the token Secret: %v", err)
 	}
 }
