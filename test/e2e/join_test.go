@@ -339,3 +339,42 @@ func TestJoinLongLivedToken(t *testing.T) {
 	waitUsable(t, name)
 	runGatewayCLI(ctx, t, t.TempDir(), append([]string{bin, "unjoin", name}, flags...)...)
 }
+
+// join refuses, in one line that names what to fix and before changing
+// anything, a member kubeconfig whose user may not create the identity, and
+// one without the member's CA.
+func TestJoinErrorsNameWhatToFix(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	bin, ok := harness.GatewayBinary(env.BinDir)
+	if !ok {
+		t.Fatalf("no kube-gateway binary in %s: run make build", env.BinDir)
+	}
+	b := env.Members[harness.MemberB]
+	// The harness's gateway user on member-b may impersonate, nothing more.
+	mayNotCreate := writeTestKubeconfig(t, b.Servers[0].URL, b.CAData, b.Tokens[harness.UserGateway])
+	noCA := writeTestKubeconfig(t, b.Servers[0].URL, nil, b.Tokens[harness.UserAdmin])
+	for _, c := range []struct{ kubeconfig, want string }{
+		{mayNotCreate, "the member refused"},
+		{noCA, "the member kubeconfig has no CA"},
+	} {
+		cmd := exec.CommandContext(ctx, bin, "join", "member-b-refused", "--kubeconfig", env.Kubeconfig("hub-admin"),
+			"--member-kubeconfig", c.kubeconfig, "--identity-name", "kube-gateway-refused")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		if exit, ok := err.(*exec.ExitError); !ok || exit.ExitCode() != 1 {
+			t.Fatalf("join with %s: %v, want exit code 1", c.want, err)
+		}
+		msg := strings.TrimSpace(stderr.String())
+		t.Logf("%s", msg)
+		if strings.Contains(msg, "\n") || !strings.HasPrefix(msg, "Error: ") || !strings.Contains(msg, c.want) {
+			t.Errorf("join: stderr %q, want one line \"Error: ...%s...\"", msg, c.want)
+		}
+	}
+	if _, err := memberB(t).CoreV1().ServiceAccounts("kube-system").Get(ctx, "kube-gateway-refused", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the refused join's ServiceAccount: %v, want NotFound", err)
+	}
+	if _, err := hubAdmin(t).CoreV1().Secrets(harness.GatewayNamespace).Get(ctx, "member-b-refused", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the refused join's hub Secret: %v, want NotFound", err)
+	}
+}
