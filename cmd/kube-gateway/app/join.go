@@ -143,8 +143,8 @@ which let that ServiceAccount impersonate hub users and nothing else.
 
 Its token is a bound ServiceAccount token (TokenRequest API) valid for
 --token-expiration, or as much of it as the member allows. Running join again
-renews it once half of that time has passed (at once with --renew-token), and
-otherwise changes nothing. With --long-lived-token it is instead a
+renews it once half of its lifetime has passed (at once with --renew-token, for
+example to apply a new --token-expiration), and otherwise changes nothing. With --long-lived-token it is instead a
 kubernetes.io/service-account-token Secret IDENTITY-token, which the member's
 token controller (part of kube-controller-manager) fills and which never expires.
 
@@ -174,8 +174,8 @@ prints what would be created or changed, and changes nothing.
 	fs := cmd.Flags()
 	fs.StringArrayVar(&o.servers, "server", nil, "https URL of a member apiserver, repeatable (default: the server of the member kubeconfig)")
 	fs.BoolVar(&o.longLivedToken, "long-lived-token", false, "use a long-lived token Secret filled by the member's token controller (needs kube-controller-manager on the member) instead of a bound token")
-	fs.DurationVar(&o.tokenExpiration, "token-expiration", o.tokenExpiration, "requested lifetime of the bound token; the member may shorten it")
-	fs.BoolVar(&o.renewToken, "renew-token", false, "request a new bound token even if the current one is still valid for more than half of --token-expiration")
+	fs.DurationVar(&o.tokenExpiration, "token-expiration", o.tokenExpiration, "requested lifetime of a new bound token; the member may shorten it")
+	fs.BoolVar(&o.renewToken, "renew-token", false, "request a new bound token even if the current one has more than half of its lifetime left")
 	fs.DurationVar(&o.timeout, "timeout", o.timeout, "how long to wait for the long-lived token and for the UpstreamCluster to be Ready")
 	return cmd
 }
@@ -326,7 +326,7 @@ func (o *joinOptions) run(ctx context.Context, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "\nupstreamcluster %s is Ready.\n", o.name)
 	if !expires.IsZero() {
-		fmt.Fprintf(out, "The gateway's token on the member expires at %s: run this join again before then to renew it (it renews once half of --token-expiration has passed, or with --renew-token).\n",
+		fmt.Fprintf(out, "The gateway's token on the member expires at %s: run this join again before then to renew it (it renews once half of the token's lifetime has passed, or with --renew-token).\n",
 			expires.UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintf(out, `Reach it through the hub at %s/..., for example:
@@ -340,7 +340,7 @@ Hub users need a role with verbs on upstreamclusters/proxy (resource name %q) to
 // token returns the token to put into the hub Secret and when it expires
 // (zero: never). A bound token already in current Secret is kept while it
 // still authenticates as the identity on the member and has more than half of
-// its requested lifetime left, so that running join again changes nothing.
+// its lifetime left, so that running join again changes nothing.
 func (o *joinOptions) token(ctx context.Context, c *clients, r *reporter, current *corev1.Secret, apply metav1.ApplyOptions) ([]byte, time.Time, error) {
 	m := o.identity
 	secrets := c.member.CoreV1().Secrets(m.namespace)
@@ -377,12 +377,13 @@ func (o *joinOptions) token(ctx context.Context, c *clients, r *reporter, curren
 	}
 	if current != nil && !o.renewToken {
 		if t := current.Data["token"]; len(t) > 0 {
-			if exp, ok := boundTokenExpiry(t); ok && time.Until(exp) > o.tokenExpiration/2 && authenticatesAs(ctx, c.memberConfig, t, m.username()) {
+			if exp, keep := keepToken(t, time.Now()); keep && authenticatesAs(ctx, c.memberConfig, t, m.username()) {
 				return t, exp, nil
 			}
 		}
 	}
 	if o.dryRun {
+		fmt.Fprintf(r.out, "member: token of serviceaccount %s/%s would be requested (dry run)\n", m.namespace, m.name)
 		return []byte("<a new bound token of " + m.username() + ">"), time.Time{}, nil
 	}
 	secs := int64(o.tokenExpiration / time.Second)
@@ -422,25 +423,37 @@ func managedBy(obj metav1.Object, manager string) bool {
 	return false
 }
 
-// boundTokenExpiry reads the expiry of a bound ServiceAccount token (a JWT)
-// without verifying it: the member verifies it (authenticatesAs); this only
-// decides when to renew. A token without expiry is not a bound token.
-func boundTokenExpiry(token []byte) (time.Time, bool) {
+// boundTokenLifetime reads when a bound ServiceAccount token (a JWT) was
+// issued and expires, without verifying it: the member verifies it
+// (authenticatesAs); this only decides when to renew. A token without expiry
+// is not a bound token.
+func boundTokenLifetime(token []byte) (issued, expires time.Time, ok bool) {
 	parts := strings.Split(string(token), ".")
 	if len(parts) != 3 {
-		return time.Time{}, false
+		return time.Time{}, time.Time{}, false
 	}
 	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
 	if err != nil {
-		return time.Time{}, false
+		return time.Time{}, time.Time{}, false
 	}
 	var claims struct {
+		Iat int64 `json:"iat"`
 		Exp int64 `json:"exp"`
 	}
-	if json.Unmarshal(payload, &claims) != nil || claims.Exp == 0 {
+	if json.Unmarshal(payload, &claims) != nil || claims.Exp == 0 || claims.Iat == 0 || claims.Iat >= claims.Exp {
+		return time.Time{}, time.Time{}, false
+	}
+	return time.Unix(claims.Iat, 0), time.Unix(claims.Exp, 0), true
+}
+
+// keepToken says whether a bound token still has more than half of its
+// lifetime (which the member may have made shorter than requested) left.
+func keepToken(token []byte, now time.Time) (time.Time, bool) {
+	issued, expires, ok := boundTokenLifetime(token)
+	if !ok {
 		return time.Time{}, false
 	}
-	return time.Unix(claims.Exp, 0), true
+	return expires, expires.Sub(now) > expires.Sub(issued)/2
 }
 
 // authenticatesAs says whether the member authenticates token as username.

@@ -151,22 +151,31 @@ func TestHubObjects(t *testing.T) {
 	}
 }
 
-func TestBoundTokenExpiry(t *testing.T) {
+func TestKeepToken(t *testing.T) {
 	jwt := func(claims string) []byte {
 		enc := base64.RawURLEncoding.EncodeToString
 		return []byte(enc([]byte(`{"alg":"RS256"}`)) + "." + enc([]byte(claims)) + ".sig")
 	}
-	exp := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	if got, ok := boundTokenExpiry(jwt(fmt.Sprintf(`{"sub":"system:serviceaccount:kube-system:kube-gateway","exp":%d}`, exp.Unix()))); !ok || !got.Equal(exp) {
-		t.Errorf("bound token: %v %v, want %v", got, ok, exp)
-	}
-	for name, token := range map[string][]byte{
-		"long-lived (no exp)": jwt(`{"sub":"system:serviceaccount:kube-system:kube-gateway"}`),
-		"not a JWT":           []byte("abcdef"),
-		"bad payload":         []byte("a.!!!.c"),
+	issued := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	expires := issued.Add(24 * time.Hour) // shorter than asked for: the member capped it
+	bound := jwt(fmt.Sprintf(`{"sub":"system:serviceaccount:kube-system:kube-gateway","iat":%d,"exp":%d}`, issued.Unix(), expires.Unix()))
+	for _, c := range []struct {
+		name  string
+		token []byte
+		now   time.Time
+		keep  bool
+	}{
+		{"fresh", bound, issued.Add(time.Hour), true},
+		{"just under half used", bound, issued.Add(11 * time.Hour), true},
+		{"half used", bound, issued.Add(12 * time.Hour), false},
+		{"expired", bound, expires.Add(time.Hour), false},
+		{"long-lived (no exp)", jwt(`{"sub":"system:serviceaccount:kube-system:kube-gateway"}`), issued, false},
+		{"not a JWT", []byte("abcdef"), issued, false},
+		{"bad payload", []byte("a.!!!.c"), issued, false},
 	} {
-		if got, ok := boundTokenExpiry(token); ok {
-			t.Errorf("%s: expiry %v, want none", name, got)
+		exp, keep := keepToken(c.token, c.now)
+		if keep != c.keep || (keep && !exp.Equal(expires)) {
+			t.Errorf("%s: keep %v (expires %v), want %v", c.name, keep, exp, c.keep)
 		}
 	}
 }
