@@ -3,10 +3,12 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubewharf/kube-gateway/apis/client/clientset/versioned"
@@ -156,6 +160,7 @@ func TestJoinRegistersAMember(t *testing.T) {
 	j.wantNone(ctx, "after join --dry-run")
 
 	out = join()
+	sameAsMemberChart(ctx, t, j.identity, j.saNS, false)
 	if !strings.Contains(out, "upstreamcluster "+j.name+" is Ready") || !strings.Contains(out, "kube-gateway kubeconfig --cluster "+j.name) {
 		t.Fatalf("join does not say how to use the cluster:\n%s", out)
 	}
@@ -313,6 +318,7 @@ func TestJoinLongLivedToken(t *testing.T) {
 	if !strings.Contains(stdout.String(), "member: secret/"+ns+"/"+identity+"-token created") {
 		t.Errorf("join --long-lived-token does not create the token Secret:\n%s", stdout.String())
 	}
+	sameAsMemberChart(ctx, t, identity, ns, true)
 	hubSecret, err := hubAdmin(t).CoreV1().Secrets(harness.GatewayNamespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -377,4 +383,70 @@ func TestJoinErrorsNameWhatToFix(t *testing.T) {
 	if _, err := hubAdmin(t).CoreV1().Secrets(harness.GatewayNamespace).Get(ctx, "member-b-refused", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the refused join's hub Secret: %v, want NotFound", err)
 	}
+}
+
+// sameAsMemberChart checks that join created on member-b what the member
+// chart renders for the same name and namespace (but the token Secret unless
+// withToken): same objects, names, rules, subjects; labels and what the
+// apiserver adds aside. join and the chart can then replace each other.
+func sameAsMemberChart(ctx context.Context, t *testing.T, identity, ns string, withToken bool) {
+	t.Helper()
+	rendered := helm().Render(ctx, t, "kube-gateway-member", ns, "--set", "name="+identity)
+	cs := memberB(t)
+	for _, want := range rendered.Objs {
+		var live runtime.Object
+		var err error
+		name := want.GetName()
+		switch want.GetKind() {
+		case "ServiceAccount":
+			live, err = cs.CoreV1().ServiceAccounts(ns).Get(ctx, name, metav1.GetOptions{})
+		case "Secret":
+			if !withToken {
+				continue
+			}
+			live, err = cs.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		case "ClusterRole":
+			live, err = cs.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{})
+		case "ClusterRoleBinding":
+			live, err = cs.RbacV1().ClusterRoleBindings().Get(ctx, name, metav1.GetOptions{})
+		default:
+			t.Errorf("the member chart renders a %s %s that join does not create", want.GetKind(), name)
+			continue
+		}
+		if err != nil {
+			t.Errorf("the member chart renders %s %s; join created: %v", want.GetKind(), name, err)
+			continue
+		}
+		got, err := runtime.DefaultUnstructuredConverter.ToUnstructured(live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := chartComparable(want.Object, want.GetAnnotations()), chartComparable(got, want.GetAnnotations())
+		if !reflect.DeepEqual(a, b) {
+			aj, _ := json.MarshalIndent(a, "", "  ")
+			bj, _ := json.MarshalIndent(b, "", "  ")
+			t.Errorf("%s %s: the member chart renders\n%s\njoin created\n%s", want.GetKind(), name, aj, bj)
+		}
+	}
+}
+
+// chartComparable keeps of an object what the chart decides: name,
+// namespace, the annotations the chart sets, and every field but metadata
+// and the data the token controller fills.
+func chartComparable(obj map[string]any, annotations map[string]string) map[string]any {
+	u := (&unstructured.Unstructured{Object: obj}).DeepCopy()
+	out := map[string]any{"name": u.GetName(), "namespace": u.GetNamespace()}
+	kept := map[string]any{}
+	for k := range annotations {
+		kept[k] = u.GetAnnotations()[k]
+	}
+	out["annotations"] = kept
+	for k, v := range u.Object {
+		switch k {
+		case "metadata", "kind", "apiVersion", "data":
+		default:
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -13,15 +13,11 @@ import (
 	"bytes"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
-	"github.com/kubewharf/kube-gateway/test/chart"
 )
 
 // typed decodes an apply configuration into the object it applies.
@@ -36,55 +32,6 @@ func typed[T any](t *testing.T, ac any) *T {
 		t.Fatal(err)
 	}
 	return &out
-}
-
-// join creates on a member exactly what the member chart installs, but for
-// labels: same kinds, names, namespaces, rules, subjects, token Secret.
-func TestMemberIdentityIsTheMemberChart(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	m := memberIdentity{name: "gw-e2e", namespace: "gw-system"}
-	rendered := chart.DefaultHelm(t).Render(ctx, t, "kube-gateway-member", m.namespace, "--set", "name="+m.name)
-
-	ours := map[string]any{
-		"ServiceAccount":     typed[corev1.ServiceAccount](t, m.serviceAccount()),
-		"Secret":             typed[corev1.Secret](t, m.tokenSecret()),
-		"ClusterRole":        typed[rbacv1.ClusterRole](t, m.clusterRole()),
-		"ClusterRoleBinding": typed[rbacv1.ClusterRoleBinding](t, m.clusterRoleBinding()),
-	}
-	if len(rendered.Objs) != len(ours) {
-		var have []string
-		for _, o := range rendered.Objs {
-			have = append(have, o.GetKind()+" "+o.GetName())
-		}
-		t.Fatalf("the chart renders %v, join has %d objects", have, len(ours))
-	}
-	for _, u := range rendered.Objs {
-		want, ok := ours[u.GetKind()]
-		if !ok {
-			t.Errorf("the chart renders a %s %s join does not create", u.GetKind(), u.GetName())
-			continue
-		}
-		got, err := runtime.DefaultUnstructuredConverter.ToUnstructured(want)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a, b := withoutLabels(u.Object), withoutLabels(got)
-		if !reflect.DeepEqual(a, b) {
-			aj, _ := json.MarshalIndent(a, "", "  ")
-			bj, _ := json.MarshalIndent(b, "", "  ")
-			t.Errorf("%s: the chart renders\n%s\njoin applies\n%s", u.GetKind(), aj, bj)
-		}
-	}
-}
-
-// withoutLabels drops the labels (the chart's name helm's) and empty fields
-// the JSON round trip adds.
-func withoutLabels(obj map[string]any) map[string]any {
-	u := (&unstructured.Unstructured{Object: obj}).DeepCopy()
-	u.SetLabels(nil)
-	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
-	return u.Object
 }
 
 func TestMemberAccess(t *testing.T) {
