@@ -215,6 +215,14 @@ func TestJoinRegistersAMember(t *testing.T) {
 	if after := j.versions(ctx); !maps.Equal(before, after) {
 		t.Errorf("join run again changed objects:\nbefore %v\nafter  %v", before, after)
 	}
+	// A changed flag changes what it decides; as a dry run, nothing else.
+	out = join("--dry-run", "--server", env.Members[harness.MemberB].Servers[0].URL, "--server", "https://127.0.0.1:1")
+	if !strings.Contains(out, "hub: upstreamcluster/"+j.name+" configured (server dry run)") || strings.Count(out, "unchanged (server dry run)") != 4 {
+		t.Errorf("join --dry-run with a second server:\n%s", out)
+	}
+	if after := j.versions(ctx); !maps.Equal(before, after) {
+		t.Errorf("join --dry-run changed objects:\nbefore %v\nafter  %v", before, after)
+	}
 	// The plugin is the client commands only, and says so.
 	if out := runGatewayCLI(ctx, t, pluginDir, kubectl, "gateway", "--help"); !strings.Contains(out, "kubectl gateway [command]") || strings.Contains(out, "--secure-port") {
 		t.Errorf("kubectl gateway --help:\n%s", out)
