@@ -339,9 +339,10 @@ func TestJoinLongLivedToken(t *testing.T) {
 	runGatewayCLI(ctx, t, t.TempDir(), append([]string{bin, "unjoin", name}, flags...)...)
 }
 
-// join refuses, in one line that names what to fix and before changing
-// anything, a member kubeconfig whose user may not create the identity, and
-// one without the member's CA.
+// join refuses, in one line that names what to fix, a member kubeconfig
+// whose user may not create the identity, one without the member's CA, and
+// to take over an identity of the same name that it did not create; unjoin
+// then removes only what join wrote.
 func TestJoinErrorsNameWhatToFix(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	bin, ok := harness.GatewayBinary(env.BinDir)
@@ -352,12 +353,18 @@ func TestJoinErrorsNameWhatToFix(t *testing.T) {
 	// The harness's gateway user on member-b may impersonate, nothing more.
 	mayNotCreate := writeTestKubeconfig(t, b.Servers[0].URL, b.CAData, b.Tokens[harness.UserGateway])
 	noCA := writeTestKubeconfig(t, b.Servers[0].URL, nil, b.Tokens[harness.UserAdmin])
-	for _, c := range []struct{ kubeconfig, want string }{
-		{mayNotCreate, "the member refused"},
-		{noCA, "the member kubeconfig has no CA"},
+	for _, c := range []struct {
+		kubeconfig, want string
+		flags            []string
+	}{
+		{mayNotCreate, "the member refused", []string{"--identity-name", "kube-gateway-refused"}},
+		{noCA, "the member kubeconfig has no CA", []string{"--identity-name", "kube-gateway-refused"}},
+		// The harness's own identity on member-b binds its impersonator
+		// ClusterRole to a user: join does not take it over unasked.
+		{env.Kubeconfig("member-b-admin"), "the member has it already, with other values", []string{"--identity-name", "kube-gateway"}},
 	} {
-		cmd := exec.CommandContext(ctx, bin, "join", "member-b-refused", "--kubeconfig", env.Kubeconfig("hub-admin"),
-			"--member-kubeconfig", c.kubeconfig, "--identity-name", "kube-gateway-refused")
+		cmd := exec.CommandContext(ctx, bin, append([]string{"join", "member-b-refused", "--kubeconfig", env.Kubeconfig("hub-admin"),
+			"--member-kubeconfig", c.kubeconfig}, c.flags...)...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		err := cmd.Run()
@@ -370,6 +377,25 @@ func TestJoinErrorsNameWhatToFix(t *testing.T) {
 			t.Errorf("join: stderr %q, want one line \"Error: ...%s...\"", msg, c.want)
 		}
 	}
+	// The conflicting join stopped at the binding, having created the
+	// ServiceAccount: unjoin removes that, and keeps the harness's role and
+	// binding, which join did not write.
+	out := runGatewayCLI(ctx, t, t.TempDir(), bin, "unjoin", "member-b-refused", "--kubeconfig", env.Kubeconfig("hub-admin"),
+		"--member-kubeconfig", env.Kubeconfig("member-b-admin"), "--identity-name", "kube-gateway")
+	if !strings.Contains(out, "member: serviceaccount/kube-system/kube-gateway deleted") || !strings.Contains(out, "member: clusterrolebinding/kube-gateway:impersonator kept") {
+		t.Errorf("unjoin after a conflicting join:\n%s", out)
+	}
+	crb, err := memberB(t).RbacV1().ClusterRoleBindings().Get(ctx, "kube-gateway:impersonator", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(crb.Subjects) != 1 || crb.Subjects[0].Kind != "User" || crb.Subjects[0].Name != harness.UserGateway {
+		t.Errorf("the harness's impersonator binding on member-b now binds %+v", crb.Subjects)
+	}
+	if _, err := memberB(t).RbacV1().ClusterRoles().Get(ctx, "kube-gateway:impersonator", metav1.GetOptions{}); err != nil {
+		t.Errorf("the harness's impersonator role on member-b: %v", err)
+	}
+	waitUsable(t, harness.MemberB)
 	if _, err := memberB(t).CoreV1().ServiceAccounts("kube-system").Get(ctx, "kube-gateway-refused", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the refused join's ServiceAccount: %v, want NotFound", err)
 	}

@@ -45,6 +45,7 @@ type clusterOptions struct {
 	identity         memberIdentity
 	secretNamespace  string
 	dryRun           bool
+	forceConflicts   bool
 	timeout          time.Duration
 }
 
@@ -57,6 +58,7 @@ func (o *clusterOptions) addFlags(cmd *cobra.Command) {
 	fs.StringVar(&o.identity.namespace, "member-namespace", "kube-system", "member namespace of the gateway's ServiceAccount")
 	fs.StringVar(&o.identity.name, "identity-name", "kube-gateway", "name of the gateway's ServiceAccount on the member; its ClusterRole and ClusterRoleBinding are NAME:impersonator (the member chart's value \"name\")")
 	fs.StringVar(&o.secretNamespace, "secret-namespace", "kube-gateway", "hub namespace of the credential Secret: the gateway's --secret-namespace")
+	fs.BoolVar(&o.forceConflicts, "force-conflicts", false, "take over fields of existing objects that another tool (the member chart, kubectl, ...) set to other values; without it join stops at such a conflict")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "change nothing: send every change as a server-side dry run and print what would be created, changed or deleted")
 	_ = cmd.MarkFlagRequired("member-kubeconfig")
 	// The server command's sectioned help does not describe this command.
@@ -155,7 +157,9 @@ the server of the member kubeconfig.
 
 Every object is written with server-side apply (field manager kube-gateway-join):
 running join again with the same flags changes nothing, with other flags it
-updates what they change. --dry-run sends every write as a server-side dry run,
+updates what they change. Where another tool set a field to another value (an
+identity of the same name, from the member chart or by hand), join stops and
+says so; --force-conflicts takes such fields over. --dry-run sends every write as a server-side dry run,
 prints what would be created or changed, and changes nothing.
 "kube-gateway unjoin NAME" removes all of it.`,
 		Example: `  kube-gateway join member-a --kubeconfig hub.kubeconfig --member-kubeconfig member-a.kubeconfig
@@ -256,7 +260,7 @@ func (o *joinOptions) run(ctx context.Context, out io.Writer) error {
 	}
 	r := &reporter{out: out, dryRun: o.dryRun}
 	m := o.identity
-	apply := metav1.ApplyOptions{FieldManager: joinFieldManager, Force: true}
+	apply := metav1.ApplyOptions{FieldManager: joinFieldManager, Force: o.forceConflicts}
 	if o.dryRun {
 		apply.DryRun = []string{metav1.DryRunAll}
 	}
@@ -498,6 +502,8 @@ func waitReady(ctx context.Context, client versioned.Interface, name string, tim
 // memberError names what to fix when the member refuses a change.
 func memberError(err error, m memberIdentity) error {
 	switch {
+	case apierrors.IsConflict(err):
+		return fmt.Errorf("the member has it already, with other values set by another tool (%w): choose another --identity-name, or pass --force-conflicts to take it over (which changes it for whatever uses it now)", err)
 	case apierrors.IsForbidden(err):
 		return fmt.Errorf("the member refused (%w): the user of --member-kubeconfig must be allowed to create ServiceAccounts and Secrets in namespace %s, ClusterRoles and ClusterRoleBindings, and to grant the impersonate verb (cluster-admin can)", err, m.namespace)
 	case apierrors.IsNotFound(err) && strings.Contains(err.Error(), "namespaces"):
@@ -509,6 +515,8 @@ func memberError(err error, m memberIdentity) error {
 // hubError names what to fix when the hub refuses a change.
 func hubError(err error, secretNamespace string) error {
 	switch {
+	case apierrors.IsConflict(err):
+		return fmt.Errorf("the hub has it already, with other values set by another tool (%w): choose another NAME, or pass --force-conflicts to take it over", err)
 	case apierrors.IsForbidden(err):
 		return fmt.Errorf("the hub refused (%w): the user of --kubeconfig must be allowed to manage Secrets in namespace %s and UpstreamClusters", err, secretNamespace)
 	case apierrors.IsNotFound(err) && strings.Contains(err.Error(), "namespaces"):

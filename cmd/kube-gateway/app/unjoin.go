@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-base/version/verflag"
@@ -25,6 +26,9 @@ On the member: ClusterRoleBinding IDENTITY:impersonator, ServiceAccount
 --identity-name in --member-namespace (which invalidates its bound tokens), the
 long-lived token Secret IDENTITY-token if there is one, and ClusterRole
 IDENTITY:impersonator unless another binding still refers to it.
+
+Only objects join wrote (kube-gateway-join is one of their field managers) are
+deleted: one of the same name that another tool made is kept, and said so.
 
 Give the same --identity-name, --member-namespace and --secret-namespace as to
 join. What is gone already is skipped: running unjoin again succeeds and changes
@@ -52,28 +56,40 @@ func (o *clusterOptions) unjoin(ctx context.Context, out io.Writer) error {
 	r := &reporter{out: out, dryRun: o.dryRun}
 	m := o.identity
 
-	if err := r.delete(ctx, "hub", "upstreamcluster", o.name, o.dryRun, func(ctx context.Context, opts metav1.DeleteOptions) error {
-		return c.gateway.GatewayV1alpha1().UpstreamClusters().Delete(ctx, o.name, opts)
-	}); err != nil {
+	ucs := c.gateway.GatewayV1alpha1().UpstreamClusters()
+	if err := r.deleteJoined(ctx, "hub", "upstreamcluster", o.name,
+		func(ctx context.Context) (metav1.Object, error) { return ucs.Get(ctx, o.name, metav1.GetOptions{}) },
+		func(ctx context.Context, opts metav1.DeleteOptions) error { return ucs.Delete(ctx, o.name, opts) }); err != nil {
 		return hubError(err, o.secretNamespace)
 	}
-	if err := r.delete(ctx, "hub", "secret", o.secretNamespace+"/"+o.name, o.dryRun, func(ctx context.Context, opts metav1.DeleteOptions) error {
-		return c.hub.CoreV1().Secrets(o.secretNamespace).Delete(ctx, o.name, opts)
-	}); err != nil {
+	hubSecrets := c.hub.CoreV1().Secrets(o.secretNamespace)
+	if err := r.deleteJoined(ctx, "hub", "secret", o.secretNamespace+"/"+o.name,
+		func(ctx context.Context) (metav1.Object, error) {
+			return hubSecrets.Get(ctx, o.name, metav1.GetOptions{})
+		},
+		func(ctx context.Context, opts metav1.DeleteOptions) error {
+			return hubSecrets.Delete(ctx, o.name, opts)
+		}); err != nil {
 		return hubError(err, o.secretNamespace)
 	}
 
-	if err := r.delete(ctx, "member", "clusterrolebinding", m.roleName(), o.dryRun, func(ctx context.Context, opts metav1.DeleteOptions) error {
-		return c.member.RbacV1().ClusterRoleBindings().Delete(ctx, m.roleName(), opts)
-	}); err != nil {
+	bindings := c.member.RbacV1().ClusterRoleBindings()
+	if err := r.deleteJoined(ctx, "member", "clusterrolebinding", m.roleName(),
+		func(ctx context.Context) (metav1.Object, error) {
+			return bindings.Get(ctx, m.roleName(), metav1.GetOptions{})
+		},
+		func(ctx context.Context, opts metav1.DeleteOptions) error {
+			return bindings.Delete(ctx, m.roleName(), opts)
+		}); err != nil {
 		return memberError(err, m)
 	}
 	if err := deleteOwnedTokenSecret(ctx, c.member, r, m, o.dryRun); err != nil {
 		return err
 	}
-	if err := r.delete(ctx, "member", "serviceaccount", m.namespace+"/"+m.name, o.dryRun, func(ctx context.Context, opts metav1.DeleteOptions) error {
-		return c.member.CoreV1().ServiceAccounts(m.namespace).Delete(ctx, m.name, opts)
-	}); err != nil {
+	sas := c.member.CoreV1().ServiceAccounts(m.namespace)
+	if err := r.deleteJoined(ctx, "member", "serviceaccount", m.namespace+"/"+m.name,
+		func(ctx context.Context) (metav1.Object, error) { return sas.Get(ctx, m.name, metav1.GetOptions{}) },
+		func(ctx context.Context, opts metav1.DeleteOptions) error { return sas.Delete(ctx, m.name, opts) }); err != nil {
 		return memberError(err, m)
 	}
 	users, err := roleUsers(ctx, c.member, m.roleName(), o.dryRun)
@@ -84,9 +100,14 @@ func (o *clusterOptions) unjoin(ctx context.Context, out io.Writer) error {
 		fmt.Fprintf(out, "member: clusterrole/%s kept: %s still refer to it\n", m.roleName(), users)
 		return nil
 	}
-	if err := r.delete(ctx, "member", "clusterrole", m.roleName(), o.dryRun, func(ctx context.Context, opts metav1.DeleteOptions) error {
-		return c.member.RbacV1().ClusterRoles().Delete(ctx, m.roleName(), opts)
-	}); err != nil {
+	roles := c.member.RbacV1().ClusterRoles()
+	if err := r.deleteJoined(ctx, "member", "clusterrole", m.roleName(),
+		func(ctx context.Context) (metav1.Object, error) {
+			return roles.Get(ctx, m.roleName(), metav1.GetOptions{})
+		},
+		func(ctx context.Context, opts metav1.DeleteOptions) error {
+			return roles.Delete(ctx, m.roleName(), opts)
+		}); err != nil {
 		return memberError(err, m)
 	}
 	return nil
@@ -115,4 +136,27 @@ func roleUsers(ctx context.Context, member kubernetes.Interface, role string, dr
 		}
 	}
 	return users, nil
+}
+
+// deleteJoined deletes an object join wrote (join is one of its field
+// managers, also after --force-conflicts) and keeps, saying so, one that
+// another tool made: unjoin must not remove an identity or UpstreamCluster
+// that only shares a name.
+func (r *reporter) deleteJoined(ctx context.Context, side, kind, name string, get func(context.Context) (metav1.Object, error), del func(context.Context, metav1.DeleteOptions) error) error {
+	obj, err := get(ctx)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading %s %s: %w", kind, name, err)
+	}
+	if !managedBy(obj, joinFieldManager) {
+		fmt.Fprintf(r.out, "%s: %s/%s kept: kube-gateway join did not write it\n", side, kind, name)
+		return nil
+	}
+	uid := obj.GetUID()
+	return r.delete(ctx, side, kind, name, r.dryRun, func(ctx context.Context, opts metav1.DeleteOptions) error {
+		opts.Preconditions = &metav1.Preconditions{UID: &uid}
+		return del(ctx, opts)
+	})
 }
