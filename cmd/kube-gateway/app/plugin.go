@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"k8s.io/component-base/version/verflag"
 )
 
 // PluginName is the file name under which kubectl runs this binary as
@@ -35,7 +36,10 @@ func NewPluginCommand(ctx context.Context) *cobra.Command {
 		SilenceUsage: true,
 		Args:         cobra.NoArgs,
 		// Without a subcommand, the help.
-		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			verflag.PrintAndExitIfRequested()
+			return cmd.Help()
+		},
 	}
 	cmd.SetContext(ctx)
 	cmd.AddCommand(newJoinCommand(), newUnjoinCommand(), newClustersCommand(), newKubeconfigCommand())
