@@ -15,14 +15,19 @@ import (
 )
 
 func main() {
-	os.Exit(run(genericapiserver.SetupSignalContext(), os.Args[1:], os.Stderr))
+	os.Exit(run(genericapiserver.SetupSignalContext(), os.Args[0], os.Args[1:], os.Stderr))
 }
 
-// run runs the command with args and returns the exit code. An error is one
+// run runs the command with args and returns the exit code; started as
+// kubectl-gateway (argv0), it is the kubectl plugin. An error is one
 // plain line on stderr, whatever the subcommand: a person reads it (and a log
 // collector takes it as it is), so it carries no log-line decoration.
-func run(ctx context.Context, args []string, stderr io.Writer) int {
-	cmd := app.NewCommand(ctx)
+func run(ctx context.Context, argv0 string, args []string, stderr io.Writer) int {
+	newCommand := app.NewCommand
+	if app.IsPlugin(argv0) {
+		newCommand = app.NewPluginCommand
+	}
+	cmd := newCommand(ctx)
 	cmd.SetArgs(args)
 	if err := cli.RunNoErrOutput(cmd); err != nil {
 		fmt.Fprintf(stderr, "Error: %v\n", err)

@@ -23,7 +23,9 @@ to a server of member NAME, impersonating the hub user, so that the member's own
 RBAC applies.
 
 "kube-gateway kubeconfig --cluster NAME" prints a kubeconfig that reaches member
-NAME through the hub (see "kube-gateway kubeconfig --help").`,
+NAME through the hub (see "kube-gateway kubeconfig --help"); "kube-gateway join
+NAME --member-kubeconfig FILE" registers a member cluster; installed as
+kubectl-gateway, the binary is the kubectl plugin "kubectl gateway".`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			verflag.PrintAndExitIfRequested()
@@ -55,7 +57,7 @@ NAME through the hub (see "kube-gateway kubeconfig --help").`,
 		},
 	}
 	cmd.SetContext(ctx)
-	cmd.AddCommand(newKubeconfigCommand())
+	cmd.AddCommand(newKubeconfigCommand(), newJoinCommand(), newUnjoinCommand(), newClustersCommand())
 
 	fss := o.Flags()
 	verflag.AddFlags(fss.FlagSet("global"))

@@ -1,0 +1,163 @@
+package app
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"bytes"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+)
+
+// typed decodes an apply configuration into the object it applies.
+func typed[T any](t *testing.T, ac any) *T {
+	t.Helper()
+	b, err := json.Marshal(ac)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out T
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return &out
+}
+
+func TestMemberAccess(t *testing.T) {
+	withCA := &rest.Config{Host: "https://member.example:6443", TLSClientConfig: rest.TLSClientConfig{CAData: []byte("CA"), ServerName: "member.internal"}}
+	for _, c := range []struct {
+		name    string
+		cfg     *rest.Config
+		servers []string
+		want    *memberAccess
+		wantErr string
+	}{{
+		name: "the kubeconfig's server", cfg: withCA,
+		want: &memberAccess{servers: []string{"https://member.example:6443"}, caPEM: []byte("CA"), serverName: "member.internal"},
+	}, {
+		name: "servers given", cfg: withCA, servers: []string{"https://10.0.0.1:6443", "https://10.0.0.2"},
+		want: &memberAccess{servers: []string{"https://10.0.0.1:6443", "https://10.0.0.2"}, caPEM: []byte("CA"), serverName: "member.internal"},
+	}, {
+		name: "no CA", cfg: &rest.Config{Host: "https://member.example", TLSClientConfig: rest.TLSClientConfig{Insecure: true}},
+		wantErr: "the member kubeconfig has no CA",
+	}, {
+		name: "a path", cfg: withCA, servers: []string{"https://rancher.example/k8s/clusters/c-1"},
+		wantErr: `"https://rancher.example/k8s/clusters/c-1": want https://HOST[:PORT], without path`,
+	}, {
+		name: "http", cfg: withCA, servers: []string{"http://10.0.0.1:6443"},
+		wantErr: "want https://HOST[:PORT]",
+	}, {
+		name: "twice", cfg: withCA, servers: []string{"https://10.0.0.1", "https://10.0.0.1"},
+		wantErr: "given twice",
+	}} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := memberAccessFrom(c.cfg, c.servers)
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, c.want) {
+				t.Fatalf("got %+v, want %+v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestHubObjects(t *testing.T) {
+	access := &memberAccess{servers: []string{"https://10.0.0.1:6443", "https://10.0.0.2:6443/"}, caPEM: []byte("CA"), serverName: "member.internal"}
+	uc := typed[gatewayv1alpha1.UpstreamCluster](t, upstreamCluster("member-a", "gw", access))
+	want := gatewayv1alpha1.UpstreamClusterSpec{
+		Servers: []gatewayv1alpha1.UpstreamServer{{Endpoint: "https://10.0.0.1:6443"}, {Endpoint: "https://10.0.0.2:6443"}},
+		ClientConfig: gatewayv1alpha1.ClientConfig{
+			SecretRef:  gatewayv1alpha1.SecretReference{Namespace: "gw", Name: "member-a"},
+			ServerName: "member.internal",
+		},
+	}
+	if uc.Name != "member-a" || !reflect.DeepEqual(uc.Spec, want) {
+		t.Fatalf("upstreamcluster %s %+v, want member-a %+v", uc.Name, uc.Spec, want)
+	}
+	s := typed[corev1.Secret](t, hubSecret("member-a", "gw", []byte("TOKEN"), []byte("CA")))
+	if s.Namespace != "gw" || s.Name != "member-a" || string(s.Data["token"]) != "TOKEN" || string(s.Data["ca.crt"]) != "CA" || len(s.Data) != 2 {
+		t.Fatalf("secret %s/%s %v", s.Namespace, s.Name, s.Data)
+	}
+}
+
+func TestKeepToken(t *testing.T) {
+	jwt := func(claims string) []byte {
+		enc := base64.RawURLEncoding.EncodeToString
+		return []byte(enc([]byte(`{"alg":"RS256"}`)) + "." + enc([]byte(claims)) + ".sig")
+	}
+	issued := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	expires := issued.Add(24 * time.Hour) // shorter than asked for: the member capped it
+	bound := jwt(fmt.Sprintf(`{"sub":"system:serviceaccount:kube-system:kube-gateway","iat":%d,"exp":%d}`, issued.Unix(), expires.Unix()))
+	for _, c := range []struct {
+		name  string
+		token []byte
+		now   time.Time
+		keep  bool
+	}{
+		{"fresh", bound, issued.Add(time.Hour), true},
+		{"just under half used", bound, issued.Add(11 * time.Hour), true},
+		{"half used", bound, issued.Add(12 * time.Hour), false},
+		{"expired", bound, expires.Add(time.Hour), false},
+		{"long-lived (no exp)", jwt(`{"sub":"system:serviceaccount:kube-system:kube-gateway"}`), issued, false},
+		{"not a JWT", []byte("abcdef"), issued, false},
+		{"bad payload", []byte("a.!!!.c"), issued, false},
+	} {
+		exp, keep := keepToken(c.token, c.now)
+		if keep != c.keep || (keep && !exp.Equal(expires)) {
+			t.Errorf("%s: keep %v (expires %v), want %v", c.name, keep, exp, c.keep)
+		}
+	}
+}
+
+func TestIsPlugin(t *testing.T) {
+	for argv0, want := range map[string]bool{
+		"kubectl-gateway":                true,
+		"/usr/local/bin/kubectl-gateway": true,
+		"kubectl-gateway.exe":            true,
+		"kube-gateway":                   false,
+		"/usr/local/bin/kube-gateway":    false,
+		"kubectl":                        false,
+		"kubectl-gateway-dev":            false,
+	} {
+		if got := IsPlugin(argv0); got != want {
+			t.Errorf("IsPlugin(%q) = %v, want %v", argv0, got, want)
+		}
+	}
+}
+
+// Without a token controller on the member, join --long-lived-token gives up
+// after --timeout and says what to do.
+func TestLongLivedTokenNeverFilled(t *testing.T) {
+	o := &joinOptions{clusterOptions: newClusterOptions(), longLivedToken: true}
+	o.identity = memberIdentity{name: "kube-gateway", namespace: "kube-system"}
+	o.timeout = time.Second
+	member := fake.NewClientset()
+	var out bytes.Buffer
+	_, _, err := o.token(context.Background(), &clients{member: member}, &reporter{out: &out}, nil,
+		metav1.ApplyOptions{FieldManager: joinFieldManager, Force: true})
+	if err == nil || !strings.Contains(err.Error(), "member Secret kube-system/kube-gateway-token still has no token after 1s") ||
+		!strings.Contains(err.Error(), "leave out --long-lived-token") {
+		t.Fatalf("error %v, want one that says the token Secret was not filled and what to do", err)
+	}
+	if _, err := member.CoreV1().Secrets("kube-system").Get(context.Background(), "kube-gateway-token", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the token Secret: %v", err)
+	}
+}
