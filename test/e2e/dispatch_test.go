@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/util/retry"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -334,12 +336,16 @@ func updateNodeStatus(ctx context.Context, c *kubernetes.Clientset) error {
 func setPolicies(t *testing.T, cluster string, policies []gatewayv1alpha1.DispatchPolicy, fc *gatewayv1alpha1.FlowControl) {
 	t.Helper()
 	ctx := testContext(t, 30*time.Second)
-	uc, err := upstreamClusters(t).Get(ctx, cluster, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	uc.Spec.DispatchPolicies, uc.Spec.FlowControl = policies, fc
-	if _, err := upstreamClusters(t).Update(ctx, uc, metav1.UpdateOptions{}); err != nil {
+	// The gateway's status writes change the object too: retry conflicts.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		uc, err := upstreamClusters(t).Get(ctx, cluster, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		uc.Spec.DispatchPolicies, uc.Spec.FlowControl = policies, fc
+		_, err = upstreamClusters(t).Update(ctx, uc, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
