@@ -534,14 +534,9 @@ func TestDispatchRulesNamingUnservedResources(t *testing.T) {
 	eventually(t, time.Minute, condition(metav1.ConditionFalse, `dispatch policy "namespaces" rule 0: resource "namespace" of API group ""`))
 	waitDescribed(t, uc.Name, "Warning", "UnservedResources", `resource "namespace"`)
 
-	got, err := upstreamClusters(t).Get(ctx, uc.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got.Spec.DispatchPolicies[0].Rules[0].Resources = []string{"namespaces", "pods"}
-	if _, err := upstreamClusters(t).Update(ctx, got, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	policies := uc.Spec.DispatchPolicies
+	policies[0].Rules[0].Resources = []string{"namespaces", "pods"}
+	setPolicies(t, uc.Name, policies, nil)
 	eventually(t, time.Minute, condition(metav1.ConditionTrue, "serves every"))
 }
 
