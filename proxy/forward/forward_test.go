@@ -1044,11 +1044,7 @@ func TestServeRetriesIdempotentRequestsElsewhere(t *testing.T) {
 func TestStopEndsStreams(t *testing.T) {
 	c, memberDone := watchMember(t)
 	f := forward.NewForwarder(metrics.New())
-	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		rt := byPrefix(req)
-		f.Serve(w, req, forward.Request{Cluster: c, Path: rt.path, RawQuery: rt.rawQuery, User: hubUser(), Errors: responseErrors{rec: &errorRecorder{}, w: w}})
-	}))
-	t.Cleanup(gw.Close)
+	gw := forwarderServer(t, f, c, nil)
 
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -1091,11 +1087,7 @@ func TestServeAuthorizesTheInnerRequest(t *testing.T) {
 		return authorizer.DecisionNoOpinion, "no RBAC rule", nil
 	})
 	errs := &errorRecorder{}
-	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		rt := byPrefix(req)
-		f.Serve(w, req, forward.Request{Cluster: c, Path: rt.path, RawQuery: rt.rawQuery, User: hubUser(), Errors: responseErrors{rec: errs, w: w}})
-	}))
-	t.Cleanup(gw.Close)
+	gw := forwarderServer(t, f, c, errs)
 
 	get := func(path string) int {
 		req, _ := http.NewRequest(http.MethodGet, gw.URL+proxyPrefix+path, nil)
@@ -1135,11 +1127,7 @@ func TestServeCountsFailuresWithTheirCode(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := forward.NewForwarder(met)
-	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		rt := byPrefix(req)
-		f.Serve(w, req, forward.Request{Cluster: c, Path: rt.path, RawQuery: rt.rawQuery, User: hubUser(), Errors: responseErrors{rec: &errorRecorder{}, w: w}})
-	}))
-	t.Cleanup(gw.Close)
+	gw := forwarderServer(t, f, c, nil)
 	req, _ := http.NewRequest(http.MethodGet, gw.URL+proxyPrefix+"/api/v1/pods", nil)
 	if resp, _ := do(t, req); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("status %d, want 503", resp.StatusCode)
@@ -1275,3 +1263,19 @@ func watchMember(t *testing.T) (c *cluster.Cluster, done chan struct{}) {
 	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: member.Certificate().Raw})
 	return compile(t, caPEM, nil, member.URL), done
 }
+
+// forwarderServer serves f over cluster c as the hub user through an httptest
+// server, recording Status errors into errs (nil: a recorder of its own).
+func forwarderServer(t *testing.T, f *forward.Forwarder, c *cluster.Cluster, errs *errorRecorder) *httptest.Server {
+	t.Helper()
+	if errs == nil {
+		errs = &errorRecorder{}
+	}
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		rt := byPrefix(req)
+		f.Serve(w, req, forward.Request{Cluster: c, Path: rt.path, RawQuery: rt.rawQuery, User: hubUser(), Errors: responseErrors{rec: errs, w: w}})
+	}))
+	t.Cleanup(gw.Close)
+	return gw
+}
+

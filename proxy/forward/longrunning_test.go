@@ -185,11 +185,7 @@ func TestServeLongRunningRefusedByFlowControlFreesSlot(t *testing.T) {
 	c := streamMember(t, end, withSchema(gatewayv1alpha1.FlowControlSchema{Name: "none", MaxRequestsInflight: &gatewayv1alpha1.MaxRequestsInflightFlowControl{Max: 0}}))
 	f := forward.NewForwarder(metrics.New())
 	f.LongRunning = longrunning.New(1)
-	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		rt := byPrefix(req)
-		f.Serve(w, req, forward.Request{Cluster: c, Path: rt.path, RawQuery: rt.rawQuery, User: hubUser(), Errors: responseErrors{rec: &errorRecorder{}, w: w}})
-	}))
-	t.Cleanup(gw.Close)
+	gw := forwarderServer(t, f, c, nil)
 	req, _ := http.NewRequest(http.MethodGet, gw.URL+proxyPrefix+"/api/v1/pods?watch=true", nil)
 	if resp, _ := do(t, req); resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("watch under a schema of max 0: %d, want 429", resp.StatusCode)

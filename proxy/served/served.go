@@ -47,16 +47,14 @@ func Named(policies []gatewayv1alpha1.DispatchPolicy) []Ref {
 			if len(r.NonResourceURLs) > 0 {
 				continue
 			}
+			// No group, a wildcard or a list of exclusions: a resource may
+			// come from any group (but the excluded).
+			anyGroup := len(r.APIGroups) == 0 || strings.HasPrefix(r.APIGroups[0], "-")
 			var groups []string
-			anyGroup := len(r.APIGroups) == 0
 			for _, g := range r.APIGroups {
-				g = strings.TrimPrefix(g, "-")
-				if g == "*" || strings.HasPrefix(r.APIGroups[0], "-") {
-					// A wildcard, or a list of exclusions: a resource may come
-					// from any group but the excluded.
+				if g = strings.TrimPrefix(g, "-"); g == "*" {
 					anyGroup = true
-				}
-				if g != "*" {
+				} else {
 					groups = append(groups, g)
 				}
 			}
