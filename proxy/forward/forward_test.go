@@ -1278,4 +1278,3 @@ func forwarderServer(t *testing.T, f *forward.Forwarder, c *cluster.Cluster, err
 	t.Cleanup(gw.Close)
 	return gw
 }
-
