@@ -38,6 +38,12 @@ type ClientConfigApplyConfiguration struct {
 	// Insecure skips verification of the servers' certificates. Never use it outside
 	// tests: anyone on the path can read the gateway's credential.
 	Insecure *bool `json:"insecure,omitempty"`
+	// Konnectivity reaches the servers through a konnectivity server (the
+	// apiserver-network-proxy) that an agent in the member dials out to, for
+	// members the gateway cannot dial. Every connection to the servers, health
+	// probes and upgrades included, is opened through it; endpoints may then name
+	// hosts only the agent resolves.
+	Konnectivity *KonnectivityConfigApplyConfiguration `json:"konnectivity,omitempty"`
 }
 
 // ClientConfigApplyConfiguration constructs a declarative configuration of the ClientConfig type for use with
@@ -77,5 +83,13 @@ func (b *ClientConfigApplyConfiguration) WithServerName(value string) *ClientCon
 // If called multiple times, the Insecure field is set to the value of the last call.
 func (b *ClientConfigApplyConfiguration) WithInsecure(value bool) *ClientConfigApplyConfiguration {
 	b.Insecure = &value
+	return b
+}
+
+// WithKonnectivity sets the Konnectivity field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Konnectivity field is set to the value of the last call.
+func (b *ClientConfigApplyConfiguration) WithKonnectivity(value *KonnectivityConfigApplyConfiguration) *ClientConfigApplyConfiguration {
+	b.Konnectivity = value
 	return b
 }
