@@ -8,6 +8,7 @@ package transport
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -35,6 +36,10 @@ type Config struct {
 	// BearerToken authenticates the gateway, or CertData and KeyData (PEM) do.
 	BearerToken       string
 	CertData, KeyData []byte
+	// Dial opens the connections to the server instead of a direct TCP dial,
+	// e.g. through a konnectivity tunnel (package konnectivity). Equal does not
+	// compare it: the caller compares what it built it from.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // Equal reports whether c and o describe the same credential and connection
@@ -106,10 +111,13 @@ func New(cfg Config) (*Transports, error) {
 	}
 	tlsConfig.MinVersion = tls.VersionTLS12
 
-	dialer := &net.Dialer{Timeout: dialTimeout, KeepAlive: keepAlive}
+	dial := (&net.Dialer{Timeout: dialTimeout, KeepAlive: keepAlive}).DialContext
+	if cfg.Dial != nil {
+		dial = withTimeout(cfg.Dial, dialTimeout)
+	}
 	pooled := utilnet.SetTransportDefaults(&http.Transport{
 		Proxy:               nil, // members are reached directly, never through an environment proxy
-		DialContext:         dialer.DialContext,
+		DialContext:         dial,
 		TLSClientConfig:     tlsConfig.Clone(),
 		TLSHandshakeTimeout: tlsHandshakeTimeout,
 		IdleConnTimeout:     idleConnTimeout,
@@ -118,7 +126,7 @@ func New(cfg Config) (*Transports, error) {
 	upgradeTLS := tlsConfig.Clone()
 	upgradeTLS.NextProtos = []string{"http/1.1"}
 	upgrade := &http.Transport{
-		DialContext:         dialer.DialContext,
+		DialContext:         dial,
 		TLSClientConfig:     upgradeTLS,
 		TLSHandshakeTimeout: tlsHandshakeTimeout,
 	}
@@ -147,6 +155,15 @@ func New(cfg Config) (*Transports, error) {
 		upgrade:      upgrade,
 		bearer:       bearer,
 	}, nil
+}
+
+// withTimeout bounds dial as net.Dialer.Timeout bounds a direct dial.
+func withTimeout(dial func(context.Context, string, string) (net.Conn, error), timeout time.Duration) func(context.Context, string, string) (net.Conn, error) {
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		return dial(ctx, network, address)
+	}
 }
 
 // CloseIdleConnections closes the idle pooled connections; requests in flight
