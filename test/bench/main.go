@@ -212,6 +212,11 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 		if tunnel, err = env.StartKonnectivity(ctx, member, tunnelCluster); err != nil {
 			return nil, fmt.Errorf("konnectivity: %w", err)
 		}
+		defer func() {
+			if err := tunnel.Close(); err != nil {
+				logf("stopping the konnectivity server and agent: %v", err)
+			}
+		}()
 		t, err := measure.TunnelTarget(env, tunnelCluster, 2*time.Minute)
 		if err != nil {
 			return nil, err

@@ -30,7 +30,8 @@ const (
 )
 
 // member-a registered a second time through a konnectivity server and an agent
-// that dials out to it (member-a: its stand-in kubelet serves exec and
+// that dials out to it from a network namespace of its own, the only place its
+// endpoints answer (member-a: its stand-in kubelet serves exec and
 // port-forward). kubectl get, a watch, exec and port-forward go through the
 // tunnel, as the agent's dial count shows; with the agent gone the cluster turns
 // unhealthy with a status naming the tunnel, and it recovers when the agent
@@ -41,24 +42,36 @@ func TestKonnectivityTunnel(t *testing.T) {
 	t.Cleanup(func() {
 		_ = upstreamClusters(t).Delete(context.Background(), tunnelCluster, metav1.DeleteOptions{})
 		if k != nil {
-			_ = k.Agent.Stop()
-			_ = k.Server.Stop()
+			if err := k.Close(); err != nil {
+				t.Error(err)
+			}
 		}
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	gatewayPID := env.Gateway.PID()
-	metric := func(url, name string) float64 {
+	metric := func(of func(context.Context, string) (float64, error), name string) float64 {
 		t.Helper()
-		v, err := harness.Metric(ctx, url, name)
+		v, err := of(ctx, name)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return v
 	}
-	if n := metric(k.AgentMetricsURL, agentDials); n < 1 {
+	if n := metric(k.AgentMetric, agentDials); n < 1 {
 		t.Fatalf("the cluster answered but the agent dialed the member %v times", n)
+	}
+	// The agent runs in a network namespace of its own, where the endpoints'
+	// ports are: the gateway cannot have dialed them itself.
+	endpoint := k.Endpoints[0]
+	if k.Isolated {
+		if c, err := net.DialTimeout("tcp", strings.TrimPrefix(endpoint, "https://"), 5*time.Second); err == nil {
+			c.Close()
+			t.Fatalf("%s answers on the host: the tunnel is not the only way", endpoint)
+		}
+	} else {
+		t.Log("not root: the agent shares the host's network; only its dial count proves the path")
 	}
 	aliceTunnel := "alice@" + tunnelCluster
 
@@ -96,12 +109,12 @@ func TestKonnectivityTunnel(t *testing.T) {
 	}
 
 	// exec and port-forward: upgrades, dialed by the upgrade transport.
-	dialsBefore := metric(k.AgentMetricsURL, agentDials)
+	dialsBefore := metric(k.AgentMetric, agentDials)
 	if out, _, err := env.Kubectl(ctx, aliceTunnel, "--namespace="+tunnelNamespace, "exec", harness.ShellPod, "-c", "main", "--", "echo", "through", "the", "tunnel"); err != nil || out != "through the tunnel\n" {
 		t.Fatalf("kubectl exec through the tunnel: %q, %v", out, err)
 	}
 	portForwardOnce(t, ctx, aliceTunnel)
-	if n := metric(k.AgentMetricsURL, agentDials); n < dialsBefore+2 {
+	if n := metric(k.AgentMetric, agentDials); n < dialsBefore+2 {
 		t.Errorf("exec and port-forward made the agent dial %v times, want a dial each", n-dialsBefore)
 	}
 
@@ -117,13 +130,12 @@ func TestKonnectivityTunnel(t *testing.T) {
 		}
 		return nil
 	})
-	endpoint := "https://" + harness.KonnectivityHost + sprintf(":%d", env.Members[harness.MemberA].Servers[0].Port)
 	waitUnhealthyStatus(t, tunnelCluster, endpoint, "konnectivity server "+k.ServerAddress)
 	_, err = alice.CoreV1().ConfigMaps(tunnelNamespace).Get(ctx, cm.Name, metav1.GetOptions{})
 	if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "konnectivity server "+k.ServerAddress) {
 		t.Fatalf("GET with the agent gone: %v, want a 503 naming the konnectivity server", err)
 	}
-	if n := metric(k.ServerMetricsURL, serverNoAgent); n < 1 {
+	if n := metric(k.ServerMetric, serverNoAgent); n < 1 {
 		t.Errorf("the konnectivity server counted %v dials without an agent", n)
 	}
 

@@ -2,12 +2,16 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,30 +24,43 @@ import (
 // Konnectivity is a konnectivity server (proxy-server, gRPC mode, mutual TLS)
 // next to the gateway and a proxy-agent for one member that dials out to it,
 // with an UpstreamCluster that reaches the member through them.
+//
+// As root, the agent runs in a network namespace of its own (Isolated): it
+// reaches the konnectivity server and the member's apiservers only through
+// relays the harness listens with on that namespace's loopback, and the
+// cluster's endpoints, https://localhost:<port>, are ports only that
+// namespace has: the gateway cannot dial them, only the agent can.
 type Konnectivity struct {
 	Server, Agent *Process
 	// ServerAddress is the frontend gRPC address the gateway dials.
 	ServerAddress string
-	// ServerMetricsURL and AgentMetricsURL serve their Prometheus metrics.
-	ServerMetricsURL, AgentMetricsURL string
-	// Cluster is the UpstreamCluster that goes through the tunnel; its servers
-	// are the member's, named https://localhost:<port>, the host the agent
-	// announces (agent identifier host=localhost).
+	// Cluster is the UpstreamCluster that goes through the tunnel.
 	Cluster string
+	// Endpoints are the cluster's spec.servers endpoints.
+	Endpoints []string
+	// Isolated says whether the agent runs in a network namespace of its own.
+	Isolated bool
+
+	serverMetrics, agentMetrics string
+	agentClient                 *http.Client
+	ns                          *netns
 }
 
 // KonnectivityHost is the host of the tunnelled cluster's endpoints and the
 // identifier its agent announces; the server routes with --proxy-strategies=destHost.
 const KonnectivityHost = "localhost"
 
+// Ports of the agent's own servers (inside its namespace when Isolated).
+const agentAdminPort, agentHealthPort = 8094, 8093
+
 // StartKonnectivity starts a konnectivity server and an agent for member, and
 // registers member again as UpstreamCluster cluster through the tunnel (the
 // member's credential Secret, and Secret <cluster>-konnectivity with the
 // gateway's client certificate toward the konnectivity server), with
 // kubeconfigs alice@<cluster> and admin@<cluster>. It returns once the cluster
-// answers through the hub. The caller deletes the UpstreamCluster and stops
-// the processes when done (Env.Stop stops them too).
-func (e *Env) StartKonnectivity(ctx context.Context, member, cluster string) (*Konnectivity, error) {
+// answers through the hub. Close stops the processes and removes the network
+// namespace; the caller deletes the UpstreamCluster.
+func (e *Env) StartKonnectivity(ctx context.Context, member, cluster string) (_ *Konnectivity, err error) {
 	if err := checkBinaries(e.BinDir, "proxy-server", "proxy-agent"); err != nil {
 		return nil, err
 	}
@@ -64,11 +81,25 @@ func (e *Env) StartKonnectivity(ctx context.Context, member, cluster string) (*K
 	if err != nil {
 		return nil, err
 	}
-	k := &Konnectivity{Cluster: cluster}
-	var agentPort int
-	healthy := func(url *string) func(ctx context.Context) error {
-		return func(ctx context.Context) error { return httpOK(ctx, *url) }
+	k := &Konnectivity{Cluster: cluster, agentClient: http.DefaultClient}
+	defer func() {
+		if err != nil {
+			_ = k.Close()
+		}
+	}()
+	if os.Geteuid() == 0 {
+		if k.ns, err = newNetns(ctx, "kube-gateway-e2e-"+randomToken()[:8]); err != nil {
+			return nil, err
+		}
+		k.Isolated = true
+		k.agentClient = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return k.ns.dial(ctx, addr)
+		}}}
+	} else {
+		e.logf("not root: the konnectivity agent shares the host's network")
 	}
+
+	var agentPort int
 	var serverHealth string
 	k.Server, err = e.StartExtra(ctx, ExtraProcess{
 		Name: "konnectivity-server",
@@ -76,7 +107,7 @@ func (e *Env) StartKonnectivity(ctx context.Context, member, cluster string) (*K
 			front, admin, health := mustFreePort(), mustFreePort(), mustFreePort()
 			agentPort = mustFreePort()
 			k.ServerAddress = fmt.Sprintf("127.0.0.1:%d", front)
-			k.ServerMetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", admin)
+			k.serverMetrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", admin)
 			serverHealth = fmt.Sprintf("http://127.0.0.1:%d/healthz", health)
 			return []string{filepath.Join(e.BinDir, "proxy-server"), "--mode=grpc",
 				"--server-bind-address=127.0.0.1", "--server-port=" + strconv.Itoa(front),
@@ -89,25 +120,50 @@ func (e *Env) StartKonnectivity(ctx context.Context, member, cluster string) (*K
 				// another member's agent.
 				"--proxy-strategies=destHost", "--server-count=1", "--server-id=konnectivity-server"}
 		},
-		Ready: healthy(&serverHealth),
+		Ready: func(ctx context.Context) error { return httpOK(ctx, http.DefaultClient, serverHealth) },
 	})
 	if err != nil {
 		return nil, err
 	}
-	var agentReady string
+
+	// The agent's way to the server, and to the member's apiservers: from
+	// its namespace through relays, else directly.
+	serverPort := agentPort
+	if k.Isolated {
+		serverPort = mustFreePort()
+		if err := k.ns.relayIn(serverPort, fmt.Sprintf("127.0.0.1:%d", agentPort)); err != nil {
+			return nil, err
+		}
+	}
+	for _, s := range e.Members[member].Servers {
+		port := s.Port
+		if k.Isolated {
+			// Free on the host: a direct dial from the gateway is refused.
+			port = mustFreePort()
+			if err := k.ns.relayIn(port, fmt.Sprintf("127.0.0.1:%d", s.Port)); err != nil {
+				return nil, err
+			}
+		}
+		k.Endpoints = append(k.Endpoints, fmt.Sprintf("https://%s:%d", KonnectivityHost, port))
+	}
+	k.agentMetrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", agentAdminPort)
+	agentReady := fmt.Sprintf("http://127.0.0.1:%d/readyz", agentHealthPort)
+	agentArgs := []string{filepath.Join(e.BinDir, "proxy-agent"), "--agent-id=" + member,
+		"--proxy-server-host=127.0.0.1", "--proxy-server-port=" + strconv.Itoa(serverPort),
+		"--ca-cert=" + ca.CertFile, "--agent-cert=" + agentClient.CertFile, "--agent-key=" + agentClient.KeyFile,
+		"--agent-identifiers=host=" + KonnectivityHost,
+		"--admin-server-port=" + strconv.Itoa(agentAdminPort), "--health-server-port=" + strconv.Itoa(agentHealthPort)}
+	if k.Isolated {
+		ip, err := lookPath("ip")
+		if err != nil {
+			return nil, err
+		}
+		agentArgs = append([]string{ip, "netns", "exec", k.ns.name}, agentArgs...)
+	}
 	k.Agent, err = e.StartExtra(ctx, ExtraProcess{
-		Name: "konnectivity-agent-" + member,
-		Args: func() []string {
-			admin, health := mustFreePort(), mustFreePort()
-			k.AgentMetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", admin)
-			agentReady = fmt.Sprintf("http://127.0.0.1:%d/readyz", health)
-			return []string{filepath.Join(e.BinDir, "proxy-agent"), "--agent-id=" + member,
-				"--proxy-server-host=127.0.0.1", "--proxy-server-port=" + strconv.Itoa(agentPort),
-				"--ca-cert=" + ca.CertFile, "--agent-cert=" + agentClient.CertFile, "--agent-key=" + agentClient.KeyFile,
-				"--agent-identifiers=host=" + KonnectivityHost,
-				"--admin-server-port=" + strconv.Itoa(admin), "--health-server-port=" + strconv.Itoa(health)}
-		},
-		Ready: healthy(&agentReady),
+		Name:  "konnectivity-agent-" + member,
+		Args:  func() []string { return agentArgs },
+		Ready: func(ctx context.Context) error { return httpOK(ctx, k.agentClient, agentReady) },
 	})
 	if err != nil {
 		return nil, err
@@ -128,8 +184,8 @@ func (e *Env) StartKonnectivity(ctx context.Context, member, cluster string) (*K
 		return nil, err
 	}
 	var servers []any
-	for _, s := range e.Members[member].Servers {
-		servers = append(servers, map[string]any{"endpoint": fmt.Sprintf("https://%s:%d", KonnectivityHost, s.Port)})
+	for _, ep := range k.Endpoints {
+		servers = append(servers, map[string]any{"endpoint": ep})
 	}
 	uc := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": UpstreamClusterGVR.GroupVersion().String(),
@@ -177,14 +233,42 @@ func (e *Env) StartKonnectivity(ctx context.Context, member, cluster string) (*K
 	}, func() string { return state })
 }
 
-// Metric returns the sum of the samples of a Prometheus counter or gauge
-// (every label set) at url, 0 when absent.
-func Metric(ctx context.Context, url, name string) (float64, error) {
+// ServerMetric and AgentMetric return the sum of the samples of a Prometheus
+// counter or gauge (every label set) of the konnectivity server or agent, 0
+// when absent.
+func (k *Konnectivity) ServerMetric(ctx context.Context, name string) (float64, error) {
+	return metric(ctx, http.DefaultClient, k.serverMetrics, name)
+}
+
+func (k *Konnectivity) AgentMetric(ctx context.Context, name string) (float64, error) {
+	return metric(ctx, k.agentClient, k.agentMetrics, name)
+}
+
+// Close stops the agent and the server and removes the agent's network
+// namespace.
+func (k *Konnectivity) Close() error {
+	var errs []error
+	if k.Agent != nil && k.Agent.Running() {
+		_ = k.Agent.Signal(syscall.SIGKILL) // it lingers on SIGTERM while the gateway's connections are open
+	}
+	for _, p := range []*Process{k.Agent, k.Server} {
+		if p != nil {
+			errs = append(errs, p.Stop())
+		}
+	}
+	if k.ns != nil {
+		errs = append(errs, k.ns.delete())
+		k.ns = nil
+	}
+	return errors.Join(errs...)
+}
+
+func metric(ctx context.Context, client *http.Client, url, name string) (float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, err
 	}
@@ -207,12 +291,12 @@ func Metric(ctx context.Context, url, name string) (float64, error) {
 	return sum, nil
 }
 
-func httpOK(ctx context.Context, url string) error {
+func httpOK(ctx context.Context, client *http.Client, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
