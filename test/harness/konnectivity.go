@@ -228,6 +228,9 @@ func (e *Env) StartKonnectivity(ctx context.Context, member, cluster string) (_ 
 		if err == nil && code == http.StatusOK {
 			return true, nil
 		}
+		if ctx.Err() != nil {
+			return false, nil // keep the last complete answer in state
+		}
 		state = fmt.Sprintf("GET %s: %d %v %s", path, code, err, strings.TrimSpace(string(body)))
 		return false, nil
 	}, func() string { return state })
