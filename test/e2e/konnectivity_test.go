@@ -35,7 +35,8 @@ const (
 // port-forward). kubectl get, a watch, exec and port-forward go through the
 // tunnel, as the agent's dial count shows; with the agent gone the cluster turns
 // unhealthy with a status naming the tunnel, and it recovers when the agent
-// comes back, with the same gateway process.
+// comes back, and after a restart of the konnectivity server, with the same
+// gateway process.
 func TestKonnectivityTunnel(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	k, err := env.StartKonnectivity(ctx, harness.MemberA, tunnelCluster)
@@ -154,6 +155,16 @@ func TestKonnectivityTunnel(t *testing.T) {
 			}
 		}
 		_, err = alice.CoreV1().ConfigMaps(tunnelNamespace).Get(ctx, cm.Name, metav1.GetOptions{})
+		return err
+	})
+
+	// The konnectivity server restarts: the gateway's gRPC connection redials,
+	// the agent reconnects, requests go through again.
+	if err := k.Server.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func(ctx context.Context) error {
+		_, err := alice.CoreV1().ConfigMaps(tunnelNamespace).Get(ctx, cm.Name, metav1.GetOptions{})
 		return err
 	})
 	if pid := env.Gateway.PID(); pid != gatewayPID {
