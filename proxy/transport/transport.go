@@ -35,13 +35,18 @@ type Config struct {
 	// BearerToken authenticates the gateway, or CertData and KeyData (PEM) do.
 	BearerToken       string
 	CertData, KeyData []byte
+	// ProbeOwnConnections makes each probe open a connection of its own and
+	// close it after the answer, instead of using the pooled connection; see
+	// New.
+	ProbeOwnConnections bool
 }
 
 // Equal reports whether c and o describe the same credential and connection
 // settings: transports built from either are interchangeable.
 func (c Config) Equal(o Config) bool {
 	return bytes.Equal(c.CAData, o.CAData) && c.ServerName == o.ServerName && c.Insecure == o.Insecure &&
-		c.BearerToken == o.BearerToken && bytes.Equal(c.CertData, o.CertData) && bytes.Equal(c.KeyData, o.KeyData)
+		c.BearerToken == o.BearerToken && bytes.Equal(c.CertData, o.CertData) && bytes.Equal(c.KeyData, o.KeyData) &&
+		c.ProbeOwnConnections == o.ProbeOwnConnections
 }
 
 // Transports are the round trippers toward one server of a member.
@@ -53,7 +58,8 @@ type Transports struct {
 	// client configuration (HTTP/1.1 only), its request side adds the credential.
 	Upgrade proxyutil.UpgradeRequestRoundTripper
 	// Probe carries the gateway's own requests, such as health checks: the
-	// gateway's credential, no impersonation, the pooled connections.
+	// gateway's credential, no impersonation, the pooled connections or, with
+	// Config.ProbeOwnConnections, a connection per request.
 	Probe http.RoundTripper
 	// Pooled carries requests whose credential and identity headers the
 	// caller set on a request of its own (Authorize, impersonate.Apply):
@@ -61,8 +67,8 @@ type Transports struct {
 	// and nothing else.
 	Pooled http.RoundTripper
 
-	pooled, upgrade *http.Transport
-	bearer          string // "Bearer <token>", or "" with a client certificate
+	pooled, upgrade, probe *http.Transport
+	bearer                 string // "Bearer <token>", or "" with a client certificate
 }
 
 // Authorize sets the gateway's bearer token, if it authenticates with one, on
@@ -83,6 +89,9 @@ const (
 	keepAlive           = 30 * time.Second
 	idleConnTimeout     = 90 * time.Second
 	maxIdleConnsPerHost = 100
+	// sessionCacheSize: TLS sessions kept for probes on connections of their
+	// own; one server, known by one or two names.
+	sessionCacheSize = 4
 )
 
 // New builds the transports of cfg.
@@ -123,6 +132,26 @@ func New(cfg Config) (*Transports, error) {
 		TLSHandshakeTimeout: tlsHandshakeTimeout,
 	}
 
+	// By default probes share the pooled connection, and keep it open: a
+	// handshake costs more CPU, on the gateway and on the member, than the
+	// connection's memory is worth. With ProbeOwnConnections a probe leaves no
+	// connection behind, so a cluster nobody sends requests to holds none
+	// once the pooled one has been idle for idleConnTimeout; its memory (TLS
+	// and HTTP/2 state, a reader goroutine) is most of an idle cluster's. The
+	// price is a TLS handshake per probe, resumed to spare what it can.
+	probeTransport := pooled
+	if cfg.ProbeOwnConnections {
+		probeTLS := tlsConfig.Clone()
+		probeTLS.NextProtos = []string{"http/1.1"}
+		probeTLS.ClientSessionCache = tls.NewLRUClientSessionCache(sessionCacheSize)
+		probeTransport = &http.Transport{
+			DialContext:         dialer.DialContext,
+			TLSClientConfig:     probeTLS,
+			TLSHandshakeTimeout: tlsHandshakeTimeout,
+			DisableKeepAlives:   true,
+		}
+	}
+
 	// Credential and impersonation are added by round trippers, on the way out:
 	// for upgrades on the request written to the dialed connection.
 	withIdentity := func(rt http.RoundTripper) http.RoundTripper {
@@ -132,11 +161,11 @@ func New(cfg Config) (*Transports, error) {
 		}
 		return rt
 	}
-	probe := http.RoundTripper(pooled)
+	probe := http.RoundTripper(probeTransport)
 	bearer := ""
 	if hasToken {
 		bearer = "Bearer " + cfg.BearerToken
-		probe = transport.NewBearerAuthRoundTripper(cfg.BearerToken, pooled)
+		probe = transport.NewBearerAuthRoundTripper(cfg.BearerToken, probeTransport)
 	}
 	return &Transports{
 		RoundTripper: withIdentity(pooled),
@@ -145,6 +174,7 @@ func New(cfg Config) (*Transports, error) {
 		Pooled:       pooled,
 		pooled:       pooled,
 		upgrade:      upgrade,
+		probe:        probeTransport,
 		bearer:       bearer,
 	}, nil
 }
@@ -154,6 +184,7 @@ func New(cfg Config) (*Transports, error) {
 func (t *Transports) CloseIdleConnections() {
 	t.pooled.CloseIdleConnections()
 	t.upgrade.CloseIdleConnections()
+	t.probe.CloseIdleConnections()
 }
 
 // StripURL drops the request URL from a transport error (*url.Error): it repeats

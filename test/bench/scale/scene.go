@@ -175,6 +175,42 @@ func (s *scene) heapProfile(ctx context.Context, file string) (string, error) {
 	return measure.Pprof(ctx, bin, file, "-sample_index=inuse_space", "-top", "-nodecount=12"), nil
 }
 
+// cpuProfile saves the gateway's CPU profile of the next d (less a second, so
+// that it ends within a window of d) to file.
+func (s *scene) cpuProfile(ctx context.Context, d time.Duration, file string) error {
+	secs := int((d - time.Second).Seconds())
+	if secs < 1 {
+		secs = 1
+	}
+	req, err := s.gatewayRoot.NewRequest(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs))
+	if err != nil {
+		return err
+	}
+	resp, err := s.gatewayRoot.Client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /debug/pprof/profile: %s", resp.Status)
+	}
+	return os.WriteFile(file, data, 0o644)
+}
+
+// memberACPUTicks adds up the CPU ticks of member-a's replicas.
+func (s *scene) memberACPUTicks() int64 {
+	var n int64
+	for _, srv := range s.env.Members[harness.MemberA].Servers {
+		t, _ := measure.CPUTicks(srv.Process.PID())
+		n += t
+	}
+	return n
+}
+
 // take reads a snapshot; gc forces a collection first (the series does not).
 func (s *scene) take(ctx context.Context, label string, gc bool) snapshot {
 	sn := snapshot{Label: label, At: time.Now()}
