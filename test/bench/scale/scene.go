@@ -152,23 +152,7 @@ func (s *scene) gcOnce(ctx context.Context) error {
 // heapProfile saves the gateway's heap profile (what is in use as of its last
 // collection) to file and returns pprof's top sites by bytes in use.
 func (s *scene) heapProfile(ctx context.Context, file string) (string, error) {
-	req, err := s.gatewayRoot.NewRequest(ctx, "/debug/pprof/heap")
-	if err != nil {
-		return "", err
-	}
-	resp, err := s.gatewayRoot.Client.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET /debug/pprof/heap: %s", resp.Status)
-	}
-	if err := os.WriteFile(file, data, 0o644); err != nil {
+	if err := s.saveProfile(ctx, "/debug/pprof/heap", file); err != nil {
 		return "", err
 	}
 	bin, _ := harness.GatewayBinary(s.env.BinDir)
@@ -182,7 +166,12 @@ func (s *scene) cpuProfile(ctx context.Context, d time.Duration, file string) er
 	if secs < 1 {
 		secs = 1
 	}
-	req, err := s.gatewayRoot.NewRequest(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs))
+	return s.saveProfile(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), file)
+}
+
+// saveProfile saves what the gateway's path answers to file.
+func (s *scene) saveProfile(ctx context.Context, path, file string) error {
+	req, err := s.gatewayRoot.NewRequest(ctx, path)
 	if err != nil {
 		return err
 	}
@@ -196,7 +185,7 @@ func (s *scene) cpuProfile(ctx context.Context, d time.Duration, file string) er
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET /debug/pprof/profile: %s", resp.Status)
+		return fmt.Errorf("GET %s: %s", path, resp.Status)
 	}
 	return os.WriteFile(file, data, 0o644)
 }
