@@ -35,13 +35,21 @@ type Config struct {
 	// BearerToken authenticates the gateway, or CertData and KeyData (PEM) do.
 	BearerToken       string
 	CertData, KeyData []byte
+	// ProxyURL, when set, is the egress proxy every connection goes through
+	// (http, https: CONNECT; socks5), with optional credentials; ProxyCAData
+	// adds CAs trusted for an https proxy to the host's roots.
+	ProxyURL                     *url.URL
+	ProxyUsername, ProxyPassword string
+	ProxyCAData                  []byte
 }
 
 // Equal reports whether c and o describe the same credential and connection
 // settings: transports built from either are interchangeable.
 func (c Config) Equal(o Config) bool {
 	return bytes.Equal(c.CAData, o.CAData) && c.ServerName == o.ServerName && c.Insecure == o.Insecure &&
-		c.BearerToken == o.BearerToken && bytes.Equal(c.CertData, o.CertData) && bytes.Equal(c.KeyData, o.KeyData)
+		c.BearerToken == o.BearerToken && bytes.Equal(c.CertData, o.CertData) && bytes.Equal(c.KeyData, o.KeyData) &&
+		(c.ProxyURL == nil) == (o.ProxyURL == nil) && (c.ProxyURL == nil || c.ProxyURL.String() == o.ProxyURL.String()) &&
+		c.ProxyUsername == o.ProxyUsername && c.ProxyPassword == o.ProxyPassword && bytes.Equal(c.ProxyCAData, o.ProxyCAData)
 }
 
 // Transports are the round trippers toward one server of a member.
@@ -106,19 +114,27 @@ func New(cfg Config) (*Transports, error) {
 	}
 	tlsConfig.MinVersion = tls.VersionTLS12
 
-	dialer := &net.Dialer{Timeout: dialTimeout, KeepAlive: keepAlive}
+	// Every transport dials through dial: directly, or through the egress
+	// proxy (egress.go).
+	dial, err := egressDialer(cfg, &net.Dialer{Timeout: dialTimeout, KeepAlive: keepAlive})
+	if err != nil {
+		return nil, err
+	}
 	pooled := utilnet.SetTransportDefaults(&http.Transport{
-		Proxy:               nil, // members are reached directly, never through an environment proxy
-		DialContext:         dialer.DialContext,
+		DialContext:         dial,
 		TLSClientConfig:     tlsConfig.Clone(),
 		TLSHandshakeTimeout: tlsHandshakeTimeout,
 		IdleConnTimeout:     idleConnTimeout,
 		MaxIdleConnsPerHost: maxIdleConnsPerHost,
 	})
+	// SetTransportDefaults fills a nil Proxy with the environment's: members
+	// are reached directly or through spec.clientConfig.proxyURL, never
+	// through an environment proxy.
+	pooled.Proxy = nil
 	upgradeTLS := tlsConfig.Clone()
 	upgradeTLS.NextProtos = []string{"http/1.1"}
 	upgrade := &http.Transport{
-		DialContext:         dialer.DialContext,
+		DialContext:         dial,
 		TLSClientConfig:     upgradeTLS,
 		TLSHandshakeTimeout: tlsHandshakeTimeout,
 	}

@@ -1,0 +1,192 @@
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/pem"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	proxyutil "k8s.io/apimachinery/pkg/util/proxy"
+)
+
+const proxyPassword = "proxy-pass-7f3e"
+
+// connectProxy is a test forward proxy: it answers CONNECT with a tunnel when
+// the request carries user:proxyPassword in Proxy-Authorization (or always,
+// without want), 407 otherwise; it records the targets it tunneled to.
+type connectProxy struct {
+	wantAuth bool
+	mu       sync.Mutex
+	targets  []string
+}
+
+func (p *connectProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodConnect {
+		http.Error(w, "CONNECT only", http.StatusMethodNotAllowed)
+		return
+	}
+	if user, pass, ok := proxyAuth(r); p.wantAuth && (!ok || user != "user" || pass != proxyPassword) {
+		w.Header().Set("Proxy-Authenticate", `Basic realm="test"`)
+		w.WriteHeader(http.StatusProxyAuthRequired)
+		return
+	}
+	upstream, err := net.Dial("tcp", r.Host)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	p.mu.Lock()
+	p.targets = append(p.targets, r.Host)
+	p.mu.Unlock()
+	w.WriteHeader(http.StatusOK)
+	conn, buf, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		upstream.Close()
+		return
+	}
+	_ = buf.Flush()
+	go func() { _, _ = io.Copy(upstream, buf); upstream.Close() }()
+	_, _ = io.Copy(conn, upstream)
+	conn.Close()
+}
+
+func (p *connectProxy) tunnels() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.targets)
+}
+
+func proxyAuth(r *http.Request) (user, pass string, ok bool) {
+	h := r.Header.Get("Proxy-Authorization")
+	fake := &http.Request{Header: http.Header{"Authorization": {h}}}
+	return fake.BasicAuth()
+}
+
+func startProxy(t *testing.T, p *connectProxy, useTLS bool) (*url.URL, []byte) {
+	t.Helper()
+	s := httptest.NewUnstartedServer(p)
+	s.Config.ErrorLog = log.New(io.Discard, "", 0)
+	var caPEM []byte
+	if useTLS {
+		s.StartTLS()
+		caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.Certificate().Raw})
+	} else {
+		s.Start()
+	}
+	t.Cleanup(s.Close)
+	u, err := url.Parse(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u, caPEM
+}
+
+// Every transport (probe, pooled with identity, upgrade) goes through the
+// proxy, with its credentials; the member's TLS runs inside the tunnel.
+func TestEgressConnect(t *testing.T) {
+	memberURL, memberCA := member(t, tls.VersionTLS12, tls.VersionTLS13)
+	for _, useTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "http", true: "https"}[useTLS], func(t *testing.T) {
+			p := &connectProxy{wantAuth: true}
+			proxyURL, proxyCA := startProxy(t, p, useTLS)
+			tr, err := New(Config{CAData: memberCA, BearerToken: token, ProxyURL: proxyURL,
+				ProxyUsername: "user", ProxyPassword: proxyPassword, ProxyCAData: proxyCA})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.CloseIdleConnections()
+			if err := probe(tr, memberURL); err != nil {
+				t.Fatalf("probe through the proxy: %v", err)
+			}
+			if n := p.tunnels(); n != 1 {
+				t.Fatalf("proxy opened %d tunnels after the probe, want 1", n)
+			}
+			// The upgrade path dials with the transport's dialer and TLS
+			// configuration, as UpgradeAwareHandler does.
+			u, _ := url.Parse(memberURL)
+			conn, err := proxyutil.DialURL(context.Background(), u, tr.Upgrade)
+			if err != nil {
+				t.Fatalf("upgrade dial through the proxy: %v", err)
+			}
+			conn.Close()
+			if n := p.tunnels(); n != 2 {
+				t.Fatalf("proxy opened %d tunnels after the upgrade dial, want 2", n)
+			}
+		})
+	}
+}
+
+// Failures at the proxy are ProxyErrors that name the proxy and never its
+// password: wrong credentials, none, a refused connection, a failed tunnel.
+func TestEgressProxyErrors(t *testing.T) {
+	memberURL, memberCA := member(t, tls.VersionTLS12, tls.VersionTLS13)
+	authProxy, _ := startProxy(t, &connectProxy{wantAuth: true}, false)
+	openProxy, _ := startProxy(t, &connectProxy{}, false)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedAddr := ln.Addr().String()
+	ln.Close()
+	deadMember := "https://" + closedAddr // nothing listens: the proxy cannot connect
+
+	for _, tc := range []struct {
+		name       string
+		proxy      *url.URL
+		user, pass string
+		target     string
+		want       string
+	}{
+		{"wrong password", authProxy, "user", "wrong-" + proxyPassword, memberURL, "proxy authentication failed"},
+		{"no credentials", authProxy, "", "", memberURL, "the proxy requires credentials"},
+		{"proxy down", &url.URL{Scheme: "http", Host: closedAddr}, "user", proxyPassword, memberURL, "connection refused"},
+		{"tunnel refused", openProxy, "", "", deadMember, "the proxy answered 502"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, err := New(Config{CAData: memberCA, BearerToken: token, ProxyURL: tc.proxy, ProxyUsername: tc.user, ProxyPassword: tc.pass})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.CloseIdleConnections()
+			err = probe(tr, tc.target)
+			var pe *ProxyError
+			if !errors.As(err, &pe) {
+				t.Fatalf("error = %v, want a ProxyError", err)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, "egress proxy http://"+tc.proxy.Host) || !strings.Contains(msg, tc.want) {
+				t.Errorf("error %q does not name the proxy %s and %q", msg, tc.proxy.Host, tc.want)
+			}
+			if strings.Contains(msg, proxyPassword) {
+				t.Errorf("error %q reveals the proxy password", msg)
+			}
+		})
+	}
+}
+
+// A direct member connection is not a ProxyError; an environment proxy is
+// never used.
+func TestNoEgressProxy(t *testing.T) {
+	t.Setenv("HTTPS_PROXY", "http://127.0.0.1:1") // nothing listens there
+	memberURL, memberCA := member(t, tls.VersionTLS12, tls.VersionTLS13)
+	tr, err := New(Config{CAData: memberCA, BearerToken: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.CloseIdleConnections()
+	if err := probe(tr, memberURL); err != nil {
+		t.Fatalf("direct probe with HTTPS_PROXY set: %v", err)
+	}
+	if err := probe(tr, "https://127.0.0.1:1"); err == nil || IsProxyError(err) {
+		t.Fatalf("direct probe of a closed port: %v, want a dial error that is not a ProxyError", err)
+	}
+}
