@@ -168,10 +168,13 @@ func (d *connectDialer) connect(ctx context.Context, conn net.Conn, target strin
 	}
 	// The body is never read: a 200 has none (reading one would wait for
 	// the tunnel to close), and any other answer closes the connection.
+	// Some proxies (tinyproxy) answer a refused CONNECT with 401 rather than
+	// 407; from a proxy, before any tunnel, both mean its own authentication.
+	auth := resp.StatusCode == http.StatusProxyAuthRequired || resp.StatusCode == http.StatusUnauthorized
 	switch {
-	case resp.StatusCode == http.StatusProxyAuthRequired && d.hasAuth:
+	case auth && d.hasAuth:
 		return nil, fmt.Errorf("CONNECT %s: %s: proxy authentication failed: check keys proxy-username and proxy-password of the credential Secret", target, resp.Status)
-	case resp.StatusCode == http.StatusProxyAuthRequired:
+	case auth:
 		return nil, fmt.Errorf("CONNECT %s: %s: the proxy requires credentials: set keys proxy-username and proxy-password of the credential Secret", target, resp.Status)
 	case resp.StatusCode != http.StatusOK:
 		return nil, fmt.Errorf("CONNECT %s: the proxy answered %s", target, resp.Status)
