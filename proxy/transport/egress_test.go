@@ -190,3 +190,28 @@ func TestNoEgressProxy(t *testing.T) {
 		t.Fatalf("direct probe of a closed port: %v, want a dial error that is not a ProxyError", err)
 	}
 }
+
+// Transports are rebuilt when any of the proxy settings changes.
+func TestEqualComparesProxy(t *testing.T) {
+	u1, _ := url.Parse("http://192.0.2.20:3128")
+	u2, _ := url.Parse("socks5://192.0.2.20:3128")
+	base := Config{BearerToken: token, ProxyURL: u1, ProxyUsername: "u", ProxyPassword: "p", ProxyCAData: []byte("ca")}
+	same := base
+	same.ProxyURL, _ = url.Parse("http://192.0.2.20:3128")
+	if !base.Equal(same) {
+		t.Fatal("equal configurations differ")
+	}
+	for name, mutate := range map[string]func(*Config){
+		"no proxy":    func(c *Config) { c.ProxyURL = nil },
+		"other proxy": func(c *Config) { c.ProxyURL = u2 },
+		"username":    func(c *Config) { c.ProxyUsername = "v" },
+		"password":    func(c *Config) { c.ProxyPassword = "q" },
+		"CA":          func(c *Config) { c.ProxyCAData = nil },
+	} {
+		c := base
+		mutate(&c)
+		if base.Equal(c) || c.Equal(base) {
+			t.Errorf("%s: configurations compare equal", name)
+		}
+	}
+}

@@ -89,6 +89,7 @@ func TestEgressProxy(t *testing.T) {
 		if strings.Contains(msg, egressProxyPassword) {
 			t.Fatalf("status message reveals the proxy password: %s", msg)
 		}
+		waitDescribed(t, "egress-badauth", corev1.EventTypeWarning, "EndpointUnhealthy", "(ProxyFailed): GET /readyz: egress proxy "+tiny.URL)
 		// A request gets a 503 that names the proxy.
 		resp, body := rawGet(ctx, t, harness.UserAlice, "egress-badauth", "/api/v1/namespaces/"+harness.AliceNamespace+"/configmaps")
 		if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "through its egress proxy") ||
