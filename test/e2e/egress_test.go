@@ -51,9 +51,11 @@ func TestEgressProxy(t *testing.T) {
 
 	proxySecret(ctx, t, "egress-http", egressProxyPassword)
 	proxySecret(ctx, t, "egress-badauth", "wrong-"+egressProxyPassword)
-	viaHTTP := egressCluster(t, "egress-http", tiny.URL, "egress-http")
-	egressCluster(t, "egress-badauth", tiny.URL, "egress-badauth")
-	viaSOCKS := egressCluster(t, "egress-socks5", dante.URL, harness.MemberA) // no proxy keys
+	viaHTTP := egressCluster(t, "egress-http", tiny.URL, "egress-http", 0)
+	// On member-a's second server: tinyproxy logs the CONNECTs it refuses
+	// too, and those must not count as the first server's.
+	badAuth := egressCluster(t, "egress-badauth", tiny.URL, "egress-badauth", 1)
+	viaSOCKS := egressCluster(t, "egress-socks5", dante.URL, harness.MemberA, 0) // no proxy keys
 	endpoint := viaHTTP.Spec.Servers[0].Endpoint
 	memberHost := strings.TrimPrefix(endpoint, "https://")
 
@@ -85,13 +87,14 @@ func TestEgressProxy(t *testing.T) {
 	})
 
 	t.Run("wrong password", func(t *testing.T) {
-		msg := waitEgressStatus(t, "egress-badauth", endpoint, false, "egress proxy "+tiny.URL, "CONNECT "+memberHost, "proxy authentication failed")
+		badEndpoint := badAuth.Spec.Servers[0].Endpoint
+		msg := waitEgressStatus(t, badAuth.Name, badEndpoint, false, "egress proxy "+tiny.URL, "CONNECT "+strings.TrimPrefix(badEndpoint, "https://"), "proxy authentication failed")
 		if strings.Contains(msg, egressProxyPassword) {
 			t.Fatalf("status message reveals the proxy password: %s", msg)
 		}
-		waitDescribed(t, "egress-badauth", corev1.EventTypeWarning, "EndpointUnhealthy", "(ProxyFailed): GET /readyz: egress proxy "+tiny.URL)
+		waitDescribed(t, badAuth.Name, corev1.EventTypeWarning, "EndpointUnhealthy", "(ProxyFailed): GET /readyz: egress proxy "+tiny.URL)
 		// A request gets a 503 that names the proxy.
-		resp, body := rawGet(ctx, t, harness.UserAlice, "egress-badauth", "/api/v1/namespaces/"+harness.AliceNamespace+"/configmaps")
+		resp, body := rawGet(ctx, t, harness.UserAlice, badAuth.Name, "/api/v1/namespaces/"+harness.AliceNamespace+"/configmaps")
 		if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "through its egress proxy") ||
 			!strings.Contains(string(body), "egress proxy "+tiny.URL) || strings.Contains(string(body), egressProxyPassword) {
 			t.Fatalf("GET through a proxy that refuses the password: %s %s, want a 503 naming the proxy", resp.Status, body)
@@ -143,11 +146,11 @@ func proxySecret(ctx context.Context, t *testing.T, name, password string) {
 	t.Cleanup(func() { _ = secrets.Delete(context.Background(), name, metav1.DeleteOptions{}) })
 }
 
-// egressCluster registers member-a's first server under name, through proxyURL.
-func egressCluster(t *testing.T, name, proxyURL, secret string) *gatewayv1alpha1.UpstreamCluster {
+// egressCluster registers member-a's server i under name, through proxyURL.
+func egressCluster(t *testing.T, name, proxyURL, secret string, i int) *gatewayv1alpha1.UpstreamCluster {
 	t.Helper()
 	uc := memberACluster(name)
-	uc.Spec.Servers = uc.Spec.Servers[:1]
+	uc.Spec.Servers = uc.Spec.Servers[i : i+1]
 	uc.Spec.ClientConfig.SecretRef.Name = secret
 	uc.Spec.ClientConfig.ProxyURL = proxyURL
 	uc.Spec.HealthCheck = egressProbes
