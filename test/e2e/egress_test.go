@@ -335,34 +335,49 @@ func egressPortForward(ctx context.Context, t *testing.T, kc string) {
 func waitEgressStatus(t *testing.T, clusterName, endpoint string, healthy bool, subs ...string) string {
 	t.Helper()
 	var msg string
+	var last error
 	eventually(t, 20*time.Second, func(ctx context.Context) error {
 		uc, err := upstreamClusters(t).Get(ctx, clusterName, metav1.GetOptions{})
 		if err != nil {
+			if ctx.Err() != nil && last != nil {
+				return last // cut by the deadline: report what was last seen
+			}
 			return err
 		}
-		for _, s := range uc.Status.Servers {
-			if s.Endpoint != endpoint {
-				continue
-			}
-			msg = s.Message
-			if s.Healthy == nil || *s.Healthy != healthy {
-				return errorf("status of %s: healthy=%s (%s: %s), want %v", endpoint, healthyString(s.Healthy), s.Reason, s.Message, healthy)
-			}
-			if healthy {
-				return nil
-			}
-			if s.Reason != health.ReasonProxyFailed {
-				return errorf("status of %s: reason %s (%s), want %s", endpoint, s.Reason, s.Message, health.ReasonProxyFailed)
-			}
-			for _, sub := range subs {
-				if !strings.Contains(s.Message, sub) {
-					return errorf("status of %s: %s: %q, want it to contain %q", endpoint, s.Reason, s.Message, sub)
-				}
-			}
-			t.Logf("status of %s: %s: %s", endpoint, s.Reason, s.Message)
+		last = statusError(uc, endpoint, healthy, subs, &msg)
+		return last
+	})
+	if healthy {
+		t.Logf("%s: %s healthy", clusterName, endpoint)
+	} else {
+		t.Logf("status of %s: %s", endpoint, msg)
+	}
+	return msg
+}
+
+// statusError says how the status of endpoint in uc differs from what
+// waitEgressStatus waits for, or nil; it sets msg to the endpoint's message.
+func statusError(uc *gatewayv1alpha1.UpstreamCluster, endpoint string, healthy bool, subs []string, msg *string) error {
+	for _, s := range uc.Status.Servers {
+		if s.Endpoint != endpoint {
+			continue
+		}
+		*msg = s.Message
+		if s.Healthy == nil || *s.Healthy != healthy {
+			return errorf("status of %s: healthy=%s (%s: %s), want %v", endpoint, healthyString(s.Healthy), s.Reason, s.Message, healthy)
+		}
+		if healthy {
 			return nil
 		}
-		return errorf("status has no entry for %s: %+v", endpoint, uc.Status)
-	})
-	return msg
+		if s.Reason != health.ReasonProxyFailed {
+			return errorf("status of %s: reason %s (%s), want %s", endpoint, s.Reason, s.Message, health.ReasonProxyFailed)
+		}
+		for _, sub := range subs {
+			if !strings.Contains(s.Message, sub) {
+				return errorf("status of %s: %s: %q, want it to contain %q", endpoint, s.Reason, s.Message, sub)
+			}
+		}
+		return nil
+	}
+	return errorf("status has no entry for %s: %+v", endpoint, uc.Status)
 }
