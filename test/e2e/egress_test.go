@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -113,6 +114,28 @@ func TestEgressProxy(t *testing.T) {
 		waitEgressStatus(t, viaHTTP.Name, endpoint, true)
 		egressGet(ctx, t, aliceKubeconfig(t, viaHTTP.Name))
 	})
+}
+
+// A proxyURL with credentials, or of another scheme, is refused with 422 on
+// spec.clientConfig.proxyURL, and the refusal does not repeat the password.
+func TestEgressProxyURLIsValidated(t *testing.T) {
+	ctx := testContext(t, 30*time.Second)
+	for _, proxyURL := range []string{"http://gateway:" + egressProxyPassword + "@127.0.0.1:3128", "socks4://127.0.0.1:1080", "http://127.0.0.1:3128/path"} {
+		uc := memberACluster("egress-invalid")
+		uc.Spec.ClientConfig.ProxyURL = proxyURL
+		_, err := upstreamClusters(t).Create(ctx, uc, metav1.CreateOptions{})
+		if !apierrors.IsInvalid(err) {
+			_ = upstreamClusters(t).Delete(context.Background(), uc.Name, metav1.DeleteOptions{})
+			t.Fatalf("proxyURL %q: %v, want 422 Invalid", proxyURL, err)
+		}
+		status := err.(apierrors.APIStatus).Status()
+		if len(status.Details.Causes) != 1 || status.Details.Causes[0].Field != "spec.clientConfig.proxyURL" {
+			t.Errorf("proxyURL %q: causes %+v, want spec.clientConfig.proxyURL", proxyURL, status.Details.Causes)
+		}
+		if strings.Contains(status.Message, egressProxyPassword) {
+			t.Errorf("the 422 repeats the proxy password: %s", status.Message)
+		}
+	}
 }
 
 func stopWithTest(t *testing.T, p *harness.ForwardProxy) {
