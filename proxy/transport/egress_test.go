@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -213,5 +214,127 @@ func TestEqualComparesProxy(t *testing.T) {
 		if base.Equal(c) || c.Equal(base) {
 			t.Errorf("%s: configurations compare equal", name)
 		}
+	}
+}
+
+// socks5Server is a test SOCKS5 server (RFC 1928, RFC 1929) that accepts only
+// user:proxyPassword and relays CONNECTs; it counts the relayed sessions.
+type socks5Server struct {
+	ln       net.Listener
+	mu       sync.Mutex
+	sessions int
+}
+
+func startSOCKS5(t *testing.T) *socks5Server {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &socks5Server{ln: ln}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go s.serve(c)
+		}
+	}()
+	return s
+}
+
+func (s *socks5Server) serve(c net.Conn) {
+	defer c.Close()
+	buf := make([]byte, 512)
+	read := func(n int) []byte {
+		if _, err := io.ReadFull(c, buf[:n]); err != nil {
+			return nil
+		}
+		return buf[:n]
+	}
+	h := read(2) // version, number of methods
+	if h == nil || h[0] != 5 || read(int(h[1])) == nil {
+		return
+	}
+	_, _ = c.Write([]byte{5, 2}) // username/password
+	v := read(2)
+	if v == nil {
+		return
+	}
+	user := string(read(int(v[1])))
+	plen := read(1)
+	if plen == nil {
+		return
+	}
+	pass := string(read(int(plen[0])))
+	if user != "user" || pass != proxyPassword {
+		_, _ = c.Write([]byte{1, 1})
+		return
+	}
+	_, _ = c.Write([]byte{1, 0})
+	req := read(4) // version, command, reserved, address type
+	if req == nil || req[1] != 1 || req[3] != 1 {
+		return
+	}
+	addr := read(6) // IPv4 and port
+	if addr == nil {
+		return
+	}
+	target := net.JoinHostPort(net.IP(addr[:4]).String(), fmt.Sprint(int(addr[4])<<8|int(addr[5])))
+	upstream, err := net.Dial("tcp", target)
+	if err != nil {
+		_, _ = c.Write([]byte{5, 5, 0, 1, 0, 0, 0, 0, 0, 0}) // connection refused
+		return
+	}
+	defer upstream.Close()
+	s.mu.Lock()
+	s.sessions++
+	s.mu.Unlock()
+	_, _ = c.Write([]byte{5, 0, 0, 1, 0, 0, 0, 0, 0, 0})
+	go func() { _, _ = io.Copy(upstream, c); upstream.Close() }()
+	_, _ = io.Copy(c, upstream)
+}
+
+func (s *socks5Server) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions
+}
+
+// SOCKS5: the probe and the upgrade dial go through the proxy with the
+// username/password method; a wrong password is a ProxyError naming the proxy.
+func TestEgressSOCKS5(t *testing.T) {
+	memberURL, memberCA := member(t, tls.VersionTLS12, tls.VersionTLS13)
+	s := startSOCKS5(t)
+	proxyURL := &url.URL{Scheme: "socks5", Host: s.ln.Addr().String()}
+	tr, err := New(Config{CAData: memberCA, BearerToken: token, ProxyURL: proxyURL, ProxyUsername: "user", ProxyPassword: proxyPassword})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.CloseIdleConnections()
+	if err := probe(tr, memberURL); err != nil {
+		t.Fatalf("probe through SOCKS5: %v", err)
+	}
+	u, _ := url.Parse(memberURL)
+	conn, err := proxyutil.DialURL(context.Background(), u, tr.Upgrade)
+	if err != nil {
+		t.Fatalf("upgrade dial through SOCKS5: %v", err)
+	}
+	conn.Close()
+	if n := s.count(); n != 2 {
+		t.Fatalf("SOCKS5 server relayed %d sessions, want 2 (probe, upgrade)", n)
+	}
+
+	bad, err := New(Config{CAData: memberCA, BearerToken: token, ProxyURL: proxyURL, ProxyUsername: "user", ProxyPassword: "wrong-" + proxyPassword})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.CloseIdleConnections()
+	err = probe(bad, memberURL)
+	if !IsProxyError(err) || !strings.Contains(err.Error(), "egress proxy socks5://"+proxyURL.Host) ||
+		!strings.Contains(err.Error(), "authentication failed") || strings.Contains(err.Error(), proxyPassword) {
+		t.Fatalf("wrong SOCKS5 password: %v, want a ProxyError naming the proxy and the authentication failure", err)
 	}
 }
