@@ -79,6 +79,10 @@ func egressDialer(cfg Config, direct *net.Dialer) (dialFunc, error) {
 			return nil, fmt.Errorf("SOCKS5 dialer does not take a context")
 		}
 		return func(ctx context.Context, network, target string) (net.Conn, error) {
+			// A silent proxy must not hold the dial forever when ctx has no
+			// deadline (watches): bound the handshake as for CONNECT.
+			ctx, cancel := context.WithTimeout(ctx, dialTimeout)
+			defer cancel()
 			conn, err := cd.DialContext(ctx, network, target)
 			if err != nil {
 				return nil, &ProxyError{Proxy: name, Err: err}
