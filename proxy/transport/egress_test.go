@@ -174,18 +174,22 @@ func TestEgressProxyErrors(t *testing.T) {
 	}
 }
 
-// A direct member connection is not a ProxyError; an environment proxy is
-// never used.
+// Without proxyURL the transports dial directly: no environment proxy
+// (utilnet.SetTransportDefaults would install one; loopback members never
+// show it, so the check is on the transports), and a refused connection to a
+// member is not a ProxyError.
 func TestNoEgressProxy(t *testing.T) {
-	t.Setenv("HTTPS_PROXY", "http://127.0.0.1:1") // nothing listens there
 	memberURL, memberCA := member(t, tls.VersionTLS12, tls.VersionTLS13)
 	tr, err := New(Config{CAData: memberCA, BearerToken: token})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tr.CloseIdleConnections()
+	if tr.pooled.Proxy != nil || tr.upgrade.Proxy != nil {
+		t.Fatal("a transport has a Proxy function: members would be reached through an environment proxy")
+	}
 	if err := probe(tr, memberURL); err != nil {
-		t.Fatalf("direct probe with HTTPS_PROXY set: %v", err)
+		t.Fatalf("direct probe: %v", err)
 	}
 	if err := probe(tr, "https://127.0.0.1:1"); err == nil || IsProxyError(err) {
 		t.Fatalf("direct probe of a closed port: %v, want a dial error that is not a ProxyError", err)
