@@ -525,6 +525,24 @@ func TestCompileConfigErrors(t *testing.T) {
 			data: map[string][]byte{"token": []byte(token)}, wantReason: cluster.ReasonInvalidCAData, wantErr: "spec.clientConfig.caData"},
 		{name: "insecure with ca.crt", mutate: func(uc *gatewayv1alpha1.UpstreamCluster) { uc.Spec.ClientConfig.Insecure = true },
 			data: map[string][]byte{"token": []byte(token), "ca.crt": serverCA.PEM}, wantReason: cluster.ReasonInvalidConfiguration, wantErr: "either on or off"},
+		{name: "proxy username without password", mutate: func(uc *gatewayv1alpha1.UpstreamCluster) { uc.Spec.ClientConfig.ProxyURL = "http://127.0.0.1:3128" },
+			data: map[string][]byte{"token": []byte(token), "proxy-username": []byte("gw")}, wantReason: cluster.ReasonInvalidSecret,
+			wantErr: `has only one of "proxy-username" and "proxy-password"`},
+		{name: "proxy password without username", mutate: func(uc *gatewayv1alpha1.UpstreamCluster) { uc.Spec.ClientConfig.ProxyURL = "http://127.0.0.1:3128" },
+			data: map[string][]byte{"token": []byte(token), "proxy-password": []byte(token + "-proxy")}, wantReason: cluster.ReasonInvalidSecret,
+			wantErr: `has only one of "proxy-username" and "proxy-password"`},
+		{name: "empty proxy password", mutate: func(uc *gatewayv1alpha1.UpstreamCluster) { uc.Spec.ClientConfig.ProxyURL = "socks5://127.0.0.1:1080" },
+			data: map[string][]byte{"token": []byte(token), "proxy-username": []byte("gw"), "proxy-password": {}}, wantReason: cluster.ReasonInvalidSecret,
+			wantErr: `"proxy-password" of credential Secret kube-gateway/member-a-cred is empty`},
+		{name: "proxy-ca.crt with an http proxy", mutate: func(uc *gatewayv1alpha1.UpstreamCluster) { uc.Spec.ClientConfig.ProxyURL = "http://127.0.0.1:3128" },
+			data: map[string][]byte{"token": []byte(token), "proxy-ca.crt": serverCA.PEM}, wantReason: cluster.ReasonInvalidConfiguration,
+			wantErr: "not an https URL"},
+		{name: "proxy-ca.crt not PEM", mutate: func(uc *gatewayv1alpha1.UpstreamCluster) { uc.Spec.ClientConfig.ProxyURL = "https://127.0.0.1:3128" },
+			data: map[string][]byte{"token": []byte(token), "proxy-ca.crt": garbageCA}, wantReason: cluster.ReasonInvalidCAData,
+			wantErr: `"proxy-ca.crt" of credential Secret kube-gateway/member-a-cred is not a PEM bundle`},
+		{name: "proxyURL with user info (validation bypassed)", mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+			uc.Spec.ClientConfig.ProxyURL = "http://gw:" + token + "@127.0.0.1:3128"
+		}, data: map[string][]byte{"token": []byte(token)}, wantReason: cluster.ReasonInvalidConfiguration, wantErr: "spec.clientConfig.proxyURL must not contain user info"},
 		{name: "unknown flow-control schema", mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
 			uc.Spec.DispatchPolicies = []gatewayv1alpha1.DispatchPolicy{{Name: "p", Rules: []gatewayv1alpha1.DispatchPolicyRule{{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"pods"}}}, FlowControlSchemaName: "none"}}
 		}, data: map[string][]byte{"token": []byte(token)}, wantReason: cluster.ReasonInvalidConfiguration, wantErr: `unknown flow-control schema "none"`},

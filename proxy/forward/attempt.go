@@ -89,6 +89,8 @@ func (a *attempt) Error(_ http.ResponseWriter, req *http.Request, err error) {
 	var timeout *headerTimeoutError
 	if errors.As(err, &timeout) {
 		status = gatewayTimeout(a.cluster.Name, host, timeout.after)
+	} else if isProxyError(err) {
+		status = unavailable(a.cluster.Name, fmt.Sprintf("server %s could not be reached through its egress proxy (spec.clientConfig.proxyURL): %v", host, transport.StripURL(err)))
 	} else if isConnectError(err) {
 		status = unavailable(a.cluster.Name, fmt.Sprintf("server %s could not be reached: %v", host, transport.StripURL(err)))
 	} else {

@@ -17,6 +17,7 @@ import (
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/longrunning"
+	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
 
 // retryAfterSeconds is what clients are told to wait when no server answered.
@@ -98,4 +99,11 @@ func isConnectError(err error) bool {
 	}
 	// The upgrade path of UpgradeAwareHandler flattens dial errors into text.
 	return strings.HasPrefix(err.Error(), "error dialing backend: dial ")
+}
+
+// isProxyError reports whether err came from the egress proxy rather than the
+// member: the request never reached the member (503).
+func isProxyError(err error) bool {
+	// The upgrade path of UpgradeAwareHandler flattens dial errors into text.
+	return transport.IsProxyError(err) || strings.HasPrefix(err.Error(), "error dialing backend: "+transport.ProxyErrorPrefix)
 }

@@ -18,6 +18,7 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/balance"
+	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
 
 const (
@@ -446,6 +447,22 @@ func TestProbeConnectionFailed(t *testing.T) {
 	h.expectNone()
 	if !b.ep.Healthy() {
 		t.Fatal("b went unhealthy")
+	}
+}
+
+// A failure at the egress proxy, probe or passive, has its own reason; the
+// message names the proxy.
+func TestProxyFailed(t *testing.T) {
+	a := newMember(t)
+	cfg := testConfig
+	cfg.UnhealthyThreshold = 1
+	h := newHarness(t, cfg, a)
+	h.start()
+	proxyErr := &url.Error{Op: "Get", URL: a.srv.URL + "/api", Err: &transport.ProxyError{Proxy: "http://192.0.2.20:3128", Err: errors.New("CONNECT 192.0.2.10:6443: the proxy answered 502 Bad Gateway")}}
+	h.c.ReportFailure(a.ep, proxyErr)
+	tr := h.expect(a, false, ReasonProxyFailed)
+	if want := "egress proxy http://192.0.2.20:3128: CONNECT 192.0.2.10:6443: the proxy answered 502 Bad Gateway"; tr.Message != want {
+		t.Errorf("message %q, want %q", tr.Message, want)
 	}
 }
 

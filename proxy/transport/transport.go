@@ -39,6 +39,12 @@ type Config struct {
 	// close it after the answer, instead of using the pooled connection; see
 	// New.
 	ProbeOwnConnections bool
+	// ProxyURL, when set, is the egress proxy every connection goes through
+	// (http, https: CONNECT; socks5), with optional credentials; ProxyCAData
+	// adds CAs trusted for an https proxy to the host's roots.
+	ProxyURL                     *url.URL
+	ProxyUsername, ProxyPassword string
+	ProxyCAData                  []byte
 }
 
 // Equal reports whether c and o describe the same credential and connection
@@ -46,7 +52,9 @@ type Config struct {
 func (c Config) Equal(o Config) bool {
 	return bytes.Equal(c.CAData, o.CAData) && c.ServerName == o.ServerName && c.Insecure == o.Insecure &&
 		c.BearerToken == o.BearerToken && bytes.Equal(c.CertData, o.CertData) && bytes.Equal(c.KeyData, o.KeyData) &&
-		c.ProbeOwnConnections == o.ProbeOwnConnections
+		c.ProbeOwnConnections == o.ProbeOwnConnections &&
+		(c.ProxyURL == nil) == (o.ProxyURL == nil) && (c.ProxyURL == nil || c.ProxyURL.String() == o.ProxyURL.String()) &&
+		c.ProxyUsername == o.ProxyUsername && c.ProxyPassword == o.ProxyPassword && bytes.Equal(c.ProxyCAData, o.ProxyCAData)
 }
 
 // Transports are the round trippers toward one server of a member.
@@ -115,19 +123,27 @@ func New(cfg Config) (*Transports, error) {
 	}
 	tlsConfig.MinVersion = tls.VersionTLS12
 
-	dialer := &net.Dialer{Timeout: dialTimeout, KeepAlive: keepAlive}
+	// Every transport dials through dial: directly, or through the egress
+	// proxy (egress.go).
+	dial, err := egressDialer(cfg, &net.Dialer{Timeout: dialTimeout, KeepAlive: keepAlive})
+	if err != nil {
+		return nil, err
+	}
 	pooled := utilnet.SetTransportDefaults(&http.Transport{
-		Proxy:               nil, // members are reached directly, never through an environment proxy
-		DialContext:         dialer.DialContext,
+		DialContext:         dial,
 		TLSClientConfig:     tlsConfig.Clone(),
 		TLSHandshakeTimeout: tlsHandshakeTimeout,
 		IdleConnTimeout:     idleConnTimeout,
 		MaxIdleConnsPerHost: maxIdleConnsPerHost,
 	})
+	// SetTransportDefaults fills a nil Proxy with the environment's: members
+	// are reached directly or through spec.clientConfig.proxyURL, never
+	// through an environment proxy.
+	pooled.Proxy = nil
 	upgradeTLS := tlsConfig.Clone()
 	upgradeTLS.NextProtos = []string{"http/1.1"}
 	upgrade := &http.Transport{
-		DialContext:         dialer.DialContext,
+		DialContext:         dial,
 		TLSClientConfig:     upgradeTLS,
 		TLSHandshakeTimeout: tlsHandshakeTimeout,
 	}
@@ -145,7 +161,7 @@ func New(cfg Config) (*Transports, error) {
 		probeTLS.NextProtos = []string{"http/1.1"}
 		probeTLS.ClientSessionCache = tls.NewLRUClientSessionCache(sessionCacheSize)
 		probeTransport = &http.Transport{
-			DialContext:         dialer.DialContext,
+			DialContext:         dial,
 			TLSClientConfig:     probeTLS,
 			TLSHandshakeTimeout: tlsHandshakeTimeout,
 			DisableKeepAlives:   true,

@@ -84,6 +84,14 @@ type ClientConfig struct {
 	// tests: anyone on the path can read the gateway's credential.
 	// +optional
 	Insecure bool `json:"insecure,omitempty"`
+	// ProxyURL is a forward proxy every connection to the servers goes through:
+	// http://host:port or https://host:port (HTTP CONNECT tunnel), or
+	// socks5://host:port. No path, query, fragment or user info: proxy
+	// credentials, if any, are keys `proxy-username` and `proxy-password` of the
+	// Secret of secretRef (`proxy-ca.crt` adds CAs trusted for an https proxy).
+	// The member's TLS runs inside the tunnel. Empty: the servers are dialed directly.
+	// +optional
+	ProxyURL string `json:"proxyURL,omitempty"`
 }
 
 // SecretReference names a Secret on the hub.

@@ -146,6 +146,13 @@ func schema_kube_gateway_apis_gateway_v1alpha1_ClientConfig(ref common.Reference
 							Format:      "",
 						},
 					},
+					"proxyURL": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ProxyURL is a forward proxy every connection to the servers goes through: http://host:port or https://host:port (HTTP CONNECT tunnel), or socks5://host:port. No path, query, fragment or user info: proxy credentials, if any, are keys `proxy-username` and `proxy-password` of the Secret of secretRef (`proxy-ca.crt` adds CAs trusted for an https proxy). The member's TLS runs inside the tunnel. Empty: the servers are dialed directly.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 				Required: []string{"secretRef"},
 			},

@@ -48,6 +48,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: insecure
       type:
         scalar: boolean
+    - name: proxyURL
+      type:
+        scalar: string
     - name: secretRef
       type:
         namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.SecretReference
