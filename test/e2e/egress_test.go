@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -100,6 +101,37 @@ func TestEgressProxy(t *testing.T) {
 			!strings.Contains(string(body), "egress proxy "+tiny.URL) || strings.Contains(string(body), egressProxyPassword) {
 			t.Fatalf("GET through a proxy that refuses the password: %s %s, want a 503 naming the proxy", resp.Status, body)
 		}
+	})
+
+	// `kube-gateway join --proxy-url` registers member-b through the proxy:
+	// Ready means probes went through it, and its log shows them.
+	t.Run("join", func(t *testing.T) {
+		bin, ok := harness.GatewayBinary(env.BinDir)
+		if !ok {
+			t.Fatalf("no kube-gateway binary in %s: run make build", env.BinDir)
+		}
+		password := filepath.Join(t.TempDir(), "proxy-password")
+		if err := os.WriteFile(password, []byte(egressProxyPassword+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		const name = "member-b-via-proxy"
+		flags := []string{"--kubeconfig", env.Kubeconfig("hub-admin"), "--member-kubeconfig", env.Kubeconfig("member-b-admin"),
+			"--identity-name", "kube-gateway-via-proxy"}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_ = exec.CommandContext(ctx, bin, append([]string{"unjoin", name}, flags...)...).Run()
+		})
+		memberB := strings.TrimPrefix(env.Members[harness.MemberB].Servers[0].URL, "https://")
+		connects := regexp.MustCompile(`: CONNECT ` + regexp.QuoteMeta(memberB) + ` HTTP/1\.1$`)
+		before := countLines(t, tiny.Process.LogFile, connects)
+		runGatewayCLI(ctx, t, t.TempDir(), append([]string{bin, "join", name, "--timeout", "60s", "--proxy-url", tiny.URL,
+			"--proxy-username", "gateway", "--proxy-password-file", password}, flags...)...)
+		waitMoreLines(t, tiny.Process.LogFile, connects, before, "join")
+		if resp, body := rawGet(ctx, t, harness.UserAdmin, name, "/api/v1/namespaces/default/configmaps"); resp.StatusCode != http.StatusOK {
+			t.Fatalf("LIST through the joined cluster: %s %s", resp.Status, body)
+		}
+		runGatewayCLI(ctx, t, t.TempDir(), append([]string{bin, "unjoin", name}, flags...)...)
 	})
 
 	t.Run("proxy down and back", func(t *testing.T) {
