@@ -16,6 +16,7 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
+	"github.com/kubewharf/kube-gateway/proxy/health"
 	"github.com/kubewharf/kube-gateway/proxy/longrunning"
 	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
@@ -69,6 +70,9 @@ type headerTimeoutError struct{ after time.Duration }
 func (e *headerTimeoutError) Error() string {
 	return fmt.Sprintf("no response headers within %s", e.after)
 }
+
+// Unwrap makes health checking tell a slow server from a connection failure.
+func (e *headerTimeoutError) Unwrap() error { return health.ErrResponseTimedOut }
 
 // gatewayTimeout is the 504 of a server that sent no response headers in time.
 // It has no Retry-After: the server may have carried the request out, and

@@ -10,7 +10,9 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/kubewharf/kube-gateway/proxy/health"
 	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
 
@@ -55,5 +57,14 @@ func TestIsProxyError(t *testing.T) {
 		if got := isProxyError(tc.err); got != tc.want {
 			t.Errorf("isProxyError(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// A late response is reported to health checking as a slow server
+// (ResponseTimedOut), not as a connection that failed.
+func TestHeaderTimeoutIsResponseTimedOut(t *testing.T) {
+	var err error = &headerTimeoutError{after: time.Second}
+	if !errors.Is(err, health.ErrResponseTimedOut) {
+		t.Fatalf("%v is not health.ErrResponseTimedOut", err)
 	}
 }

@@ -53,7 +53,15 @@ const (
 	// reached, refused the gateway's proxy credentials, or did not open the
 	// tunnel. The message names the proxy.
 	ReasonProxyFailed = "ProxyFailed"
+	// ReasonResponseTimedOut: the last failure was a real request whose server
+	// sent no response headers in time (an error that is ErrResponseTimedOut):
+	// the server is connected but slow or stuck.
+	ReasonResponseTimedOut = "ResponseTimedOut"
 )
+
+// ErrResponseTimedOut is what the error of a real request whose server sent no
+// response headers in time is (errors.Is), for ReportFailure.
+var ErrResponseTimedOut = errors.New("no response headers in time")
 
 // Config is a compiled spec.healthCheck.
 type Config struct {
@@ -313,8 +321,11 @@ func (c *Checker) ReportFailure(e *balance.Endpoint, err error) {
 	msg, reason := "connection failed", ReasonConnectionFailed
 	if err != nil {
 		msg = transport.StripURL(err).Error()
-		if transport.IsProxyError(err) {
+		switch {
+		case transport.IsProxyError(err):
 			reason = ReasonProxyFailed
+		case errors.Is(err, ErrResponseTimedOut):
+			reason = ReasonResponseTimedOut
 		}
 	}
 	c.failure(s, reason, msg)

@@ -466,6 +466,27 @@ func TestProxyFailed(t *testing.T) {
 	}
 }
 
+// A real request whose server sent no response headers in time has its own
+// reason: the server is connected, but slow or stuck.
+func TestResponseTimedOut(t *testing.T) {
+	a := newMember(t)
+	cfg := testConfig
+	cfg.UnhealthyThreshold = 1
+	h := newHarness(t, cfg, a)
+	h.start()
+	h.c.ReportFailure(a.ep, headerTimeout{})
+	tr := h.expect(a, false, ReasonResponseTimedOut)
+	if want := "no response headers within 1m10s"; tr.Message != want {
+		t.Errorf("message %q, want %q", tr.Message, want)
+	}
+}
+
+// headerTimeout is an error like the forwarder's when the headers are late.
+type headerTimeout struct{}
+
+func (headerTimeout) Error() string { return "no response headers within 1m10s" }
+func (headerTimeout) Unwrap() error { return ErrResponseTimedOut }
+
 func TestNon200IsFailure(t *testing.T) {
 	for _, status := range []int{http.StatusNoContent, http.StatusFound, http.StatusUnauthorized, http.StatusNotFound} {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
