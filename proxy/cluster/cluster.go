@@ -165,6 +165,15 @@ func (c *Cluster) Route(a *request.Attributes) *Route {
 	return &c.fallback
 }
 
+// Options are the gateway's settings that apply to every cluster.
+type Options struct {
+	// FlowShare is this replica's share of the flow-control limits (nil:
+	// whole limits).
+	FlowShare *flowcontrol.Share
+	// ProbeOwnConnections: see transport.Config.
+	ProbeOwnConnections bool
+}
+
 // Compile builds the runtime form of uc with the credential in secret. prev, the
 // cluster it replaces (or nil), lends what did not change: a server's endpoint
 // and transports when neither the Secret nor the connection settings changed
@@ -174,18 +183,16 @@ func (c *Cluster) Route(a *request.Attributes) *Route {
 // onTransition is told every change of an endpoint's health (from the health
 // checker's goroutine), after the cluster recorded it.
 //
-// share is this replica's share of the flow-control limits (nil: whole limits).
-//
 // secret is nil when the referenced Secret does not exist. Errors are
 // *ConfigError (see ConfigErrorReason).
-func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *Cluster, onTransition func(*Cluster, health.ServerHealth), share *flowcontrol.Share) (*Cluster, error) {
-	return CompileTunneled(uc, secret, nil, prev, onTransition, share)
+func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *Cluster, onTransition func(*Cluster, health.ServerHealth), opts Options) (*Cluster, error) {
+	return CompileTunneled(uc, secret, nil, prev, onTransition, opts)
 }
 
 // CompileTunneled is Compile with tunnelSecret, the Secret of
 // spec.clientConfig.konnectivity (nil when it does not exist or is not named).
-func CompileTunneled(uc *gatewayv1alpha1.UpstreamCluster, secret, tunnelSecret *corev1.Secret, prev *Cluster, onTransition func(*Cluster, health.ServerHealth), share *flowcontrol.Share) (*Cluster, error) {
-	c, err := compile(uc, secret, tunnelSecret, prev, onTransition, share)
+func CompileTunneled(uc *gatewayv1alpha1.UpstreamCluster, secret, tunnelSecret *corev1.Secret, prev *Cluster, onTransition func(*Cluster, health.ServerHealth), opts Options) (*Cluster, error) {
+	c, err := compile(uc, secret, tunnelSecret, prev, onTransition, opts)
 	if err != nil {
 		var ce *ConfigError
 		if !errors.As(err, &ce) {
@@ -196,7 +203,7 @@ func CompileTunneled(uc *gatewayv1alpha1.UpstreamCluster, secret, tunnelSecret *
 	return c, nil
 }
 
-func compile(uc *gatewayv1alpha1.UpstreamCluster, secret, tunnelSecret *corev1.Secret, prev *Cluster, onTransition func(*Cluster, health.ServerHealth), share *flowcontrol.Share) (_ *Cluster, retErr error) {
+func compile(uc *gatewayv1alpha1.UpstreamCluster, secret, tunnelSecret *corev1.Secret, prev *Cluster, onTransition func(*Cluster, health.ServerHealth), opts Options) (_ *Cluster, retErr error) {
 	if secret == nil {
 		ref := uc.Spec.ClientConfig.SecretRef
 		return nil, configError(ReasonSecretNotFound, "its credential Secret %s/%s was not found on the hub", ref.Namespace, ref.Name)
@@ -207,6 +214,7 @@ func compile(uc *gatewayv1alpha1.UpstreamCluster, secret, tunnelSecret *corev1.S
 	if err != nil {
 		return nil, err
 	}
+	cfg.ProbeOwnConnections = opts.ProbeOwnConnections
 	c.transportConfig = cfg
 	sameConnections := prev != nil && prev.transportConfig.Equal(cfg)
 	if k := uc.Spec.ClientConfig.Konnectivity; k != nil {
@@ -275,7 +283,7 @@ func compile(uc *gatewayv1alpha1.UpstreamCluster, secret, tunnelSecret *corev1.S
 	if prev != nil {
 		prevFlowControl = prev.flowControl
 	}
-	c.flowControl = flowcontrol.NewSet(prevFlowControl, schemas, clock.RealClock{}, share)
+	c.flowControl = flowcontrol.NewSet(prevFlowControl, schemas, clock.RealClock{}, opts.FlowShare)
 	c.fallback = Route{Candidates: c.Endpoints, Picker: mustPicker(gatewayv1alpha1.RoundRobin)}
 	for _, p := range uc.Spec.DispatchPolicies {
 		r := Route{Policy: p.Name, Candidates: c.Endpoints}

@@ -231,7 +231,7 @@ func TestCompileCredentials(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := cluster.Compile(upstreamCluster(m.URL), secret(tt.data), nil, nil, nil)
+			c, err := cluster.Compile(upstreamCluster(m.URL), secret(tt.data), nil, nil, cluster.Options{})
 			if tt.wantErr != nil {
 				if err == nil {
 					t.Fatal("Compile succeeded, want an error")
@@ -322,7 +322,7 @@ func TestCompileCA(t *testing.T) {
 			if tt.secretCA != nil {
 				data["ca.crt"] = tt.secretCA
 			}
-			c, err := cluster.Compile(uc, secret(data), nil, nil, nil)
+			c, err := cluster.Compile(uc, secret(data), nil, nil, cluster.Options{})
 			if err != nil {
 				t.Fatalf("Compile: %v", err)
 			}
@@ -345,7 +345,7 @@ func TestCompileInsecure(t *testing.T) {
 	m := newMember(t, testca.New(t, "server-ca"), testca.New(t, "client-ca"))
 	uc := upstreamCluster(m.URL)
 	uc.Spec.ClientConfig.Insecure = true
-	c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}), nil, nil, nil)
+	c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}), nil, nil, cluster.Options{})
 	if err != nil {
 		t.Fatalf("Compile: %v", err)
 	}
@@ -392,7 +392,7 @@ func TestCompileEndpoints(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			uc := upstreamCluster()
 			uc.Spec.Servers = tt.servers
-			c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}), nil, nil, nil)
+			c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}), nil, nil, cluster.Options{})
 			if tt.wantErr {
 				if err == nil {
 					t.Fatal("Compile succeeded, want an error")
@@ -435,7 +435,7 @@ func TestPickRoundRobin(t *testing.T) {
 		{Endpoint: "https://192.0.2.12:6443"},
 		{Endpoint: "https://192.0.2.13:6443"},
 	}
-	c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}), nil, nil, nil)
+	c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}), nil, nil, cluster.Options{})
 	if err != nil {
 		t.Fatalf("Compile: %v", err)
 	}
@@ -481,7 +481,7 @@ func TestPickRoundRobin(t *testing.T) {
 // requests go. forward copies it; this guards the contract that the compiled
 // endpoints are not modified by a Pick.
 func TestPickReturnsCompiledEndpoint(t *testing.T) {
-	c, err := cluster.Compile(upstreamCluster("https://192.0.2.10:6443"), secret(map[string][]byte{"token": []byte(token)}), nil, nil, nil)
+	c, err := cluster.Compile(upstreamCluster("https://192.0.2.10:6443"), secret(map[string][]byte{"token": []byte(token)}), nil, nil, cluster.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -525,6 +525,24 @@ func TestCompileConfigErrors(t *testing.T) {
 			data: map[string][]byte{"token": []byte(token)}, wantReason: cluster.ReasonInvalidCAData, wantErr: "spec.clientConfig.caData"},
 		{name: "insecure with ca.crt", mutate: func(uc *gatewayv1alpha1.UpstreamCluster) { uc.Spec.ClientConfig.Insecure = true },
 			data: map[string][]byte{"token": []byte(token), "ca.crt": serverCA.PEM}, wantReason: cluster.ReasonInvalidConfiguration, wantErr: "either on or off"},
+		{name: "proxy username without password", mutate: func(uc *gatewayv1alpha1.UpstreamCluster) { uc.Spec.ClientConfig.ProxyURL = "http://127.0.0.1:3128" },
+			data: map[string][]byte{"token": []byte(token), "proxy-username": []byte("gw")}, wantReason: cluster.ReasonInvalidSecret,
+			wantErr: `has only one of "proxy-username" and "proxy-password"`},
+		{name: "proxy password without username", mutate: func(uc *gatewayv1alpha1.UpstreamCluster) { uc.Spec.ClientConfig.ProxyURL = "http://127.0.0.1:3128" },
+			data: map[string][]byte{"token": []byte(token), "proxy-password": []byte(token + "-proxy")}, wantReason: cluster.ReasonInvalidSecret,
+			wantErr: `has only one of "proxy-username" and "proxy-password"`},
+		{name: "empty proxy password", mutate: func(uc *gatewayv1alpha1.UpstreamCluster) { uc.Spec.ClientConfig.ProxyURL = "socks5://127.0.0.1:1080" },
+			data: map[string][]byte{"token": []byte(token), "proxy-username": []byte("gw"), "proxy-password": {}}, wantReason: cluster.ReasonInvalidSecret,
+			wantErr: `"proxy-password" of credential Secret kube-gateway/member-a-cred is empty`},
+		{name: "proxy-ca.crt with an http proxy", mutate: func(uc *gatewayv1alpha1.UpstreamCluster) { uc.Spec.ClientConfig.ProxyURL = "http://127.0.0.1:3128" },
+			data: map[string][]byte{"token": []byte(token), "proxy-ca.crt": serverCA.PEM}, wantReason: cluster.ReasonInvalidConfiguration,
+			wantErr: "not an https URL"},
+		{name: "proxy-ca.crt not PEM", mutate: func(uc *gatewayv1alpha1.UpstreamCluster) { uc.Spec.ClientConfig.ProxyURL = "https://127.0.0.1:3128" },
+			data: map[string][]byte{"token": []byte(token), "proxy-ca.crt": garbageCA}, wantReason: cluster.ReasonInvalidCAData,
+			wantErr: `"proxy-ca.crt" of credential Secret kube-gateway/member-a-cred is not a PEM bundle`},
+		{name: "proxyURL with user info (validation bypassed)", mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+			uc.Spec.ClientConfig.ProxyURL = "http://gw:" + token + "@127.0.0.1:3128"
+		}, data: map[string][]byte{"token": []byte(token)}, wantReason: cluster.ReasonInvalidConfiguration, wantErr: "spec.clientConfig.proxyURL must not contain user info"},
 		{name: "unknown flow-control schema", mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
 			uc.Spec.DispatchPolicies = []gatewayv1alpha1.DispatchPolicy{{Name: "p", Rules: []gatewayv1alpha1.DispatchPolicyRule{{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"pods"}}}, FlowControlSchemaName: "none"}}
 		}, data: map[string][]byte{"token": []byte(token)}, wantReason: cluster.ReasonInvalidConfiguration, wantErr: `unknown flow-control schema "none"`},
@@ -539,7 +557,7 @@ func TestCompileConfigErrors(t *testing.T) {
 			if tt.data != nil {
 				s = secret(tt.data)
 			}
-			c, err := cluster.Compile(uc, s, nil, nil, nil)
+			c, err := cluster.Compile(uc, s, nil, nil, cluster.Options{})
 			if err == nil {
 				c.Release(nil)
 				t.Fatal("Compile succeeded")
@@ -576,7 +594,7 @@ func TestTransportsPerServer(t *testing.T) {
 	sec := secret(map[string][]byte{"token": []byte(token), "ca.crt": serverCA.PEM})
 	sec.UID, sec.ResourceVersion = "uid-1", "1"
 
-	both, err := cluster.Compile(upstreamCluster(m1.URL, m2.URL), sec, nil, nil, nil)
+	both, err := cluster.Compile(upstreamCluster(m1.URL, m2.URL), sec, nil, nil, cluster.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -593,7 +611,7 @@ func TestTransportsPerServer(t *testing.T) {
 	}
 
 	// m2 leaves spec.servers: its connection closes, m1's stays in use.
-	one, err := cluster.Compile(upstreamCluster(m1.URL), sec, both, nil, nil)
+	one, err := cluster.Compile(upstreamCluster(m1.URL), sec, both, nil, cluster.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -614,7 +632,7 @@ func TestTransportsPerServer(t *testing.T) {
 	sec = sec.DeepCopy()
 	sec.ResourceVersion = "2"
 	sec.Labels = map[string]string{"touched": "yes"}
-	relabeled, err := cluster.Compile(upstreamCluster(m1.URL), sec, one, nil, nil)
+	relabeled, err := cluster.Compile(upstreamCluster(m1.URL), sec, one, nil, cluster.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -629,7 +647,7 @@ func TestTransportsPerServer(t *testing.T) {
 	sec.ResourceVersion = "3"
 	sec.Data = maps.Clone(sec.Data)
 	sec.Data["token"] = []byte(token + "-rotated")
-	rotated, err := cluster.Compile(upstreamCluster(m1.URL), sec, one, nil, nil)
+	rotated, err := cluster.Compile(upstreamCluster(m1.URL), sec, one, nil, cluster.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -671,7 +689,7 @@ func waitConns(t *testing.T, m *member, want int) {
 // but never the one that just failed the request.
 func TestPickWhenNoServerIsHealthy(t *testing.T) {
 	uc := upstreamCluster("https://192.0.2.10:6443", "https://192.0.2.11:6443")
-	c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}), nil, nil, nil)
+	c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token)}), nil, nil, cluster.Options{})
 	if err != nil {
 		t.Fatalf("Compile: %v", err)
 	}
@@ -700,7 +718,7 @@ func TestPickWhenNoServerIsHealthy(t *testing.T) {
 		t.Errorf("no healthy server, a just failed: Pick(a) = %v, want %v", got, b.URL)
 	}
 	one := upstreamCluster("https://192.0.2.10:6443")
-	c1, err := cluster.Compile(one, secret(map[string][]byte{"token": []byte(token)}), nil, nil, nil)
+	c1, err := cluster.Compile(one, secret(map[string][]byte{"token": []byte(token)}), nil, nil, cluster.Options{})
 	if err != nil {
 		t.Fatalf("Compile: %v", err)
 	}
@@ -723,7 +741,7 @@ func TestServersUnknownUntilJudged(t *testing.T) {
 	cred := secret(map[string][]byte{"token": []byte(token)})
 	judged := make(chan health.ServerHealth, 10)
 	onTransition := func(_ *cluster.Cluster, h health.ServerHealth) { judged <- h }
-	c, err := cluster.Compile(uc, cred, nil, onTransition, nil)
+	c, err := cluster.Compile(uc, cred, nil, onTransition, cluster.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -753,7 +771,7 @@ func TestServersUnknownUntilJudged(t *testing.T) {
 
 	uc.Generation++
 	uc.Spec.DispatchPolicies = nil // any spec change recompiles
-	next, err := cluster.Compile(uc, cred, c, onTransition, nil)
+	next, err := cluster.Compile(uc, cred, c, onTransition, cluster.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,13 @@ package cluster
 
 import (
 	"crypto/tls"
+	"net/url"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/util/cert"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1/validation"
 	"github.com/kubewharf/kube-gateway/proxy/konnectivity"
 	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
@@ -17,6 +19,11 @@ const (
 	SecretKeyTLSCert = corev1.TLSCertKey       // tls.crt
 	SecretKeyTLSKey  = corev1.TLSPrivateKeyKey // tls.key
 	SecretKeyCA      = "ca.crt"
+	// Credentials toward spec.clientConfig.proxyURL, both or neither, and CAs
+	// trusted, besides the host's roots, for an https proxy.
+	SecretKeyProxyUsername = "proxy-username"
+	SecretKeyProxyPassword = "proxy-password"
+	SecretKeyProxyCA       = "proxy-ca.crt"
 )
 
 // transportConfig reads the gateway's credential toward the member from its
@@ -52,6 +59,9 @@ func transportConfig(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret)
 	cfg.CAData = append(append(append([]byte{}, cc.CAData...), '\n'), secretCA...)
 	if len(cc.CAData) == 0 && len(secretCA) == 0 {
 		cfg.CAData = nil
+	}
+	if err := proxyConfig(&cfg, cc.ProxyURL, secret); err != nil {
+		return cfg, err
 	}
 	for _, k := range []string{SecretKeyToken, SecretKeyTLSCert, SecretKeyTLSKey} {
 		if v, ok := secret.Data[k]; ok && len(v) == 0 {
@@ -103,4 +113,46 @@ func tunnelConfig(k *gatewayv1alpha1.KonnectivityConfig, secret *corev1.Secret) 
 			SecretKeyCA, secret.Namespace, secret.Name, err)
 	}
 	return cfg, nil
+}
+
+// proxyConfig sets the egress proxy of cfg from spec.clientConfig.proxyURL and
+// its credentials from the Secret. Without a proxy URL the proxy keys are
+// ignored.
+func proxyConfig(cfg *transport.Config, proxyURL string, secret *corev1.Secret) error {
+	if proxyURL == "" {
+		return nil
+	}
+	// Validation checked the URL; an object written past it is named here.
+	if err := validation.ValidateProxyURL(proxyURL); err != nil {
+		return configError(ReasonInvalidConfiguration, "spec.clientConfig.proxyURL %v", err)
+	}
+	u, err := url.Parse(proxyURL)
+	if err != nil {
+		return configError(ReasonInvalidConfiguration, "spec.clientConfig.proxyURL: %v", err)
+	}
+	cfg.ProxyURL = u
+	for _, k := range []string{SecretKeyProxyUsername, SecretKeyProxyPassword, SecretKeyProxyCA} {
+		if v, ok := secret.Data[k]; ok && len(v) == 0 {
+			return configError(ReasonInvalidSecret, "%q of credential Secret %s/%s is empty: set it, or remove the key",
+				k, secret.Namespace, secret.Name)
+		}
+	}
+	user, password := secret.Data[SecretKeyProxyUsername], secret.Data[SecretKeyProxyPassword]
+	if (len(user) > 0) != (len(password) > 0) {
+		return configError(ReasonInvalidSecret, "credential Secret %s/%s has only one of %q and %q: the proxy's credentials need both",
+			secret.Namespace, secret.Name, SecretKeyProxyUsername, SecretKeyProxyPassword)
+	}
+	cfg.ProxyUsername, cfg.ProxyPassword = string(user), string(password)
+	if ca := secret.Data[SecretKeyProxyCA]; len(ca) > 0 {
+		if _, err := cert.ParseCertsPEM(ca); err != nil {
+			return configError(ReasonInvalidCAData, "%q of credential Secret %s/%s is not a PEM bundle of certificates: %v",
+				SecretKeyProxyCA, secret.Namespace, secret.Name, err)
+		}
+		if u.Scheme != "https" {
+			return configError(ReasonInvalidConfiguration, "credential Secret %s/%s has %q but spec.clientConfig.proxyURL is not an https URL: "+
+				"remove the key, or use an https proxy", secret.Namespace, secret.Name, SecretKeyProxyCA)
+		}
+		cfg.ProxyCAData = ca
+	}
+	return nil
 }

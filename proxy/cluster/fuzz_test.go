@@ -32,7 +32,7 @@ func FuzzValidateThenCompile(f *testing.F) {
 		}
 		cred := cred.DeepCopy() // the Secret the reference names, with a usable token
 		cred.Namespace, cred.Name = uc.Spec.ClientConfig.SecretRef.Namespace, uc.Spec.ClientConfig.SecretRef.Name
-		c, err := cluster.Compile(uc, cred, nil, nil, nil)
+		c, err := cluster.Compile(uc, cred, nil, nil, cluster.Options{})
 		if err != nil {
 			spec, _ := json.Marshal(uc.Spec)
 			t.Fatalf("validation accepted a spec that does not compile: %v\nspec: %s", err, spec)

@@ -44,7 +44,7 @@ func TestKonnectivitySecret(t *testing.T) {
 		"complete": {tunnelSecret(map[string][]byte{"tls.crt": leaf.CertPEM, "tls.key": leaf.KeyPEM, "ca.crt": ca.PEM}), "", "", true},
 	} {
 		t.Run(name, func(t *testing.T) {
-			c, err := cluster.CompileTunneled(tunnelled(), cred, tt.secret, nil, nil, nil)
+			c, err := cluster.CompileTunneled(tunnelled(), cred, tt.secret, nil, nil, cluster.Options{})
 			if tt.compiledOK {
 				if err != nil {
 					t.Fatal(err)
@@ -67,7 +67,7 @@ func TestKonnectivityTunnelKeptAcrossRecompiles(t *testing.T) {
 	leaf := ca.Issue(t, testca.Spec{CommonName: "kube-gateway", Usage: x509.ExtKeyUsageClientAuth})
 	cred := secret(map[string][]byte{"token": []byte(token)})
 	ts := tunnelSecret(map[string][]byte{"tls.crt": leaf.CertPEM, "tls.key": leaf.KeyPEM, "ca.crt": ca.PEM})
-	first, err := cluster.CompileTunneled(tunnelled(), cred, ts, nil, nil, nil)
+	first, err := cluster.CompileTunneled(tunnelled(), cred, ts, nil, nil, cluster.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

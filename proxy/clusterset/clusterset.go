@@ -24,7 +24,6 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
-	"github.com/kubewharf/kube-gateway/proxy/flowcontrol"
 	"github.com/kubewharf/kube-gateway/proxy/health"
 	"github.com/kubewharf/kube-gateway/proxy/served"
 	"github.com/kubewharf/kube-gateway/proxy/transport"
@@ -66,9 +65,8 @@ type Controller struct {
 	queue    workqueue.TypedRateLimitingInterface[string]
 	state    atomic.Pointer[map[string]*entry]
 	hooks    Hooks
-	// FlowShare is this replica's share of the clusters' flow-control limits;
-	// nil: whole limits. Set it before Run.
-	FlowShare *flowcontrol.Share
+	// ClusterOptions apply to every cluster compiled. Set them before Run.
+	ClusterOptions cluster.Options
 }
 
 const secretIndex = "secret"
@@ -244,7 +242,7 @@ func (c *Controller) sync(ctx context.Context, name string) {
 			c.hooks.Observed(name, generation, cl.Servers())
 		}
 	}
-	if next.cluster, err = cluster.CompileTunneled(uc, secret, tunnelSecret, prev, observe, c.FlowShare); err != nil {
+	if next.cluster, err = cluster.CompileTunneled(uc, secret, tunnelSecret, prev, observe, c.ClusterOptions); err != nil {
 		next.err = err
 	}
 	healthCtx := ctx

@@ -35,6 +35,12 @@ type attempt struct {
 	retryable  bool
 	// headerTimeout bounds the wait for the response headers; zero: none.
 	headerTimeout time.Duration
+	// client is the client's request context; cancel, set with
+	// headerTimeout, ends the request to the server (a child of client) when
+	// its headers are late or its body is closed. Both are set by the reverse
+	// proxy.
+	client context.Context
+	cancel context.CancelFunc
 
 	failed      bool
 	deferred    error // a retryable error, not written yet
@@ -83,6 +89,8 @@ func (a *attempt) Error(_ http.ResponseWriter, req *http.Request, err error) {
 	var timeout *headerTimeoutError
 	if errors.As(err, &timeout) {
 		status = gatewayTimeout(a.cluster.Name, host, timeout.after)
+	} else if isProxyError(err) {
+		status = unavailable(a.cluster.Name, fmt.Sprintf("server %s could not be reached through its egress proxy (spec.clientConfig.proxyURL): %v", host, transport.StripURL(err)))
 	} else if isConnectError(err) {
 		status = unavailable(a.cluster.Name, fmt.Sprintf("server %s could not be reached: %v", host, transport.StripURL(err)))
 	} else {
@@ -125,12 +133,6 @@ func (a *attempt) write(err error) {
 }
 
 type attemptKey struct{}
-
-// withAttempt returns a copy of out for one attempt, which the reverse proxy's
-// shared transport and error handler find in its context.
-func withAttempt(out *http.Request, a *attempt) *http.Request {
-	return out.WithContext(context.WithValue(out.Context(), attemptKey{}, a))
-}
 
 func attemptFrom(ctx context.Context) *attempt {
 	a, _ := ctx.Value(attemptKey{}).(*attempt)

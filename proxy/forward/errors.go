@@ -16,7 +16,9 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
+	"github.com/kubewharf/kube-gateway/proxy/health"
 	"github.com/kubewharf/kube-gateway/proxy/longrunning"
+	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
 
 // retryAfterSeconds is what clients are told to wait when no server answered.
@@ -69,6 +71,9 @@ func (e *headerTimeoutError) Error() string {
 	return fmt.Sprintf("no response headers within %s", e.after)
 }
 
+// Unwrap makes health checking tell a slow server from a connection failure.
+func (e *headerTimeoutError) Unwrap() error { return health.ErrResponseTimedOut }
+
 // gatewayTimeout is the 504 of a server that sent no response headers in time.
 // It has no Retry-After: the server may have carried the request out, and
 // clients that honour one would send a POST again.
@@ -98,4 +103,11 @@ func isConnectError(err error) bool {
 	}
 	// The upgrade path of UpgradeAwareHandler flattens dial errors into text.
 	return strings.HasPrefix(err.Error(), "error dialing backend: dial ")
+}
+
+// isProxyError reports whether err came from the egress proxy rather than the
+// member: the request never reached the member (503).
+func isProxyError(err error) bool {
+	// The upgrade path of UpgradeAwareHandler flattens dial errors into text.
+	return transport.IsProxyError(err) || strings.HasPrefix(err.Error(), "error dialing backend: "+transport.ProxyErrorPrefix)
 }

@@ -178,4 +178,14 @@ func TestServeBrokenResponseAborts(t *testing.T) {
 	if c.Endpoints[0].Healthy() {
 		t.Error("the server that broke off is still healthy (unhealthyThreshold 1)")
 	}
+	// Counted as the request it was, with the status it began with, and as
+	// an abort.
+	labels := map[string]string{"cluster": clusterName, "policy": "", "schema": "", "verb": "list", "resource": "pods"}
+	if got := counterValue(t, reg, "kube_gateway_proxy_request_aborts_total", labels); got != 1 {
+		t.Errorf("aborts counted with %v: %v, want 1", labels, got)
+	}
+	labels["code"] = "200"
+	if got := counterValue(t, reg, "kube_gateway_proxy_requests_total", labels); got != 1 {
+		t.Errorf("requests counted with %v: %v, want 1", labels, got)
+	}
 }

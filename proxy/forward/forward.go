@@ -129,7 +129,20 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 
 	start := time.Now()
 	recorder := &statusRecorder{ResponseWriter: w, client: req.Context()}
+	// A response that breaks off mid-body is aborted by the reverse proxy's
+	// panic (http.ErrAbortHandler), which skips the rest of Serve: count it
+	// while the panic goes by, without recovering (other panics keep their
+	// stack).
+	returned := false
+	defer func() {
+		if a := recorder.attempt; !returned && a != nil && a.failed {
+			f.observe(req.Context(), r, route, schema, &attrs, a.endpoint, recorder.code(), time.Since(start))
+			resource := metrics.ResourceLabel(attrs.IsResourceRequest, attrs.Resource, attrs.Subresource)
+			f.Metrics.Aborted(r.Cluster.Name, route.Policy, schema, attrs.Verb, resource)
+		}
+	}()
 	last, ok := f.attempts(recorder, req, r, route, &attrs)
+	returned = true
 	if !ok {
 		f.Metrics.Rejected(r.Cluster.Name, route.Policy, schema, metrics.ReasonNoReadyServer)
 		r.Errors.Error(unavailable(r.Cluster.Name, noServerReason(route)))
@@ -220,6 +233,7 @@ func (f *Forwarder) attempts(w *statusRecorder, req *http.Request, r Request, ro
 		if !attrs.LongRunning && !upgrade {
 			last.headerTimeout = f.ResponseHeaderTimeout
 		}
+		w.attempt = last
 		f.try(w, req, last, upgrade, attrs.LongRunning)
 		if last.deferred == nil {
 			return last, true

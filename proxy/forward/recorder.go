@@ -15,6 +15,8 @@ type statusRecorder struct {
 	client   context.Context // the client's request
 	status   int
 	hijacked bool
+	// attempt is the attempt under way, or the last one.
+	attempt *attempt
 }
 
 func (s *statusRecorder) WriteHeader(code int) {

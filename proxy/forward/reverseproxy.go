@@ -54,7 +54,15 @@ func newReverseProxy(bufferSize int, stopping context.Context) *reverseProxy {
 }
 
 func (rp *reverseProxy) serve(w http.ResponseWriter, req *http.Request, a *attempt) {
-	rp.proxy.ServeHTTP(w, withAttempt(req, a))
+	// One copy of the request carries the attempt and, with a header
+	// timeout, the context that cancels the request to the server.
+	a.client = req.Context()
+	ctx := context.WithValue(a.client, attemptKey{}, a)
+	if a.headerTimeout > 0 {
+		ctx, a.cancel = context.WithCancel(ctx)
+		defer a.cancel()
+	}
+	rp.proxy.ServeHTTP(w, req.WithContext(ctx))
 }
 
 // rewrite turns the reverse proxy's copy of the client's request (hop-by-hop
@@ -97,14 +105,12 @@ func (rp *reverseProxy) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, impersonate.ErrNoIdentity
 	}
 	a := attemptFrom(req.Context())
-	client := req.Context()
+	client := a.client
 	var timer *time.Timer
-	cancel := context.CancelFunc(func() {})
-	if a.headerTimeout > 0 {
-		var ctx context.Context
-		ctx, cancel = context.WithCancel(client)
+	cancel := context.CancelFunc(noop)
+	if a.cancel != nil { // a header timeout
+		cancel = a.cancel
 		timer = time.AfterFunc(a.headerTimeout, cancel)
-		req = req.WithContext(ctx)
 	}
 	resp, err := a.transports.Pooled.RoundTrip(req)
 	if timer != nil && !timer.Stop() && client.Err() == nil { // the timer cancelled the request

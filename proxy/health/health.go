@@ -48,7 +48,20 @@ const (
 	// ReasonConnectionFailed: the last failure was a real request that failed to
 	// connect or whose connection broke (passive report).
 	ReasonConnectionFailed = "ConnectionFailed"
+	// ReasonProxyFailed: the last failure, a probe's or a real request's, was
+	// at the egress proxy (spec.clientConfig.proxyURL): it could not be
+	// reached, refused the gateway's proxy credentials, or did not open the
+	// tunnel. The message names the proxy.
+	ReasonProxyFailed = "ProxyFailed"
+	// ReasonResponseTimedOut: the last failure was a real request whose server
+	// sent no response headers in time (an error that is ErrResponseTimedOut):
+	// the server is connected but slow or stuck.
+	ReasonResponseTimedOut = "ResponseTimedOut"
 )
+
+// ErrResponseTimedOut is what the error of a real request whose server sent no
+// response headers in time is (errors.Is), for ReportFailure.
+var ErrResponseTimedOut = errors.New("no response headers in time")
 
 // Config is a compiled spec.healthCheck.
 type Config struct {
@@ -305,11 +318,17 @@ func (c *Checker) ReportFailure(e *balance.Endpoint, err error) {
 	if s == nil {
 		return
 	}
-	msg := "connection failed"
+	msg, reason := "connection failed", ReasonConnectionFailed
 	if err != nil {
 		msg = transport.StripURL(err).Error()
+		switch {
+		case transport.IsProxyError(err):
+			reason = ReasonProxyFailed
+		case errors.Is(err, ErrResponseTimedOut):
+			reason = ReasonResponseTimedOut
+		}
 	}
-	c.failure(s, ReasonConnectionFailed, msg)
+	c.failure(s, reason, msg)
 }
 
 // ReportSuccess records that a real request to e got a response: the failure
@@ -420,6 +439,8 @@ func (c *Checker) probeOnce(ctx context.Context, s *endpointState) {
 		var to errTimedOut
 		if errors.As(context.Cause(pctx), &to) {
 			c.failure(s, ReasonProbeTimedOut, prefix+to.Error())
+		} else if transport.IsProxyError(err) {
+			c.failure(s, ReasonProxyFailed, prefix+transport.StripURL(err).Error())
 		} else {
 			c.failure(s, ReasonProbeFailed, prefix+transport.StripURL(err).Error())
 		}

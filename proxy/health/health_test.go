@@ -18,6 +18,7 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/balance"
+	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
 
 const (
@@ -448,6 +449,43 @@ func TestProbeConnectionFailed(t *testing.T) {
 		t.Fatal("b went unhealthy")
 	}
 }
+
+// A failure at the egress proxy, probe or passive, has its own reason; the
+// message names the proxy.
+func TestProxyFailed(t *testing.T) {
+	a := newMember(t)
+	cfg := testConfig
+	cfg.UnhealthyThreshold = 1
+	h := newHarness(t, cfg, a)
+	h.start()
+	proxyErr := &url.Error{Op: "Get", URL: a.srv.URL + "/api", Err: &transport.ProxyError{Proxy: "http://192.0.2.20:3128", Err: errors.New("CONNECT 192.0.2.10:6443: the proxy answered 502 Bad Gateway")}}
+	h.c.ReportFailure(a.ep, proxyErr)
+	tr := h.expect(a, false, ReasonProxyFailed)
+	if want := "egress proxy http://192.0.2.20:3128: CONNECT 192.0.2.10:6443: the proxy answered 502 Bad Gateway"; tr.Message != want {
+		t.Errorf("message %q, want %q", tr.Message, want)
+	}
+}
+
+// A real request whose server sent no response headers in time has its own
+// reason: the server is connected, but slow or stuck.
+func TestResponseTimedOut(t *testing.T) {
+	a := newMember(t)
+	cfg := testConfig
+	cfg.UnhealthyThreshold = 1
+	h := newHarness(t, cfg, a)
+	h.start()
+	h.c.ReportFailure(a.ep, headerTimeout{})
+	tr := h.expect(a, false, ReasonResponseTimedOut)
+	if want := "no response headers within 1m10s"; tr.Message != want {
+		t.Errorf("message %q, want %q", tr.Message, want)
+	}
+}
+
+// headerTimeout is an error like the forwarder's when the headers are late.
+type headerTimeout struct{}
+
+func (headerTimeout) Error() string { return "no response headers within 1m10s" }
+func (headerTimeout) Unwrap() error { return ErrResponseTimedOut }
 
 func TestNon200IsFailure(t *testing.T) {
 	for _, status := range []int{http.StatusNoContent, http.StatusFound, http.StatusUnauthorized, http.StatusNotFound} {

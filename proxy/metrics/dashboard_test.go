@@ -50,6 +50,7 @@ func registeredFamilies(t *testing.T) map[string]family {
 	m.InFlight("member-a", "p", "s").Inc()
 	m.Rejected("member-a", "p", "s", ReasonTokenBucket)
 	m.Retried("member-a", "https://192.0.2.10:6443")
+	m.Aborted("member-a", "p", "s", "get", "pods")
 
 	out := map[string]family{}
 	for _, g := range []prometheus.Gatherer{reg, legacyregistry.DefaultGatherer} {

@@ -108,6 +108,7 @@ type Metrics struct {
 	inflight *prometheus.GaugeVec
 	rejected *prometheus.CounterVec
 	retries  *prometheus.CounterVec
+	aborts   *prometheus.CounterVec
 
 	resources resourceLabels
 }
@@ -136,12 +137,16 @@ func New() *Metrics {
 			Namespace: namespace, Subsystem: subsystem, Name: "retries_total",
 			Help: "Idempotent requests tried again on another server because this endpoint failed them before answering.",
 		}, []string{"cluster", "endpoint"}),
+		aborts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem, Name: "request_aborts_total",
+			Help: "Proxied requests whose response broke off after it began, because the member's connection failed mid-body: the client got an incomplete answer. Also counted in requests_total, with the status the response began with.",
+		}, []string{"cluster", "policy", "schema", "verb", "resource"}),
 		resources: resourceLabels{byCluster: map[string]map[string]struct{}{}},
 	}
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.duration, m.inflight, m.rejected, m.retries}
+	return []prometheus.Collector{m.requests, m.duration, m.inflight, m.rejected, m.retries, m.aborts}
 }
 
 // Register registers the metrics on reg, all or none: on error, those already
@@ -177,6 +182,13 @@ func (m *Metrics) ObserveLongRunning(cluster, policy, schema, verb, resource str
 	m.requests.WithLabelValues(cluster, safe(policy), safe(schema), verbLabel(verb), m.resources.label(cluster, resource), codeLabel(code)).Inc()
 }
 
+// Aborted records that the response of a request (already observed) broke
+// off mid-body because its member's connection failed.
+func (m *Metrics) Aborted(cluster, policy, schema, verb, resource string) {
+	cluster = safe(cluster)
+	m.aborts.WithLabelValues(cluster, safe(policy), safe(schema), verbLabel(verb), m.resources.label(cluster, resource)).Inc()
+}
+
 // InFlight returns the in-flight gauge of cluster, policy and schema. Keep the
 // gauge for the life of the request: Inc when forwarding starts, Dec when it ends.
 func (m *Metrics) InFlight(cluster, policy, schema string) prometheus.Gauge {
@@ -206,6 +218,7 @@ func (m *Metrics) ForgetCluster(cluster string) {
 	m.inflight.DeletePartialMatch(match)
 	m.rejected.DeletePartialMatch(match)
 	m.retries.DeletePartialMatch(match)
+	m.aborts.DeletePartialMatch(match)
 	m.resources.forget(cluster)
 }
 

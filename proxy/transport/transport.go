@@ -36,9 +36,20 @@ type Config struct {
 	// BearerToken authenticates the gateway, or CertData and KeyData (PEM) do.
 	BearerToken       string
 	CertData, KeyData []byte
-	// Dial opens the connections to the server instead of a direct TCP dial,
-	// e.g. through a konnectivity tunnel (package konnectivity). Equal does not
-	// compare it: the caller compares what it built it from.
+	// ProbeOwnConnections makes each probe open a connection of its own and
+	// close it after the answer, instead of using the pooled connection; see
+	// New.
+	ProbeOwnConnections bool
+	// ProxyURL, when set, is the egress proxy every connection goes through
+	// (http, https: CONNECT; socks5), with optional credentials; ProxyCAData
+	// adds CAs trusted for an https proxy to the host's roots.
+	ProxyURL                     *url.URL
+	ProxyUsername, ProxyPassword string
+	ProxyCAData                  []byte
+	// Dial opens the connections to the server instead of a direct or proxied
+	// dial, e.g. through a konnectivity tunnel (package konnectivity); not
+	// with ProxyURL. Equal does not compare it: the caller compares what it
+	// built it from.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
@@ -46,7 +57,10 @@ type Config struct {
 // settings: transports built from either are interchangeable.
 func (c Config) Equal(o Config) bool {
 	return bytes.Equal(c.CAData, o.CAData) && c.ServerName == o.ServerName && c.Insecure == o.Insecure &&
-		c.BearerToken == o.BearerToken && bytes.Equal(c.CertData, o.CertData) && bytes.Equal(c.KeyData, o.KeyData)
+		c.BearerToken == o.BearerToken && bytes.Equal(c.CertData, o.CertData) && bytes.Equal(c.KeyData, o.KeyData) &&
+		c.ProbeOwnConnections == o.ProbeOwnConnections &&
+		(c.ProxyURL == nil) == (o.ProxyURL == nil) && (c.ProxyURL == nil || c.ProxyURL.String() == o.ProxyURL.String()) &&
+		c.ProxyUsername == o.ProxyUsername && c.ProxyPassword == o.ProxyPassword && bytes.Equal(c.ProxyCAData, o.ProxyCAData)
 }
 
 // Transports are the round trippers toward one server of a member.
@@ -58,7 +72,8 @@ type Transports struct {
 	// client configuration (HTTP/1.1 only), its request side adds the credential.
 	Upgrade proxyutil.UpgradeRequestRoundTripper
 	// Probe carries the gateway's own requests, such as health checks: the
-	// gateway's credential, no impersonation, the pooled connections.
+	// gateway's credential, no impersonation, the pooled connections or, with
+	// Config.ProbeOwnConnections, a connection per request.
 	Probe http.RoundTripper
 	// Pooled carries requests whose credential and identity headers the
 	// caller set on a request of its own (Authorize, impersonate.Apply):
@@ -66,8 +81,8 @@ type Transports struct {
 	// and nothing else.
 	Pooled http.RoundTripper
 
-	pooled, upgrade *http.Transport
-	bearer          string // "Bearer <token>", or "" with a client certificate
+	pooled, upgrade, probe *http.Transport
+	bearer                 string // "Bearer <token>", or "" with a client certificate
 }
 
 // Authorize sets the gateway's bearer token, if it authenticates with one, on
@@ -88,6 +103,9 @@ const (
 	keepAlive           = 30 * time.Second
 	idleConnTimeout     = 90 * time.Second
 	maxIdleConnsPerHost = 100
+	// sessionCacheSize: TLS sessions kept for probes on connections of their
+	// own; one server, known by one or two names.
+	sessionCacheSize = 4
 )
 
 // New builds the transports of cfg.
@@ -111,24 +129,55 @@ func New(cfg Config) (*Transports, error) {
 	}
 	tlsConfig.MinVersion = tls.VersionTLS12
 
-	dial := (&net.Dialer{Timeout: dialTimeout, KeepAlive: keepAlive}).DialContext
+	// Every transport dials through dial: directly, or through the egress
+	// proxy (egress.go).
+	dial, err := egressDialer(cfg, &net.Dialer{Timeout: dialTimeout, KeepAlive: keepAlive})
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Dial != nil {
+		if cfg.ProxyURL != nil {
+			return nil, fmt.Errorf("an egress proxy and a dial function exclude each other")
+		}
 		dial = withTimeout(cfg.Dial, dialTimeout)
 	}
 	pooled := utilnet.SetTransportDefaults(&http.Transport{
-		Proxy:               nil, // members are reached directly, never through an environment proxy
 		DialContext:         dial,
 		TLSClientConfig:     tlsConfig.Clone(),
 		TLSHandshakeTimeout: tlsHandshakeTimeout,
 		IdleConnTimeout:     idleConnTimeout,
 		MaxIdleConnsPerHost: maxIdleConnsPerHost,
 	})
+	// SetTransportDefaults fills a nil Proxy with the environment's: members
+	// are reached directly or through spec.clientConfig.proxyURL, never
+	// through an environment proxy.
+	pooled.Proxy = nil
 	upgradeTLS := tlsConfig.Clone()
 	upgradeTLS.NextProtos = []string{"http/1.1"}
 	upgrade := &http.Transport{
 		DialContext:         dial,
 		TLSClientConfig:     upgradeTLS,
 		TLSHandshakeTimeout: tlsHandshakeTimeout,
+	}
+
+	// By default probes share the pooled connection, and keep it open: a
+	// handshake costs more CPU, on the gateway and on the member, than the
+	// connection's memory is worth. With ProbeOwnConnections a probe leaves no
+	// connection behind, so a cluster nobody sends requests to holds none
+	// once the pooled one has been idle for idleConnTimeout; its memory (TLS
+	// and HTTP/2 state, a reader goroutine) is most of an idle cluster's. The
+	// price is a TLS handshake per probe, resumed to spare what it can.
+	probeTransport := pooled
+	if cfg.ProbeOwnConnections {
+		probeTLS := tlsConfig.Clone()
+		probeTLS.NextProtos = []string{"http/1.1"}
+		probeTLS.ClientSessionCache = tls.NewLRUClientSessionCache(sessionCacheSize)
+		probeTransport = &http.Transport{
+			DialContext:         dial,
+			TLSClientConfig:     probeTLS,
+			TLSHandshakeTimeout: tlsHandshakeTimeout,
+			DisableKeepAlives:   true,
+		}
 	}
 
 	// Credential and impersonation are added by round trippers, on the way out:
@@ -140,11 +189,11 @@ func New(cfg Config) (*Transports, error) {
 		}
 		return rt
 	}
-	probe := http.RoundTripper(pooled)
+	probe := http.RoundTripper(probeTransport)
 	bearer := ""
 	if hasToken {
 		bearer = "Bearer " + cfg.BearerToken
-		probe = transport.NewBearerAuthRoundTripper(cfg.BearerToken, pooled)
+		probe = transport.NewBearerAuthRoundTripper(cfg.BearerToken, probeTransport)
 	}
 	return &Transports{
 		RoundTripper: withIdentity(pooled),
@@ -153,12 +202,13 @@ func New(cfg Config) (*Transports, error) {
 		Pooled:       pooled,
 		pooled:       pooled,
 		upgrade:      upgrade,
+		probe:        probeTransport,
 		bearer:       bearer,
 	}, nil
 }
 
 // withTimeout bounds dial as net.Dialer.Timeout bounds a direct dial.
-func withTimeout(dial func(context.Context, string, string) (net.Conn, error), timeout time.Duration) func(context.Context, string, string) (net.Conn, error) {
+func withTimeout(dial dialFunc, timeout time.Duration) dialFunc {
 	return func(ctx context.Context, network, address string) (net.Conn, error) {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
@@ -171,6 +221,7 @@ func withTimeout(dial func(context.Context, string, string) (net.Conn, error), t
 func (t *Transports) CloseIdleConnections() {
 	t.pooled.CloseIdleConnections()
 	t.upgrade.CloseIdleConnections()
+	t.probe.CloseIdleConnections()
 }
 
 // StripURL drops the request URL from a transport error (*url.Error): it repeats

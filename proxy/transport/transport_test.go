@@ -1,16 +1,24 @@
 package transport
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubewharf/kube-gateway/test/testca"
 )
@@ -39,6 +47,9 @@ func probe(tr *Transports, url string) error {
 	if err != nil {
 		return err
 	}
+	// Read to the end, as health checking does: a connection is kept for
+	// reuse only after its response was read whole.
+	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return errors.New(resp.Status)
@@ -134,6 +145,71 @@ func TestVerification(t *testing.T) {
 				if !errors.As(err, &verr) && !errors.As(err, &uerr) {
 					t.Fatalf("request error = %v, want a certificate verification error", err)
 				}
+			}
+		})
+	}
+}
+
+// By default probes share one pooled connection and leave it open. With
+// ProbeOwnConnections each probe opens a connection and leaves none behind (an
+// idle cluster then holds none), and it resumes the TLS session of the one
+// before instead of a full handshake.
+func TestProbeConnections(t *testing.T) {
+	for _, own := range []bool{false, true} {
+		t.Run(fmt.Sprintf("own=%v", own), func(t *testing.T) {
+			var (
+				mu      sync.Mutex
+				open    = map[net.Conn]bool{}
+				opened  int
+				resumed []bool
+			)
+			s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				resumed = append(resumed, r.TLS.DidResume)
+				mu.Unlock()
+				_, _ = w.Write([]byte("ok"))
+			}))
+			s.Config.ConnState = func(c net.Conn, st http.ConnState) {
+				mu.Lock()
+				defer mu.Unlock()
+				switch st {
+				case http.StateNew:
+					open[c] = true
+					opened++
+				case http.StateClosed, http.StateHijacked:
+					delete(open, c)
+				}
+			}
+			s.StartTLS()
+			t.Cleanup(s.Close)
+			tr, err := New(Config{CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.Certificate().Raw}),
+				BearerToken: token, ProbeOwnConnections: own})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const probes = 3
+			for i := 0; i < probes; i++ {
+				if err := probe(tr, s.URL); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wantOpen, wantOpened, wantResumed := 1, 1, []bool{false, false, false}
+			if own {
+				wantOpen, wantOpened, wantResumed = 0, probes, []bool{false, true, true}
+			}
+			// The server sees a close when it reads the next request; poll.
+			_ = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(open) == wantOpen, nil
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if len(open) != wantOpen || opened != wantOpened {
+				t.Errorf("after %d probes: %d connections opened, %d open; want %d and %d", probes, opened, len(open), wantOpened, wantOpen)
+			}
+			if !slices.Equal(resumed, wantResumed) {
+				t.Errorf("TLS sessions resumed by the probes: %v, want %v", resumed, wantResumed)
 			}
 		})
 	}

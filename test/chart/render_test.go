@@ -226,3 +226,21 @@ func TestKonnectivity(t *testing.T) {
 		}
 	}
 }
+
+// gateway.probeWithNewConnections passes --probe-with-new-connections; off by
+// default.
+func TestProbeWithNewConnections(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	helm := DefaultHelm(t)
+	args := func(extra ...string) []string {
+		m := helm.Render(ctx, t, "kube-gateway", "kube-gateway", extra...)
+		return Convert[appsv1.Deployment](t, m.One(t, "Deployment")).Spec.Template.Spec.Containers[0].Args
+	}
+	const flag = "--probe-with-new-connections"
+	if got := args(); slices.Contains(got, flag) {
+		t.Fatalf("default values pass %s", flag)
+	}
+	if got := args("--set", "gateway.probeWithNewConnections=true"); !slices.Contains(got, flag) {
+		t.Fatalf("with probeWithNewConnections=true the args are %v", got)
+	}
+}

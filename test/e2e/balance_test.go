@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/metrics"
 	"github.com/kubewharf/kube-gateway/test/harness"
 )
 
@@ -284,6 +285,60 @@ func TestConnectionsArePooled(t *testing.T) {
 			t.Errorf("the gateway holds %d TCP connections to %s", n, s.URL)
 		}
 		t.Logf("gateway -> %s: %d TCP connections", s.URL, n)
+	}
+}
+
+// A gateway run with --probe-with-new-connections probes over connections of
+// their own and keeps none: a cluster nobody sent a request to holds no
+// connection to its servers although they are probed and healthy; a proxied
+// request opens the pooled connection, which stays for the next ones.
+func TestProbesWithNewConnections(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	gw, url, err := env.StartExtraGateway(ctx, "kube-gateway-probe-connections", "--probe-with-new-connections")
+	t.Cleanup(func() { _ = gw.Stop() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	uc := memberACluster("probe-connections")
+	createCluster(t, uc)
+	g := extraGatewayClient{t: t, url: url, prefix: harness.ProxyPath(uc.Name), c: gatewayClient(t, true)}
+	servers := env.Members[harness.MemberA].Servers
+	// Healthy as this gateway sees it: its own probes answered.
+	eventually(t, 30*time.Second, func(ctx context.Context) error {
+		for _, s := range servers {
+			if v, ok := g.metric(ctx, metrics.ServerHealthyName, map[string]string{"cluster": uc.Name, "endpoint": s.URL}); !ok || v != 1 {
+				return errorf("%s of %s is not healthy on the test's gateway yet (%v, %v)", s.URL, uc.Name, v, ok)
+			}
+		}
+		return nil
+	})
+	// The gateway probes every cluster of the suite over new connections and
+	// proxies nothing: it holds no connection to member-a, but for a probe in
+	// flight at the moment of a look.
+	toMemberA := func() int {
+		n := 0
+		for _, s := range servers {
+			c, err := connectionsTo(gw.PID(), s.Port)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += c
+		}
+		return n
+	}
+	eventually(t, 30*time.Second, func(context.Context) error {
+		if n := toMemberA(); n != 0 {
+			return errorf("the gateway holds %d connections to member-a's servers without any request", n)
+		}
+		return nil
+	})
+	for i := 0; i < len(servers); i++ { // round robin: one request for each server
+		if code, body := g.proxy(ctx, http.MethodGet, "/api/v1/namespaces/alice/configmaps"); code != http.StatusOK {
+			t.Fatalf("GET through the test's gateway: %d %s", code, body)
+		}
+	}
+	if n := toMemberA(); n < len(servers) {
+		t.Errorf("after a request to each server the gateway holds %d connections to them, want the %d pooled ones", n, len(servers))
 	}
 }
 

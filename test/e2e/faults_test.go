@@ -393,6 +393,8 @@ func TestBrokenServerResetMidResponse(t *testing.T) {
 	// kubectl fails, and prints no items: round robin sends one of the first
 	// LISTs to the broken server.
 	server := "--server=" + env.ProxyConfig(harness.UserAdmin, uc.Name).Host
+	aborts := map[string]string{"cluster": uc.Name, "policy": "", "schema": "", "verb": "list", "resource": "configmaps"}
+	abortedBefore := gatewayCounter(t, "kube_gateway_proxy_request_aborts_total", aborts)
 	kubectlFailed := false
 	for i := 0; i < 4 && !kubectlFailed; i++ {
 		stdout, _, err := env.Kubectl(ctx, "hub-admin", server, "get", "configmaps", "--namespace="+bigNamespace, "-o", "name")
@@ -429,6 +431,10 @@ func TestBrokenServerResetMidResponse(t *testing.T) {
 	}
 	if n := gatewayCounter(t, "kube_gateway_proxy_retries_total", retries); n != retriedBefore {
 		t.Fatalf("kube_gateway_proxy_retries_total%v went from %v to %v: a LIST was retried after part of it was sent", retries, retriedBefore, n)
+	}
+	// Every LIST that broke off is counted as aborted (the kubectl one too).
+	if n := gatewayCounter(t, "kube_gateway_proxy_request_aborts_total", aborts); n-abortedBefore < float64(failed+1) {
+		t.Fatalf("kube_gateway_proxy_request_aborts_total%v went from %v to %v, want at least %d more", aborts, abortedBefore, n, failed+1)
 	}
 	// Ejected by the broken LISTs themselves (passive failures): probes pass.
 	waitUnhealthyStatus(t, uc.Name, broken.URL(), "")

@@ -84,11 +84,19 @@ type ClientConfig struct {
 	// tests: anyone on the path can read the gateway's credential.
 	// +optional
 	Insecure bool `json:"insecure,omitempty"`
+	// ProxyURL is a forward proxy every connection to the servers goes through:
+	// http://host:port or https://host:port (HTTP CONNECT tunnel), or
+	// socks5://host:port. No path, query, fragment or user info: proxy
+	// credentials, if any, are keys `proxy-username` and `proxy-password` of the
+	// Secret of secretRef (`proxy-ca.crt` adds CAs trusted for an https proxy).
+	// The member's TLS runs inside the tunnel. Empty: the servers are dialed directly.
+	// +optional
+	ProxyURL string `json:"proxyURL,omitempty"`
 	// Konnectivity reaches the servers through a konnectivity server (the
 	// apiserver-network-proxy) that an agent in the member dials out to, for
-	// members the gateway cannot dial. Every connection to the servers, health
-	// probes and upgrades included, is opened through it; endpoints may then name
-	// hosts only the agent resolves.
+	// members the gateway cannot dial; not with proxyURL. Every connection to
+	// the servers, health probes and upgrades included, is opened through it;
+	// endpoints may then name hosts only the agent resolves.
 	// +optional
 	Konnectivity *KonnectivityConfig `json:"konnectivity,omitempty"`
 }

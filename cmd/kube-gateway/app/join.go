@@ -1,13 +1,16 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
+	"os"
 	"reflect"
 	"strings"
 	"time"
@@ -30,6 +33,7 @@ import (
 	"github.com/kubewharf/kube-gateway/apis/client/clientset/versioned"
 	"github.com/kubewharf/kube-gateway/apis/client/multicluster"
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/cluster"
 )
 
 // clusterOptions are the flags join and unjoin share: where the hub and the
@@ -127,6 +131,44 @@ type joinOptions struct {
 	longLivedToken  bool
 	tokenExpiration time.Duration
 	renewToken      bool
+	proxy           egressProxy
+}
+
+// egressProxy is the forward proxy the gateway reaches the member through,
+// if any: spec.clientConfig.proxyURL and the proxy keys of the Secret.
+type egressProxy struct {
+	url, username, passwordFile, caFile string
+}
+
+// secretData reads the proxy's credential and CA files into the keys of the
+// credential Secret.
+func (p egressProxy) secretData() (map[string][]byte, error) {
+	data := map[string][]byte{}
+	if p.url == "" {
+		if p.username != "" || p.passwordFile != "" || p.caFile != "" {
+			return nil, errors.New("--proxy-username, --proxy-password-file and --proxy-ca-file need --proxy-url")
+		}
+		return data, nil
+	}
+	if (p.username == "") != (p.passwordFile == "") {
+		return nil, errors.New("--proxy-username and --proxy-password-file go together")
+	}
+	if p.username != "" {
+		password, err := os.ReadFile(p.passwordFile)
+		if err != nil {
+			return nil, fmt.Errorf("--proxy-password-file: %w", err)
+		}
+		data[cluster.SecretKeyProxyUsername] = []byte(p.username)
+		data[cluster.SecretKeyProxyPassword] = bytes.TrimRight(password, "\r\n")
+	}
+	if p.caFile != "" {
+		ca, err := os.ReadFile(p.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--proxy-ca-file: %w", err)
+		}
+		data[cluster.SecretKeyProxyCA] = ca
+	}
+	return data, nil
 }
 
 func newJoinCommand() *cobra.Command {
@@ -153,7 +195,9 @@ token controller (part of kube-controller-manager) fills and which never expires
 On the hub (with --kubeconfig, loaded like kubectl does), it creates Secret NAME
 in --secret-namespace with keys token and ca.crt (the CA of the member
 kubeconfig), and UpstreamCluster NAME whose servers are --server, by default
-the server of the member kubeconfig.
+the server of the member kubeconfig. With --proxy-url the gateway reaches them
+through that forward proxy, and the Secret also holds the proxy's credential
+(--proxy-username, --proxy-password-file) and CA (--proxy-ca-file).
 
 Every object is written with server-side apply (field manager kube-gateway-join):
 running join again with the same flags changes nothing, with other flags it
@@ -181,6 +225,10 @@ prints what would be created or changed, and changes nothing.
 	fs.DurationVar(&o.tokenExpiration, "token-expiration", o.tokenExpiration, "requested lifetime of a new bound token; the member may shorten it")
 	fs.BoolVar(&o.renewToken, "renew-token", false, "request a new bound token even if the current one has more than half of its lifetime left")
 	fs.DurationVar(&o.timeout, "timeout", o.timeout, "how long to wait for the long-lived token and for the UpstreamCluster to be Ready")
+	fs.StringVar(&o.proxy.url, "proxy-url", "", "forward proxy the gateway reaches the member's servers through: http://, https:// or socks5://HOST:PORT (spec.clientConfig.proxyURL); join itself reaches the member as --member-kubeconfig says")
+	fs.StringVar(&o.proxy.username, "proxy-username", "", "user name toward the proxy (key proxy-username of the credential Secret)")
+	fs.StringVar(&o.proxy.passwordFile, "proxy-password-file", "", "file holding the password toward the proxy (key proxy-password of the credential Secret)")
+	fs.StringVar(&o.proxy.caFile, "proxy-ca-file", "", "PEM CA bundle that signed an https:// proxy's certificate, if the host's roots do not (key proxy-ca.crt of the credential Secret)")
 	return cmd
 }
 
@@ -218,22 +266,28 @@ func memberAccessFrom(cfg *rest.Config, servers []string) (*memberAccess, error)
 	return &memberAccess{servers: servers, caPEM: cfg.CAData, serverName: cfg.ServerName}, nil
 }
 
-// hubSecret is the gateway's credential toward the member.
-func hubSecret(name, namespace string, token, caPEM []byte) *corev1ac.SecretApplyConfiguration {
+// hubSecret is the gateway's credential toward the member, with the keys of
+// extra (the proxy's).
+func hubSecret(name, namespace string, token, caPEM []byte, extra map[string][]byte) *corev1ac.SecretApplyConfiguration {
+	data := map[string][]byte{cluster.SecretKeyToken: token, cluster.SecretKeyCA: caPEM}
+	maps.Copy(data, extra)
 	return corev1ac.Secret(name, namespace).
 		WithLabels(map[string]string{"app.kubernetes.io/managed-by": joinFieldManager}).
 		WithType(corev1.SecretTypeOpaque).
-		WithData(map[string][]byte{"token": token, corev1.ServiceAccountRootCAKey: caPEM})
+		WithData(data)
 }
 
 // upstreamCluster is UpstreamCluster name reaching the member's servers with
-// the credential of Secret secretNamespace/name.
-func upstreamCluster(name, secretNamespace string, access *memberAccess) *gatewayac.UpstreamClusterApplyConfiguration {
+// the credential of Secret secretNamespace/name, through proxyURL if set.
+func upstreamCluster(name, secretNamespace string, access *memberAccess, proxyURL string) *gatewayac.UpstreamClusterApplyConfiguration {
 	spec := gatewayac.UpstreamClusterSpec().
 		WithClientConfig(gatewayac.ClientConfig().
 			WithSecretRef(gatewayac.SecretReference().WithNamespace(secretNamespace).WithName(name)))
 	if access.serverName != "" {
 		spec.ClientConfig.WithServerName(access.serverName)
+	}
+	if proxyURL != "" {
+		spec.ClientConfig.WithProxyURL(proxyURL)
 	}
 	for _, s := range access.servers {
 		spec.WithServers(gatewayac.UpstreamServer().WithEndpoint(strings.TrimSuffix(s, "/")))
@@ -255,6 +309,10 @@ func (o *joinOptions) run(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	access, err := memberAccessFrom(c.memberConfig, o.servers)
+	if err != nil {
+		return err
+	}
+	proxyData, err := o.proxy.secretData()
 	if err != nil {
 		return err
 	}
@@ -309,7 +367,7 @@ func (o *joinOptions) run(ctx context.Context, out io.Writer) error {
 			return hubSecrets.Get(ctx, o.name, metav1.GetOptions{})
 		},
 		func(ctx context.Context) (runtime.Object, error) {
-			return hubSecrets.Apply(ctx, hubSecret(o.name, o.secretNamespace, token, access.caPEM), apply)
+			return hubSecrets.Apply(ctx, hubSecret(o.name, o.secretNamespace, token, access.caPEM, proxyData), apply)
 		}); err != nil {
 		return hubError(err, o.secretNamespace)
 	}
@@ -317,7 +375,7 @@ func (o *joinOptions) run(ctx context.Context, out io.Writer) error {
 	if err := r.apply(ctx, "hub", "upstreamcluster", o.name,
 		func(ctx context.Context) (runtime.Object, error) { return ucs.Get(ctx, o.name, metav1.GetOptions{}) },
 		func(ctx context.Context) (runtime.Object, error) {
-			return ucs.Apply(ctx, upstreamCluster(o.name, o.secretNamespace, access), apply)
+			return ucs.Apply(ctx, upstreamCluster(o.name, o.secretNamespace, access, o.proxy.url), apply)
 		}); err != nil {
 		return hubError(err, o.secretNamespace)
 	}

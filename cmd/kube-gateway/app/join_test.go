@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -81,7 +83,7 @@ func TestMemberAccess(t *testing.T) {
 
 func TestHubObjects(t *testing.T) {
 	access := &memberAccess{servers: []string{"https://10.0.0.1:6443", "https://10.0.0.2:6443/"}, caPEM: []byte("CA"), serverName: "member.internal"}
-	uc := typed[gatewayv1alpha1.UpstreamCluster](t, upstreamCluster("member-a", "gw", access))
+	uc := typed[gatewayv1alpha1.UpstreamCluster](t, upstreamCluster("member-a", "gw", access, ""))
 	want := gatewayv1alpha1.UpstreamClusterSpec{
 		Servers: []gatewayv1alpha1.UpstreamServer{{Endpoint: "https://10.0.0.1:6443"}, {Endpoint: "https://10.0.0.2:6443"}},
 		ClientConfig: gatewayv1alpha1.ClientConfig{
@@ -92,9 +94,48 @@ func TestHubObjects(t *testing.T) {
 	if uc.Name != "member-a" || !reflect.DeepEqual(uc.Spec, want) {
 		t.Fatalf("upstreamcluster %s %+v, want member-a %+v", uc.Name, uc.Spec, want)
 	}
-	s := typed[corev1.Secret](t, hubSecret("member-a", "gw", []byte("TOKEN"), []byte("CA")))
+	s := typed[corev1.Secret](t, hubSecret("member-a", "gw", []byte("TOKEN"), []byte("CA"), nil))
 	if s.Namespace != "gw" || s.Name != "member-a" || string(s.Data["token"]) != "TOKEN" || string(s.Data["ca.crt"]) != "CA" || len(s.Data) != 2 {
 		t.Fatalf("secret %s/%s %v", s.Namespace, s.Name, s.Data)
+	}
+
+	// Through an egress proxy: its URL in the spec, its credential and CA in
+	// the Secret, read from files (a trailing newline is not the password's).
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	proxy := egressProxy{url: "https://proxy.internal:3128", username: "gw", passwordFile: write("password", "s3cret\n"), caFile: write("ca.pem", "PROXY CA")}
+	data, err := proxy.secretData()
+	if err != nil {
+		t.Fatal(err)
+	}
+	uc = typed[gatewayv1alpha1.UpstreamCluster](t, upstreamCluster("member-a", "gw", access, proxy.url))
+	if uc.Spec.ClientConfig.ProxyURL != proxy.url {
+		t.Fatalf("proxyURL %q, want %q", uc.Spec.ClientConfig.ProxyURL, proxy.url)
+	}
+	s = typed[corev1.Secret](t, hubSecret("member-a", "gw", []byte("TOKEN"), []byte("CA"), data))
+	wantData := map[string]string{"token": "TOKEN", "ca.crt": "CA", "proxy-username": "gw", "proxy-password": "s3cret", "proxy-ca.crt": "PROXY CA"}
+	got := map[string]string{}
+	for k, v := range s.Data {
+		got[k] = string(v)
+	}
+	if !reflect.DeepEqual(got, wantData) {
+		t.Fatalf("secret data %v, want %v", got, wantData)
+	}
+	for _, bad := range []egressProxy{
+		{username: "gw", passwordFile: proxy.passwordFile}, // no URL
+		{url: proxy.url, username: "gw"},                   // no password
+		{url: proxy.url, passwordFile: proxy.passwordFile}, // no user
+		{url: proxy.url, caFile: filepath.Join(dir, "missing")},
+	} {
+		if _, err := bad.secretData(); err == nil {
+			t.Errorf("%+v: accepted, want an error", bad)
+		}
 	}
 }
 

@@ -51,6 +51,8 @@ type ExtraConfig struct {
 	AuthorizeProxySubpath bool
 	// MemberResponseHeaderTimeout: see Options.
 	MemberResponseHeaderTimeout time.Duration
+	// ProbeWithNewConnections: see Options.
+	ProbeWithNewConnections bool
 	// Tracing is on: spans for proxied requests too.
 	Tracing bool
 	// Entry restricts the gateway's API to requests through the hub's front
@@ -124,6 +126,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	controller.ClusterOptions.ProbeOwnConnections = c.extra.ProbeWithNewConnections
 	if err := legacyregistry.Registerer().Register(metrics.NewServerHealthCollector(controller.EachServer)); err != nil {
 		return nil, err
 	}
@@ -133,7 +136,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	liveReplicas := func() int { return 1 }
 	if c.extra.SplitLimitsAcrossReplicas {
 		share := flowcontrol.NewShare(clock.RealClock{})
-		controller.FlowShare = share
+		controller.ClusterOptions.FlowShare = share
 		members = replicas.New(replicas.Config{Client: c.hub, Namespace: c.extra.SecretNamespace, Group: c.extra.StatusLeaseName,
 			Identity: identity, OnChange: share.SetReplicas})
 		liveReplicas = members.Live

@@ -39,7 +39,7 @@ func Compile(tb testing.TB, name, token string, caPEM []byte, mutate func(*gatew
 	c, err := cluster.Compile(uc, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: SecretNamespace, Name: name},
 		Data:       map[string][]byte{"token": []byte(token)},
-	}, nil, nil, nil)
+	}, nil, nil, cluster.Options{})
 	if err != nil {
 		tb.Fatalf("Compile: %v", err)
 	}

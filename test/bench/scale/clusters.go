@@ -61,11 +61,15 @@ type clusterResult struct {
 
 // idle is a steady-state window.
 type idle struct {
-	For          time.Duration
-	GatewayCPU   float64 // seconds of CPU per second
-	Probes       float64 // /readyz requests per second seen by member-a's replicas
-	StatusWrites int     // MODIFIED events of the K UpstreamClusters (0 in the baseline)
-	Err          string
+	For        time.Duration
+	GatewayCPU float64 // seconds of CPU per second
+	MemberACPU float64 // both member-a replicas together, seconds of CPU per second
+	// CPUFile is the gateway's CPU profile of the window, CPUTop pprof's top
+	// functions in it (only when asked for).
+	CPUFile, CPUTop string
+	Probes          float64 // /readyz requests per second seen by member-a's replicas
+	StatusWrites    int     // MODIFIED events of the K UpstreamClusters (0 in the baseline)
+	Err             string
 }
 
 // listStat is the LIST and WATCH of one kind through the hub.
@@ -99,7 +103,7 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 	res.Baseline = s.take(ctx, "2 clusters", true)
 	baseIdle := max(o.ClusterIdle/3, 5*time.Second)
 	logf("clusters: baseline: %s idle with the harness's 2 clusters", baseIdle)
-	res.BaselineIdle = s.idle(ctx, baseIdle, nil)
+	res.BaselineIdle = s.idle(ctx, baseIdle, nil, "")
 	res.BaselineGets = s.gateway.Load(ctx, getTarget, 1, o.Gets, 0)
 	logf("clusters: baseline: RSS %s, %.0f goroutines, CPU %.1f ms/s, %.1f probes/s, c=1 GET p50 %s",
 		measure.MB(float64(res.Baseline.RSSKB)), res.Baseline.Goroutines, 1e3*res.BaselineIdle.GatewayCPU, res.BaselineIdle.Probes, measure.Dur(res.BaselineGets.Pct(50)))
@@ -180,7 +184,7 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 		res.HeapFile = ""
 	}
 	logf("clusters: steady state: %s idle", o.ClusterIdle)
-	res.AfterIdle = s.idle(ctx, o.ClusterIdle, ucs)
+	res.AfterIdle = s.idle(ctx, o.ClusterIdle, ucs, filepath.Join(o.OutDir, "kube-gateway-cpu-clusters.pprof"))
 	if err := s.gateway.Load(ctx, getTarget, 1, 50, 0).FirstErr; err != nil {
 		logf("clusters: warm-up GET: %v", err)
 	}
@@ -280,11 +284,17 @@ func countReady(items []unstructured.Unstructured) (compiled, ready int) {
 	return compiled, ready
 }
 
-// idle measures a steady-state window of d: the gateway's CPU, the /readyz
-// requests member-a's replicas served and, with ucs, the status writes of the
-// bench's UpstreamClusters (MODIFIED events of a watch from the window's start).
-func (s *scene) idle(ctx context.Context, d time.Duration, ucs dynamic.NamespaceableResourceInterface) idle {
+// idle measures a steady-state window of d: the gateway's and member-a's
+// CPU, the /readyz requests member-a's replicas served and, with ucs, the
+// status writes of the bench's UpstreamClusters (MODIFIED events of a watch
+// from the window's start); with cpuFile, the gateway's CPU profile of the
+// window.
+func (s *scene) idle(ctx context.Context, d time.Duration, ucs dynamic.NamespaceableResourceInterface, cpuFile string) idle {
 	var out idle
+	profiled := make(chan error, 1)
+	if cpuFile != "" {
+		go func() { profiled <- s.cpuProfile(ctx, d, cpuFile) }()
+	}
 	var w watch.Interface
 	if ucs != nil {
 		sel := scaleLabel + "=true"
@@ -298,6 +308,7 @@ func (s *scene) idle(ctx context.Context, d time.Duration, ucs dynamic.Namespace
 	}
 	probesBefore, perr := s.memberAProbes(ctx)
 	cpuBefore, _ := measure.CPUTicks(s.gatewayPID)
+	memberBefore := s.memberACPUTicks()
 	hz, _ := measure.ClockTicks()
 	start := time.Now()
 	timer := time.NewTimer(d)
@@ -328,6 +339,15 @@ loop:
 	out.For = time.Since(start)
 	cpuAfter, _ := measure.CPUTicks(s.gatewayPID)
 	out.GatewayCPU = float64(cpuAfter-cpuBefore) / hz / out.For.Seconds()
+	out.MemberACPU = float64(s.memberACPUTicks()-memberBefore) / hz / out.For.Seconds()
+	if cpuFile != "" {
+		if err := <-profiled; err != nil {
+			logf("clusters: CPU profile: %v", err)
+		} else {
+			bin, _ := harness.GatewayBinary(s.env.BinDir)
+			out.CPUFile, out.CPUTop = cpuFile, measure.Pprof(ctx, bin, cpuFile, "-top", "-nodecount=15")
+		}
+	}
 	probesAfter, perr2 := s.memberAProbes(ctx)
 	if perr == nil && perr2 == nil {
 		out.Probes = (probesAfter - probesBefore) / out.For.Seconds()

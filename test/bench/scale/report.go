@@ -202,11 +202,15 @@ func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
 	p("| TCP gateway → member-a (per replica) | %s | %s | %s |\n", ints(b.ToMemberA), ints(a.ToMemberA), per(float64(sum(b.ToMemberA)), float64(sum(a.ToMemberA)), k, func(x float64) string { return fmt.Sprintf("%.2f", x) }))
 	p("| health probes member-a serves | %.1f /s | %.1f /s | %s |\n", c.BaselineIdle.Probes, c.AfterIdle.Probes, per(c.BaselineIdle.Probes, c.AfterIdle.Probes, k, func(x float64) string { return fmt.Sprintf("%.3f /s", x) }))
 	p("| gateway CPU, idle | %.1f ms/s | %.1f ms/s | %s |\n", 1e3*c.BaselineIdle.GatewayCPU, 1e3*c.AfterIdle.GatewayCPU, per(1e6*c.BaselineIdle.GatewayCPU, 1e6*c.AfterIdle.GatewayCPU, k, func(x float64) string { return fmt.Sprintf("%.1f µs/s", x) }))
+	p("| member-a CPU (both replicas), idle | %.1f ms/s | %.1f ms/s | %s |\n", 1e3*c.BaselineIdle.MemberACPU, 1e3*c.AfterIdle.MemberACPU, per(1e6*c.BaselineIdle.MemberACPU, 1e6*c.AfterIdle.MemberACPU, k, func(x float64) string { return fmt.Sprintf("%.1f µs/s", x) }))
 	p("| status writes, idle | – | %d in %s (%.2f /s) | |\n", c.AfterIdle.StatusWrites, c.AfterIdle.For.Round(time.Second), float64(c.AfterIdle.StatusWrites)/c.AfterIdle.For.Seconds())
 	p("| proxy GET p50, c=1, gateway alone | %s | %s | ×%.2f |\n", measure.Dur(c.BaselineGets.Pct(50)), measure.Dur(c.Gets.Pct(50)), ratio(c.Gets.Pct(50), c.BaselineGets.Pct(50)))
 	p("| proxy GET p99, c=1, gateway alone | %s | %s | ×%.2f |\n\n", measure.Dur(c.BaselineGets.Pct(99)), measure.Dur(c.Gets.Pct(99)), ratio(c.Gets.Pct(99), c.BaselineGets.Pct(99)))
 	if c.HeapFile != "" {
 		p("The gateway's heap in use with the %d clusters registered, by allocation site (`%s`; `go tool pprof -sample_index=inuse_space -top`):\n\n```\n%s```\n\n", k+2, c.HeapFile, measure.TrimPprof(c.HeapTop))
+	}
+	if c.AfterIdle.CPUFile != "" {
+		p("The gateway's CPU in the steady state with the %d clusters registered (`%s`; `go tool pprof -top`):\n\n```\n%s```\n\n", k+2, c.AfterIdle.CPUFile, measure.TrimPprof(c.AfterIdle.CPUTop))
 	}
 	p("Expected health probes at the default interval (5 s): 2 servers × %d clusters / 5 s = %.0f /s more. ", k, float64(2*k)/5)
 	p("Burst: %d applied in %s (%.0f/s", k, c.ApplyTook.Round(10*time.Millisecond), float64(k)/c.ApplyTook.Seconds())

@@ -152,27 +152,52 @@ func (s *scene) gcOnce(ctx context.Context) error {
 // heapProfile saves the gateway's heap profile (what is in use as of its last
 // collection) to file and returns pprof's top sites by bytes in use.
 func (s *scene) heapProfile(ctx context.Context, file string) (string, error) {
-	req, err := s.gatewayRoot.NewRequest(ctx, "/debug/pprof/heap")
-	if err != nil {
-		return "", err
-	}
-	resp, err := s.gatewayRoot.Client.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET /debug/pprof/heap: %s", resp.Status)
-	}
-	if err := os.WriteFile(file, data, 0o644); err != nil {
+	if err := s.saveProfile(ctx, "/debug/pprof/heap", file); err != nil {
 		return "", err
 	}
 	bin, _ := harness.GatewayBinary(s.env.BinDir)
 	return measure.Pprof(ctx, bin, file, "-sample_index=inuse_space", "-top", "-nodecount=12"), nil
+}
+
+// cpuProfile saves the gateway's CPU profile of the next d (less a second, so
+// that it ends within a window of d) to file.
+func (s *scene) cpuProfile(ctx context.Context, d time.Duration, file string) error {
+	secs := int((d - time.Second).Seconds())
+	if secs < 1 {
+		secs = 1
+	}
+	return s.saveProfile(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), file)
+}
+
+// saveProfile saves what the gateway's path answers to file.
+func (s *scene) saveProfile(ctx context.Context, path, file string) error {
+	req, err := s.gatewayRoot.NewRequest(ctx, path)
+	if err != nil {
+		return err
+	}
+	resp, err := s.gatewayRoot.Client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return os.WriteFile(file, data, 0o644)
+}
+
+// memberACPUTicks adds up the CPU ticks of member-a's replicas.
+func (s *scene) memberACPUTicks() int64 {
+	var n int64
+	for _, srv := range s.env.Members[harness.MemberA].Servers {
+		t, _ := measure.CPUTicks(srv.Process.PID())
+		n += t
+	}
+	return n
 }
 
 // take reads a snapshot; gc forces a collection first (the series does not).

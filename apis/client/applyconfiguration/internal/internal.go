@@ -51,6 +51,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: konnectivity
       type:
         namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.KonnectivityConfig
+    - name: proxyURL
+      type:
+        scalar: string
     - name: secretRef
       type:
         namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.SecretReference

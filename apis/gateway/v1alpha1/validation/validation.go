@@ -156,8 +156,21 @@ func validateClientConfig(cc *gatewayv1alpha1.ClientConfig, opts Options, fldPat
 	if cc.Insecure && (len(cc.CAData) > 0 || cc.ServerName != "") {
 		allErrs = append(allErrs, field.Invalid(fldPath.Child("insecure"), cc.Insecure, "must not be set together with caData or serverName: verification is either on or off"))
 	}
+	if cc.ProxyURL != "" {
+		if err := ValidateProxyURL(cc.ProxyURL); err != nil {
+			shown := cc.ProxyURL
+			if u, perr := url.Parse(cc.ProxyURL); perr == nil && u.User != nil {
+				shown = u.Redacted() // never echo a password back
+			}
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("proxyURL"), shown, err.Error()))
+		}
+	}
 	if cc.Konnectivity != nil {
 		allErrs = append(allErrs, validateKonnectivity(cc.Konnectivity, opts, fldPath.Child("konnectivity"))...)
+		if cc.ProxyURL != "" {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("konnectivity"), "<konnectivity>",
+				"must not be set together with proxyURL: connections go either through an egress proxy or through a konnectivity tunnel"))
+		}
 	}
 	return allErrs
 }
@@ -203,6 +216,38 @@ func validateKonnectivity(k *gatewayv1alpha1.KonnectivityConfig, opts Options, f
 	allErrs = append(allErrs, validateSecretRef(k.SecretRef, "the Secret with tls.crt, tls.key and ca.crt for mutual TLS with the konnectivity server", opts, fldPath.Child("secretRef"))...)
 	allErrs = append(allErrs, validateServerName(k.ServerName, fldPath.Child("serverName"))...)
 	return allErrs
+}
+
+// ValidateProxyURL checks that proxyURL is an http, https or socks5 URL naming
+// only a host and an optional port. Credentials belong in the Secret, never in
+// the object, which every reader of UpstreamClusters sees.
+func ValidateProxyURL(proxyURL string) error {
+	const example = "such as http://proxy.example.com:3128 or socks5://192.0.2.20:1080"
+	u, err := url.Parse(proxyURL)
+	switch {
+	case err != nil && !strings.Contains(proxyURL, "://") || err == nil && u.Scheme == "":
+		return fmt.Errorf("must be an http, https or socks5 URL %s: the scheme is missing", example)
+	case err != nil:
+		return fmt.Errorf("must be an http, https or socks5 URL %s: %v", example, err)
+	case u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "socks5":
+		return fmt.Errorf("has scheme %q: must be http, https or socks5, %s", u.Scheme, example)
+	case u.User != nil:
+		return fmt.Errorf("must not contain user info: put the proxy's credentials in keys proxy-username and proxy-password of the Secret of spec.clientConfig.secretRef")
+	case u.Host == "" || u.Hostname() == "":
+		return fmt.Errorf("must name a host")
+	case u.Path != "" || u.RawPath != "" || u.Opaque != "":
+		return fmt.Errorf("must not have a path")
+	case u.RawQuery != "" || u.ForceQuery:
+		return fmt.Errorf("must not have a query")
+	case u.Fragment != "":
+		return fmt.Errorf("must not have a fragment")
+	}
+	if port := u.Port(); port != "" {
+		if _, err := net.LookupPort("tcp", port); err != nil || strings.HasPrefix(port, "0") {
+			return fmt.Errorf("has an invalid port %q", port)
+		}
+	}
+	return nil
 }
 
 func validateHealthCheck(hc *gatewayv1alpha1.HealthCheck, fldPath *field.Path) field.ErrorList {

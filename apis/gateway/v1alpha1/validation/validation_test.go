@@ -410,6 +410,83 @@ func TestValidateUpstreamCluster(t *testing.T) {
 			want: []fieldErr{{field.ErrorTypeInvalid, "spec.clientConfig.insecure"}},
 		},
 
+		// clientConfig proxyURL
+		{
+			name: "proxyURL http",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				uc.Spec.ClientConfig.ProxyURL = "http://proxy.example.com:3128"
+			},
+		},
+		{
+			name:   "proxyURL https without port",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) { uc.Spec.ClientConfig.ProxyURL = "https://proxy.example.com" },
+		},
+		{
+			name:   "proxyURL socks5 IP",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) { uc.Spec.ClientConfig.ProxyURL = "socks5://192.0.2.20:1080" },
+		},
+		{
+			name: "proxyURL IPv6",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				uc.Spec.ClientConfig.ProxyURL = "http://[2001:db8::20]:3128"
+			},
+		},
+		{
+			name:   "proxyURL without scheme",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) { uc.Spec.ClientConfig.ProxyURL = "proxy.example.com:3128" },
+			want:   []fieldErr{{field.ErrorTypeInvalid, "spec.clientConfig.proxyURL"}},
+		},
+		{
+			name:   "proxyURL scheme socks4",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) { uc.Spec.ClientConfig.ProxyURL = "socks4://192.0.2.20:1080" },
+			want:   []fieldErr{{field.ErrorTypeInvalid, "spec.clientConfig.proxyURL"}},
+		},
+		{
+			name:   "proxyURL scheme https-less ftp",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) { uc.Spec.ClientConfig.ProxyURL = "ftp://192.0.2.20" },
+			want:   []fieldErr{{field.ErrorTypeInvalid, "spec.clientConfig.proxyURL"}},
+		},
+		{
+			name: "proxyURL with user info",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				uc.Spec.ClientConfig.ProxyURL = "http://user:secret@proxy.example.com:3128"
+			},
+			want: []fieldErr{{field.ErrorTypeInvalid, "spec.clientConfig.proxyURL"}},
+		},
+		{
+			name:   "proxyURL without host",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) { uc.Spec.ClientConfig.ProxyURL = "http://:3128" },
+			want:   []fieldErr{{field.ErrorTypeInvalid, "spec.clientConfig.proxyURL"}},
+		},
+		{
+			name: "proxyURL with path",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				uc.Spec.ClientConfig.ProxyURL = "http://proxy.example.com:3128/x"
+			},
+			want: []fieldErr{{field.ErrorTypeInvalid, "spec.clientConfig.proxyURL"}},
+		},
+		{
+			name: "proxyURL with query",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				uc.Spec.ClientConfig.ProxyURL = "http://proxy.example.com:3128?a=b"
+			},
+			want: []fieldErr{{field.ErrorTypeInvalid, "spec.clientConfig.proxyURL"}},
+		},
+		{
+			name: "proxyURL with fragment",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				uc.Spec.ClientConfig.ProxyURL = "http://proxy.example.com:3128#f"
+			},
+			want: []fieldErr{{field.ErrorTypeInvalid, "spec.clientConfig.proxyURL"}},
+		},
+		{
+			name: "proxyURL bad port",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				uc.Spec.ClientConfig.ProxyURL = "http://proxy.example.com:99999"
+			},
+			want: []fieldErr{{field.ErrorTypeInvalid, "spec.clientConfig.proxyURL"}},
+		},
+
 		// healthCheck
 		{
 			name:   "healthCheck path empty",

@@ -38,11 +38,18 @@ type ClientConfigApplyConfiguration struct {
 	// Insecure skips verification of the servers' certificates. Never use it outside
 	// tests: anyone on the path can read the gateway's credential.
 	Insecure *bool `json:"insecure,omitempty"`
+	// ProxyURL is a forward proxy every connection to the servers goes through:
+	// http://host:port or https://host:port (HTTP CONNECT tunnel), or
+	// socks5://host:port. No path, query, fragment or user info: proxy
+	// credentials, if any, are keys `proxy-username` and `proxy-password` of the
+	// Secret of secretRef (`proxy-ca.crt` adds CAs trusted for an https proxy).
+	// The member's TLS runs inside the tunnel. Empty: the servers are dialed directly.
+	ProxyURL *string `json:"proxyURL,omitempty"`
 	// Konnectivity reaches the servers through a konnectivity server (the
 	// apiserver-network-proxy) that an agent in the member dials out to, for
-	// members the gateway cannot dial. Every connection to the servers, health
-	// probes and upgrades included, is opened through it; endpoints may then name
-	// hosts only the agent resolves.
+	// members the gateway cannot dial; not with proxyURL. Every connection to
+	// the servers, health probes and upgrades included, is opened through it;
+	// endpoints may then name hosts only the agent resolves.
 	Konnectivity *KonnectivityConfigApplyConfiguration `json:"konnectivity,omitempty"`
 }
 
@@ -83,6 +90,14 @@ func (b *ClientConfigApplyConfiguration) WithServerName(value string) *ClientCon
 // If called multiple times, the Insecure field is set to the value of the last call.
 func (b *ClientConfigApplyConfiguration) WithInsecure(value bool) *ClientConfigApplyConfiguration {
 	b.Insecure = &value
+	return b
+}
+
+// WithProxyURL sets the ProxyURL field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ProxyURL field is set to the value of the last call.
+func (b *ClientConfigApplyConfiguration) WithProxyURL(value string) *ClientConfigApplyConfiguration {
+	b.ProxyURL = &value
 	return b
 }
 
