@@ -71,7 +71,7 @@ func TestKonnectivityTunnelKeptAcrossRecompiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	same, err := cluster.CompileTunneled(tunnelled(), cred, ts, first, nil, nil)
+	same, err := cluster.CompileTunneled(tunnelled(), cred, ts, first, nil, cluster.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestKonnectivityTunnelKeptAcrossRecompiles(t *testing.T) {
 	first.Release(same)
 	moved := tunnelled()
 	moved.Spec.ClientConfig.Konnectivity.Address = "127.0.0.1:8091"
-	other, err := cluster.CompileTunneled(moved, cred, ts, same, nil, nil)
+	other, err := cluster.CompileTunneled(moved, cred, ts, same, nil, cluster.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -326,6 +326,17 @@ func TestValidateUpstreamCluster(t *testing.T) {
 			},
 		},
 		{
+			name: "konnectivity and proxyURL exclude each other",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				uc.Spec.ClientConfig.ProxyURL = "http://proxy.example.com:3128"
+				uc.Spec.ClientConfig.Konnectivity = &gatewayv1alpha1.KonnectivityConfig{
+					Address:   "konnectivity:8090",
+					SecretRef: gatewayv1alpha1.SecretReference{Namespace: uc.Spec.ClientConfig.SecretRef.Namespace, Name: "k"},
+				}
+			},
+			want: []fieldErr{{field.ErrorTypeInvalid, "spec.clientConfig.konnectivity"}},
+		},
+		{
 			name: "konnectivity address required, port checked",
 			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
 				uc.Spec.ClientConfig.Konnectivity = &gatewayv1alpha1.KonnectivityConfig{
