@@ -131,7 +131,9 @@ func TestKonnectivityTunnel(t *testing.T) {
 		}
 		return nil
 	})
-	waitUnhealthyStatus(t, tunnelCluster, endpoint, "konnectivity server "+k.ServerAddress)
+	if reason := waitUnhealthyStatus(t, tunnelCluster, endpoint, "konnectivity server "+k.ServerAddress); reason != "TunnelFailed" {
+		t.Errorf("status reason %s, want TunnelFailed", reason)
+	}
 	_, err = alice.CoreV1().ConfigMaps(tunnelNamespace).Get(ctx, cm.Name, metav1.GetOptions{})
 	if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "konnectivity server "+k.ServerAddress) {
 		t.Fatalf("GET with the agent gone: %v, want a 503 naming the konnectivity server", err)
