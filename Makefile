@@ -25,7 +25,7 @@ all: build
 build:
 	go build -o $(BIN)/kube-gateway ./cmd/kube-gateway
 
-## tools: pinned kube-apiserver, kube-controller-manager, kubectl, etcd and helm into _output/bin (reused when present)
+## tools: pinned kube-apiserver, kube-controller-manager, kubectl, etcd, helm and the konnectivity proxy-server and proxy-agent into _output/bin (reused when present)
 tools:
 	hack/build-tools.sh
 

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Builds the pinned kube-apiserver, kube-controller-manager, kubectl and etcd of
 # hack/tools/go.mod, and helm of hack/tools/helm/go.mod, into _output/bin through the
-# Go module proxy. Each group is reused while its pins (and this script) are unchanged.
+# Go module proxy, and the konnectivity proxy-server and proxy-agent of
+# hack/tools/konnectivity/go.mod. Each group is reused while its pins (and this script) are unchanged.
 set -o errexit -o nounset -o pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="${ROOT}/_output/bin"
 STAMP="${BIN}/.tools-$(cat "${BASH_SOURCE[0]}" "${ROOT}/hack/tools/go.mod" "${ROOT}/hack/tools/go.sum" "${ROOT}/hack/tools/etcd/main.go" | sha256sum | cut -c1-16)"
 HELM_STAMP="${BIN}/.helm-$(cat "${BASH_SOURCE[0]}" "${ROOT}/hack/tools/helm/go.mod" "${ROOT}/hack/tools/helm/go.sum" | sha256sum | cut -c1-16)"
+KONN_STAMP="${BIN}/.konnectivity-$(cat "${BASH_SOURCE[0]}" "${ROOT}/hack/tools/konnectivity/go.mod" "${ROOT}/hack/tools/konnectivity/go.sum" | sha256sum | cut -c1-16)"
 mkdir -p "${BIN}"
 
 if [[ ! -f "${STAMP}" || ! -x "${BIN}/kube-apiserver" || ! -x "${BIN}/kube-controller-manager" || ! -x "${BIN}/kubectl" || ! -x "${BIN}/etcd" ]]; then
@@ -40,4 +42,17 @@ if [[ ! -f "${HELM_STAMP}" || ! -x "${BIN}/helm" ]]; then
         -o "${BIN}/" helm.sh/helm/v4/cmd/helm
     touch "${HELM_STAMP}"
     echo "helm built in $(( $(date +%s) - start ))s"
+fi
+
+if [[ ! -f "${KONN_STAMP}" || ! -x "${BIN}/proxy-server" || ! -x "${BIN}/proxy-agent" ]]; then
+    rm -f "${BIN}"/.konnectivity-*
+    echo "building konnectivity proxy-server and proxy-agent (pinned in hack/tools/konnectivity/go.mod; about a minute on a cold cache)"
+    cd "${ROOT}/hack/tools/konnectivity"
+    start=$(date +%s)
+    # The upstream module replaces its konnectivity-client with its in-tree copy, so
+    # `go install pkg@version` refuses it; this module pins the same client release.
+    go build -o "${BIN}/proxy-server" sigs.k8s.io/apiserver-network-proxy/cmd/server
+    go build -o "${BIN}/proxy-agent" sigs.k8s.io/apiserver-network-proxy/cmd/agent
+    touch "${KONN_STAMP}"
+    echo "konnectivity built in $(( $(date +%s) - start ))s"
 fi

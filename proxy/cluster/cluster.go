@@ -18,6 +18,7 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/flowcontrol"
 	"github.com/kubewharf/kube-gateway/proxy/health"
 	"github.com/kubewharf/kube-gateway/proxy/impersonate"
+	"github.com/kubewharf/kube-gateway/proxy/konnectivity"
 	"github.com/kubewharf/kube-gateway/proxy/request"
 	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
@@ -86,6 +87,10 @@ type Cluster struct {
 	// transports were built from: while it stays the same, a server that stays
 	// in spec.servers keeps its transports, connections and health.
 	transportConfig transport.Config
+	// tunnel dials the servers through spec.clientConfig.konnectivity (nil: direct),
+	// built from tunnelConfig; shared by the transports of every server.
+	tunnel       *konnectivity.Dialer
+	tunnelConfig konnectivity.Config
 
 	// Health checks the endpoints; Run it for the life of the cluster.
 	Health *health.Checker
@@ -181,7 +186,13 @@ type Options struct {
 // secret is nil when the referenced Secret does not exist. Errors are
 // *ConfigError (see ConfigErrorReason).
 func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *Cluster, onTransition func(*Cluster, health.ServerHealth), opts Options) (*Cluster, error) {
-	c, err := compile(uc, secret, prev, onTransition, opts)
+	return CompileTunneled(uc, secret, nil, prev, onTransition, opts)
+}
+
+// CompileTunneled is Compile with tunnelSecret, the Secret of
+// spec.clientConfig.konnectivity (nil when it does not exist or is not named).
+func CompileTunneled(uc *gatewayv1alpha1.UpstreamCluster, secret, tunnelSecret *corev1.Secret, prev *Cluster, onTransition func(*Cluster, health.ServerHealth), opts Options) (*Cluster, error) {
+	c, err := compile(uc, secret, tunnelSecret, prev, onTransition, opts)
 	if err != nil {
 		var ce *ConfigError
 		if !errors.As(err, &ce) {
@@ -192,7 +203,7 @@ func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *C
 	return c, nil
 }
 
-func compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *Cluster, onTransition func(*Cluster, health.ServerHealth), opts Options) (*Cluster, error) {
+func compile(uc *gatewayv1alpha1.UpstreamCluster, secret, tunnelSecret *corev1.Secret, prev *Cluster, onTransition func(*Cluster, health.ServerHealth), opts Options) (_ *Cluster, retErr error) {
 	if secret == nil {
 		ref := uc.Spec.ClientConfig.SecretRef
 		return nil, configError(ReasonSecretNotFound, "its credential Secret %s/%s was not found on the hub", ref.Namespace, ref.Name)
@@ -206,6 +217,24 @@ func compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, prev *C
 	cfg.ProbeOwnConnections = opts.ProbeOwnConnections
 	c.transportConfig = cfg
 	sameConnections := prev != nil && prev.transportConfig.Equal(cfg)
+	if k := uc.Spec.ClientConfig.Konnectivity; k != nil {
+		if c.tunnelConfig, err = tunnelConfig(k, tunnelSecret); err != nil {
+			return nil, err
+		}
+		if sameConnections && prev.tunnel != nil && prev.tunnelConfig.Equal(c.tunnelConfig) {
+			c.tunnel = prev.tunnel
+		} else if c.tunnel, err = konnectivity.New(c.tunnelConfig); err != nil {
+			return nil, configError(ReasonInvalidSecret, "konnectivity Secret %s/%s: %v", tunnelSecret.Namespace, tunnelSecret.Name, err)
+		} else {
+			defer func() {
+				if retErr != nil { // a tunnel no cluster will use
+					c.tunnel.Retire()
+				}
+			}()
+		}
+		cfg.Dial = c.tunnel.DialContext
+	}
+	sameConnections = sameConnections && (prev.tunnel == c.tunnel)
 
 	byEndpoint := map[string]*balance.Endpoint{}
 	for _, s := range uc.Spec.Servers {
@@ -349,6 +378,9 @@ func (c *Cluster) Release(next *Cluster) {
 		if next == nil || next.transports[e] != t {
 			t.CloseIdleConnections()
 		}
+	}
+	if c.tunnel != nil && (next == nil || next.tunnel != c.tunnel) {
+		c.tunnel.Retire()
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1/validation"
+	"github.com/kubewharf/kube-gateway/proxy/konnectivity"
 	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
 
@@ -84,6 +85,32 @@ func transportConfig(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret)
 	default:
 		return cfg, configError(ReasonInvalidSecret, "credential Secret %s/%s has no credential: set %q, or %q and %q",
 			secret.Namespace, secret.Name, SecretKeyToken, SecretKeyTLSCert, SecretKeyTLSKey)
+	}
+	return cfg, nil
+}
+
+// tunnelConfig reads the gateway's client certificate toward the konnectivity
+// server of spec.clientConfig.konnectivity from its Secret.
+func tunnelConfig(k *gatewayv1alpha1.KonnectivityConfig, secret *corev1.Secret) (konnectivity.Config, error) {
+	cfg := konnectivity.Config{Address: k.Address, ServerName: k.ServerName}
+	if secret == nil {
+		return cfg, configError(ReasonSecretNotFound, "its konnectivity Secret %s/%s (spec.clientConfig.konnectivity.secretRef) was not found on the hub",
+			k.SecretRef.Namespace, k.SecretRef.Name)
+	}
+	for _, key := range []string{SecretKeyTLSCert, SecretKeyTLSKey, SecretKeyCA} {
+		if len(secret.Data[key]) == 0 {
+			return cfg, configError(ReasonInvalidSecret, "konnectivity Secret %s/%s has no %q: it needs %q and %q (the gateway's client certificate toward the konnectivity server) and %q (the CA of the konnectivity server's certificate)",
+				secret.Namespace, secret.Name, key, SecretKeyTLSCert, SecretKeyTLSKey, SecretKeyCA)
+		}
+	}
+	cfg.CertData, cfg.KeyData, cfg.CAData = secret.Data[SecretKeyTLSCert], secret.Data[SecretKeyTLSKey], secret.Data[SecretKeyCA]
+	if _, err := tls.X509KeyPair(cfg.CertData, cfg.KeyData); err != nil {
+		return cfg, configError(ReasonInvalidSecret, "konnectivity Secret %s/%s: %q and %q are not a usable certificate and key: %v",
+			secret.Namespace, secret.Name, SecretKeyTLSCert, SecretKeyTLSKey, err)
+	}
+	if _, err := cert.ParseCertsPEM(cfg.CAData); err != nil {
+		return cfg, configError(ReasonInvalidCAData, "%q of konnectivity Secret %s/%s is not a PEM bundle of certificates: %v",
+			SecretKeyCA, secret.Namespace, secret.Name, err)
 	}
 	return cfg, nil
 }

@@ -78,8 +78,12 @@ func NewController(clusterSource cache.ListerWatcher, secrets cache.SharedIndexI
 		hooks: hooks,
 		clusters: cache.NewSharedIndexInformer(clusterSource, &gatewayv1alpha1.UpstreamCluster{}, 0, cache.Indexers{
 			secretIndex: func(obj interface{}) ([]string, error) {
-				ref := obj.(*gatewayv1alpha1.UpstreamCluster).Spec.ClientConfig.SecretRef
-				return []string{ref.Namespace + "/" + ref.Name}, nil
+				cc := obj.(*gatewayv1alpha1.UpstreamCluster).Spec.ClientConfig
+				keys := []string{cc.SecretRef.Namespace + "/" + cc.SecretRef.Name}
+				if k := cc.Konnectivity; k != nil {
+					keys = append(keys, k.SecretRef.Namespace+"/"+k.SecretRef.Name)
+				}
+				return keys, nil
 			},
 		}),
 		secrets: secrets,
@@ -213,6 +217,15 @@ func (c *Controller) sync(ctx context.Context, name string) {
 		secret = sobj.(*corev1.Secret)
 		secretVersion = string(secret.UID) + "/" + secret.ResourceVersion
 	}
+	var tunnelSecret *corev1.Secret
+	if k := uc.Spec.ClientConfig.Konnectivity; k != nil {
+		tunnelVersion := "absent"
+		if sobj, ok, _ := c.secrets.GetIndexer().GetByKey(k.SecretRef.Namespace + "/" + k.SecretRef.Name); ok {
+			tunnelSecret = sobj.(*corev1.Secret)
+			tunnelVersion = string(tunnelSecret.UID) + "/" + tunnelSecret.ResourceVersion
+		}
+		secretVersion += "/konnectivity/" + tunnelVersion
+	}
 	version := fmt.Sprintf("%s/%d/%s", uc.UID, uc.Generation, secretVersion)
 	if old != nil && old.version == version {
 		return
@@ -229,7 +242,7 @@ func (c *Controller) sync(ctx context.Context, name string) {
 			c.hooks.Observed(name, generation, cl.Servers())
 		}
 	}
-	if next.cluster, err = cluster.Compile(uc, secret, prev, observe, c.ClusterOptions); err != nil {
+	if next.cluster, err = cluster.CompileTunneled(uc, secret, tunnelSecret, prev, observe, c.ClusterOptions); err != nil {
 		next.err = err
 	}
 	healthCtx := ctx

@@ -28,6 +28,7 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/balance"
+	"github.com/kubewharf/kube-gateway/proxy/konnectivity"
 	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
 
@@ -53,6 +54,12 @@ const (
 	// reached, refused the gateway's proxy credentials, or did not open the
 	// tunnel. The message names the proxy.
 	ReasonProxyFailed = "ProxyFailed"
+	// ReasonTunnelFailed: the last failure, a probe's or a real request's, was
+	// on the konnectivity path (spec.clientConfig.konnectivity): the
+	// konnectivity server could not be reached, had no agent for the server's
+	// host, or the agent could not dial it. The message names the konnectivity
+	// server.
+	ReasonTunnelFailed = "TunnelFailed"
 	// ReasonResponseTimedOut: the last failure was a real request whose server
 	// sent no response headers in time (an error that is ErrResponseTimedOut):
 	// the server is connected but slow or stuck.
@@ -324,6 +331,8 @@ func (c *Checker) ReportFailure(e *balance.Endpoint, err error) {
 		switch {
 		case transport.IsProxyError(err):
 			reason = ReasonProxyFailed
+		case konnectivity.IsError(err):
+			reason = ReasonTunnelFailed
 		case errors.Is(err, ErrResponseTimedOut):
 			reason = ReasonResponseTimedOut
 		}
@@ -441,6 +450,8 @@ func (c *Checker) probeOnce(ctx context.Context, s *endpointState) {
 			c.failure(s, ReasonProbeTimedOut, prefix+to.Error())
 		} else if transport.IsProxyError(err) {
 			c.failure(s, ReasonProxyFailed, prefix+transport.StripURL(err).Error())
+		} else if konnectivity.IsError(err) {
+			c.failure(s, ReasonTunnelFailed, prefix+transport.StripURL(err).Error())
 		} else {
 			c.failure(s, ReasonProbeFailed, prefix+transport.StripURL(err).Error())
 		}

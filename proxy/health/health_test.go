@@ -18,6 +18,7 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/balance"
+	"github.com/kubewharf/kube-gateway/proxy/konnectivity"
 	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
 
@@ -463,6 +464,23 @@ func TestProxyFailed(t *testing.T) {
 	tr := h.expect(a, false, ReasonProxyFailed)
 	if want := "egress proxy http://192.0.2.20:3128: CONNECT 192.0.2.10:6443: the proxy answered 502 Bad Gateway"; tr.Message != want {
 		t.Errorf("message %q, want %q", tr.Message, want)
+	}
+}
+
+// A failure on the konnectivity path, probe or passive, has its own reason;
+// the message names the konnectivity server.
+func TestTunnelFailed(t *testing.T) {
+	a := newMember(t)
+	cfg := testConfig
+	cfg.UnhealthyThreshold = 1
+	h := newHarness(t, cfg, a)
+	h.start()
+	tunnelErr := &url.Error{Op: "Get", URL: a.srv.URL + "/api", Err: &net.OpError{Op: "dial", Net: "tcp",
+		Err: &konnectivity.Error{Server: "192.0.2.30:8090", Err: errors.New("No agent available")}}}
+	h.c.ReportFailure(a.ep, tunnelErr)
+	tr := h.expect(a, false, ReasonTunnelFailed)
+	if !strings.Contains(tr.Message, "konnectivity server 192.0.2.30:8090") {
+		t.Errorf("message %q does not name the konnectivity server", tr.Message)
 	}
 }
 

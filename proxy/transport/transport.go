@@ -8,6 +8,7 @@ package transport
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -45,6 +46,11 @@ type Config struct {
 	ProxyURL                     *url.URL
 	ProxyUsername, ProxyPassword string
 	ProxyCAData                  []byte
+	// Dial opens the connections to the server instead of a direct or proxied
+	// dial, e.g. through a konnectivity tunnel (package konnectivity); not
+	// with ProxyURL. Equal does not compare it: the caller compares what it
+	// built it from.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // Equal reports whether c and o describe the same credential and connection
@@ -129,6 +135,12 @@ func New(cfg Config) (*Transports, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Dial != nil {
+		if cfg.ProxyURL != nil {
+			return nil, fmt.Errorf("an egress proxy and a dial function exclude each other")
+		}
+		dial = withTimeout(cfg.Dial, dialTimeout)
+	}
 	pooled := utilnet.SetTransportDefaults(&http.Transport{
 		DialContext:         dial,
 		TLSClientConfig:     tlsConfig.Clone(),
@@ -193,6 +205,15 @@ func New(cfg Config) (*Transports, error) {
 		probe:        probeTransport,
 		bearer:       bearer,
 	}, nil
+}
+
+// withTimeout bounds dial as net.Dialer.Timeout bounds a direct dial.
+func withTimeout(dial dialFunc, timeout time.Duration) dialFunc {
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		return dial(ctx, network, address)
+	}
 }
 
 // CloseIdleConnections closes the idle pooled connections; requests in flight

@@ -10,6 +10,8 @@
 //	          proxy that adds the member admin token; -floor=false drops it)
 //	direct-mode  client -> kube-gateway -> member-b (hub admin token sent straight
 //	          to a gateway started with --direct-access; only with -direct-mode)
+//	konnectivity client -> kube-gateway -> konnectivity server -> agent -> member-b
+//	          (as gateway, through a tunnel; only with -konnectivity)
 //
 // It starts the test environment of test/harness (etcd, hub, members, gateway)
 // in a temporary directory, creates ConfigMap bench/target and 10,000
@@ -76,13 +78,15 @@ type options struct {
 	GatewayArgs    []string
 	Floor          bool // the floor target (test/bench/floorproxy)
 	DirectMode     bool // the gateway runs with --direct-access; the direct-mode target
+	Konnectivity   bool // the konnectivity target: member-b through a konnectivity server and agent
 }
 
 const (
-	member     = harness.MemberB
-	targetNS   = "bench"
-	targetName = "target"
-	listNS     = "bench-list"
+	member        = harness.MemberB
+	tunnelCluster = member + "-tunnel" // member through the konnectivity tunnel
+	targetNS      = "bench"
+	targetName    = "target"
+	listNS        = "bench-list"
 )
 
 var (
@@ -109,6 +113,7 @@ func main() {
 	flag.BoolVar(&o.Keep, "keep", false, "keep the environment's work dir (logs) after a successful run")
 	flag.BoolVar(&o.Floor, "floor", true, "also measure GETs through test/bench/floorproxy, a minimal Go reverse proxy (the floor of proxying cost)")
 	flag.BoolVar(&o.DirectMode, "direct-mode", false, "start the gateway with --direct-access (for every target) and also measure GETs with the hub admin token sent straight to the gateway, without the hub")
+	flag.BoolVar(&o.Konnectivity, "konnectivity", false, "also measure GETs through the gateway to member-b registered through a konnectivity server and agent (make tools builds them)")
 	measure.GatewayFlags(flag.CommandLine, &o.GatewayEnv, &o.GatewayArgs)
 	flag.Parse()
 	if o.DirectMode && !slices.Contains(o.GatewayArgs, directAccessArg) {
@@ -202,6 +207,22 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 	if err != nil {
 		return nil, err
 	}
+	var tunnel *harness.Konnectivity
+	if o.Konnectivity {
+		if tunnel, err = env.StartKonnectivity(ctx, member, tunnelCluster); err != nil {
+			return nil, fmt.Errorf("konnectivity: %w", err)
+		}
+		defer func() {
+			if err := tunnel.Close(); err != nil {
+				logf("stopping the konnectivity server and agent: %v", err)
+			}
+		}()
+		t, err := measure.TunnelTarget(env, tunnelCluster, 2*time.Minute)
+		if err != nil {
+			return nil, err
+		}
+		targets = append(targets, t)
+	}
 	var floorProxy *floor.Proxy
 	if o.Floor {
 		fp, ft, err := floor.Start(ctx, floorBin, filepath.Join(env.WorkDir, "floor"), env.Members[member])
@@ -230,6 +251,10 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 	}
 	if floorProxy != nil {
 		procs = append(procs, measure.Proc{Name: floor.Proc, PID: floorProxy.PID()})
+	}
+	if tunnel != nil {
+		procs = append(procs, measure.Proc{Name: "konnectivity-server", PID: tunnel.Server.PID()},
+			measure.Proc{Name: "konnectivity-agent", PID: tunnel.Agent.PID()})
 	}
 	rep.Procs = procs
 	gwPID := procs[0].PID
@@ -446,13 +471,15 @@ func makeTargets(env *harness.Env, directMode bool) ([]*measure.Target, *measure
 }
 
 // getsOnly reports whether target key takes part in the GET measurements
-// only (no LIST): the floor and direct mode.
-func getsOnly(key string) bool { return key == floor.Key || key == measure.DirectModeKey }
+// only (no LIST): the floor, direct mode and the konnectivity tunnel.
+func getsOnly(key string) bool {
+	return key == floor.Key || key == measure.DirectModeKey || key == measure.TunnelKey
+}
 
 // crossesGateway reports whether the requests of target key go through the
 // gateway (its allocations are then measured).
 func crossesGateway(key string) bool {
-	return key == "gateway" || key == "hub" || key == measure.DirectModeKey
+	return key == "gateway" || key == "hub" || key == measure.DirectModeKey || key == measure.TunnelKey
 }
 
 // sameObject checks that the targets return the very same bytes for the

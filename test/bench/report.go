@@ -243,6 +243,9 @@ func (r *report) markdown() string {
 	if r.hasDirectMode() {
 		r.directModeSection(p)
 	}
+	if r.hasTunnel() {
+		r.tunnelSection(p)
+	}
 	if o.Rate > 0 {
 		r.rateSection(p)
 	}

@@ -172,6 +172,61 @@ func TestMemberResponseHeaderTimeout(t *testing.T) {
 	}
 }
 
+// The konnectivity server (gateway chart) and agent (member chart) render only
+// when enabled, with the mutual TLS files of their Secret, destHost routing, and
+// the agent announcing the member's endpoint hosts.
+func TestKonnectivity(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	helm := DefaultHelm(t)
+	if m := helm.Render(ctx, t, "kube-gateway", "kube-gateway"); len(m.All("Deployment")) != 1 {
+		t.Fatalf("default values render %d Deployments, want the gateway's only", len(m.All("Deployment")))
+	}
+	m := helm.Render(ctx, t, "kube-gateway", "kube-gateway", "--set", "konnectivity.enabled=true",
+		"--set", "konnectivity.image.repository=example/proxy-server", "--set", "konnectivity.tlsSecretName=konnectivity-tls")
+	server := Convert[appsv1.Deployment](t, m.Get(t, "Deployment", "kube-gateway", "kube-gateway-konnectivity"))
+	c := server.Spec.Template.Spec.Containers[0]
+	for _, want := range []string{"--mode=grpc", "--server-port=8090", "--agent-port=8091", "--proxy-strategies=destHost",
+		"--server-ca-cert=/etc/konnectivity/ca.crt", "--cluster-ca-cert=/etc/konnectivity/ca.crt"} {
+		if !slices.Contains(c.Args, want) {
+			t.Errorf("proxy-server args %v lack %s", c.Args, want)
+		}
+	}
+	if c.Image != "example/proxy-server:v0.34.0" || server.Spec.Template.Spec.Volumes[0].Secret.SecretName != "konnectivity-tls" {
+		t.Errorf("proxy-server image %s, volumes %+v", c.Image, server.Spec.Template.Spec.Volumes)
+	}
+	m.Get(t, "Service", "kube-gateway", "kube-gateway-konnectivity")
+	m.Get(t, "Service", "kube-gateway", "kube-gateway-konnectivity-agent")
+
+	if m := helm.Render(ctx, t, "kube-gateway-member", "kube-gateway"); len(m.All("Deployment")) != 0 {
+		t.Fatal("the member chart renders a Deployment by default")
+	}
+	m = helm.Render(ctx, t, "kube-gateway-member", "kube-gateway", "--set", "konnectivityAgent.enabled=true",
+		"--set", "konnectivityAgent.image.repository=example/proxy-agent", "--set", "konnectivityAgent.tlsSecretName=agent-tls",
+		"--set", "konnectivityAgent.server=konnectivity.example.com:8091", "--set", "konnectivityAgent.hosts={kubernetes.default.svc,10.0.0.1}")
+	agent := Convert[appsv1.Deployment](t, m.One(t, "Deployment")).Spec.Template.Spec.Containers[0]
+	for _, want := range []string{"--proxy-server-host=konnectivity.example.com", "--proxy-server-port=8091",
+		"--agent-identifiers=host=kubernetes.default.svc&host=10.0.0.1", "--ca-cert=/etc/konnectivity/ca.crt"} {
+		if !slices.Contains(agent.Args, want) {
+			t.Errorf("proxy-agent args %v lack %s", agent.Args, want)
+		}
+	}
+	// Enabled without what it needs: refused with the value to set.
+	for _, c := range []struct {
+		chart string
+		args  []string
+		want  string
+	}{
+		{"kube-gateway", []string{"--set", "konnectivity.enabled=true", "--set", "konnectivity.tlsSecretName=x"}, "konnectivity.image.repository is required"},
+		{"kube-gateway", []string{"--set", "konnectivity.enabled=true", "--set", "konnectivity.image.repository=x"}, "konnectivity.tlsSecretName is required"},
+		{"kube-gateway-member", []string{"--set", "konnectivityAgent.enabled=true", "--set", "konnectivityAgent.image.repository=x", "--set", "konnectivityAgent.tlsSecretName=x"}, "konnectivityAgent.server is required"},
+	} {
+		args := append([]string{"template", Release, Path(t, c.chart), "--namespace", "kube-gateway"}, c.args...)
+		if out, err := helm.Run(ctx, t, args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s %v: %v, want an error with %q\n%s", c.chart, c.args, err, c.want, out)
+		}
+	}
+}
+
 // gateway.probeWithNewConnections passes --probe-with-new-connections; off by
 // default.
 func TestProbeWithNewConnections(t *testing.T) {

@@ -215,7 +215,17 @@ func (g *gateway) env(name string) *corev1.EnvVar {
 func checkGateway(t *testing.T, m *chart.Manifest, ns string) *gateway {
 	t.Helper()
 	g := &gateway{m: m, ns: ns, args: map[string]string{}}
-	g.deploy = chart.Convert[appsv1.Deployment](t, m.One(t, "Deployment"))
+	for _, d := range m.All("Deployment") { // the gateway's, not the konnectivity server's
+		if d.GetLabels()["app.kubernetes.io/component"] != "konnectivity-server" {
+			if g.deploy != nil {
+				t.Fatalf("two gateway Deployments: %s and %s", g.deploy.Name, d.GetName())
+			}
+			g.deploy = chart.Convert[appsv1.Deployment](t, d)
+		}
+	}
+	if g.deploy == nil {
+		t.Fatal("no gateway Deployment rendered")
+	}
 	pod := g.deploy.Spec.Template.Spec
 	if g.deploy.Namespace != ns || len(pod.Containers) != 1 {
 		t.Fatalf("Deployment %s/%s with %d containers", g.deploy.Namespace, g.deploy.Name, len(pod.Containers))
@@ -682,6 +692,24 @@ func gatewayChartCases(ctx context.Context) []gatewayChartCase {
 					t.Fatal("cert-manager objects without cert-manager mode")
 				}
 				checkNoDirectAccess(t, g)
+			},
+		},
+		{
+			// The konnectivity server next to the gateway: accepted by the hub.
+			name: "konnectivity",
+			setup: func(*testing.T, string) []string {
+				return []string{"--set", "konnectivity.enabled=true", "--set", "konnectivity.image.repository=example/proxy-server",
+					"--set", "konnectivity.tlsSecretName=konnectivity-tls", "--set", "konnectivity.agentService.type=LoadBalancer"}
+			},
+			check: func(t *testing.T, g *gateway) {
+				server := chart.Convert[appsv1.Deployment](t, g.m.Get(t, "Deployment", g.ns, "kube-gateway-konnectivity"))
+				if server.Spec.Template.Spec.Volumes[0].Secret.SecretName != "konnectivity-tls" {
+					t.Fatalf("konnectivity server volumes %+v", server.Spec.Template.Spec.Volumes)
+				}
+				svc := chart.Convert[corev1.Service](t, g.m.Get(t, "Service", g.ns, "kube-gateway-konnectivity-agent"))
+				if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+					t.Fatalf("agent Service type %s", svc.Spec.Type)
+				}
 			},
 		},
 		{

@@ -46,6 +46,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &gatewayv1alpha1.HealthCheckApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ImpersonationPolicy"):
 		return &gatewayv1alpha1.ImpersonationPolicyApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("KonnectivityConfig"):
+		return &gatewayv1alpha1.KonnectivityConfigApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("MaxRequestsInflightFlowControl"):
 		return &gatewayv1alpha1.MaxRequestsInflightFlowControlApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("NameFilter"):

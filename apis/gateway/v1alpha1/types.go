@@ -92,6 +92,30 @@ type ClientConfig struct {
 	// The member's TLS runs inside the tunnel. Empty: the servers are dialed directly.
 	// +optional
 	ProxyURL string `json:"proxyURL,omitempty"`
+	// Konnectivity reaches the servers through a konnectivity server (the
+	// apiserver-network-proxy) that an agent in the member dials out to, for
+	// members the gateway cannot dial; not with proxyURL. Every connection to
+	// the servers, health probes and upgrades included, is opened through it;
+	// endpoints may then name hosts only the agent resolves.
+	// +optional
+	Konnectivity *KonnectivityConfig `json:"konnectivity,omitempty"`
+}
+
+// KonnectivityConfig names the konnectivity server (gRPC mode, mutual TLS) that
+// tunnels the gateway's connections to a member's servers.
+type KonnectivityConfig struct {
+	// Address is host:port of the konnectivity server's frontend gRPC port, the
+	// one clients dial (its --server-port), e.g. konnectivity.gateway.svc:8090.
+	Address string `json:"address"`
+	// SecretRef names the hub Secret with the gateway's client certificate toward
+	// the konnectivity server: keys `tls.crt`, `tls.key` and `ca.crt` (the CA of
+	// the konnectivity server's serving certificate). It must live in the
+	// gateway's Secret namespace, like spec.clientConfig.secretRef.
+	SecretRef SecretReference `json:"secretRef"`
+	// ServerName overrides the name verified in the konnectivity server's
+	// certificate. Default: the host of Address.
+	// +optional
+	ServerName string `json:"serverName,omitempty"`
 }
 
 // SecretReference names a Secret on the hub.

@@ -62,6 +62,11 @@ func (in ImpersonationPolicy) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in KonnectivityConfig) OpenAPIModelName() string {
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.KonnectivityConfig"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in MaxRequestsInflightFlowControl) OpenAPIModelName() string {
 	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.MaxRequestsInflightFlowControl"
 }

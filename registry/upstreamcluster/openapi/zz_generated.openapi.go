@@ -41,6 +41,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.FlowControlSchema{}.OpenAPIModelName():              schema_kube_gateway_apis_gateway_v1alpha1_FlowControlSchema(ref),
 		v1alpha1.HealthCheck{}.OpenAPIModelName():                    schema_kube_gateway_apis_gateway_v1alpha1_HealthCheck(ref),
 		v1alpha1.ImpersonationPolicy{}.OpenAPIModelName():            schema_kube_gateway_apis_gateway_v1alpha1_ImpersonationPolicy(ref),
+		v1alpha1.KonnectivityConfig{}.OpenAPIModelName():             schema_kube_gateway_apis_gateway_v1alpha1_KonnectivityConfig(ref),
 		v1alpha1.MaxRequestsInflightFlowControl{}.OpenAPIModelName(): schema_kube_gateway_apis_gateway_v1alpha1_MaxRequestsInflightFlowControl(ref),
 		v1alpha1.NameFilter{}.OpenAPIModelName():                     schema_kube_gateway_apis_gateway_v1alpha1_NameFilter(ref),
 		v1alpha1.SecretReference{}.OpenAPIModelName():                schema_kube_gateway_apis_gateway_v1alpha1_SecretReference(ref),
@@ -153,12 +154,18 @@ func schema_kube_gateway_apis_gateway_v1alpha1_ClientConfig(ref common.Reference
 							Format:      "",
 						},
 					},
+					"konnectivity": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Konnectivity reaches the servers through a konnectivity server (the apiserver-network-proxy) that an agent in the member dials out to, for members the gateway cannot dial; not with proxyURL. Every connection to the servers, health probes and upgrades included, is opened through it; endpoints may then name hosts only the agent resolves.",
+							Ref:         ref(v1alpha1.KonnectivityConfig{}.OpenAPIModelName()),
+						},
+					},
 				},
 				Required: []string{"secretRef"},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.SecretReference{}.OpenAPIModelName()},
+			v1alpha1.KonnectivityConfig{}.OpenAPIModelName(), v1alpha1.SecretReference{}.OpenAPIModelName()},
 	}
 }
 
@@ -604,6 +611,44 @@ func schema_kube_gateway_apis_gateway_v1alpha1_ImpersonationPolicy(ref common.Re
 		},
 		Dependencies: []string{
 			v1alpha1.NameFilter{}.OpenAPIModelName()},
+	}
+}
+
+func schema_kube_gateway_apis_gateway_v1alpha1_KonnectivityConfig(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "KonnectivityConfig names the konnectivity server (gRPC mode, mutual TLS) that tunnels the gateway's connections to a member's servers.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"address": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Address is host:port of the konnectivity server's frontend gRPC port, the one clients dial (its --server-port), e.g. konnectivity.gateway.svc:8090.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"secretRef": {
+						SchemaProps: spec.SchemaProps{
+							Description: "SecretRef names the hub Secret with the gateway's client certificate toward the konnectivity server: keys `tls.crt`, `tls.key` and `ca.crt` (the CA of the konnectivity server's serving certificate). It must live in the gateway's Secret namespace, like spec.clientConfig.secretRef.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.SecretReference{}.OpenAPIModelName()),
+						},
+					},
+					"serverName": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ServerName overrides the name verified in the konnectivity server's certificate. Default: the host of Address.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"address", "secretRef"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.SecretReference{}.OpenAPIModelName()},
 	}
 }
 

@@ -48,6 +48,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: insecure
       type:
         scalar: boolean
+    - name: konnectivity
+      type:
+        namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.KonnectivityConfig
     - name: proxyURL
       type:
         scalar: string
@@ -212,6 +215,20 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.NameFilter
     - name: userPrefix
+      type:
+        scalar: string
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.KonnectivityConfig
+  map:
+    fields:
+    - name: address
+      type:
+        scalar: string
+      default: ""
+    - name: secretRef
+      type:
+        namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.SecretReference
+      default: {}
+    - name: serverName
       type:
         scalar: string
 - name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.MaxRequestsInflightFlowControl

@@ -146,30 +146,13 @@ func ValidateEndpoint(endpoint string) error {
 
 func validateClientConfig(cc *gatewayv1alpha1.ClientConfig, opts Options, fldPath *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
-	refPath := fldPath.Child("secretRef")
-	if cc.SecretRef.Name == "" {
-		allErrs = append(allErrs, field.Required(refPath.Child("name"), "the Secret holding the gateway's credential toward the member"))
-	} else {
-		for _, msg := range apimachineryvalidation.NameIsDNSSubdomain(cc.SecretRef.Name, false) {
-			allErrs = append(allErrs, field.Invalid(refPath.Child("name"), cc.SecretRef.Name, msg))
-		}
-	}
-	switch {
-	case cc.SecretRef.Namespace == "":
-		allErrs = append(allErrs, field.Required(refPath.Child("namespace"), fmt.Sprintf("the gateway reads credential Secrets in namespace %q", opts.SecretNamespace)))
-	case opts.SecretNamespace != "" && cc.SecretRef.Namespace != opts.SecretNamespace:
-		allErrs = append(allErrs, field.NotSupported(refPath.Child("namespace"), cc.SecretRef.Namespace, []string{opts.SecretNamespace}))
-	}
+	allErrs = append(allErrs, validateSecretRef(cc.SecretRef, "the Secret holding the gateway's credential toward the member", opts, fldPath.Child("secretRef"))...)
 	if len(cc.CAData) > 0 {
 		if _, err := cert.ParseCertsPEM(cc.CAData); err != nil {
 			allErrs = append(allErrs, field.Invalid(fldPath.Child("caData"), "<PEM data>", fmt.Sprintf("must be a PEM bundle of CA certificates: %v", err)))
 		}
 	}
-	if cc.ServerName != "" {
-		if strings.Contains(cc.ServerName, ":") && net.ParseIP(cc.ServerName) == nil || strings.ContainsAny(cc.ServerName, "/ ") {
-			allErrs = append(allErrs, field.Invalid(fldPath.Child("serverName"), cc.ServerName, "must be a host name or an IP address, without port"))
-		}
-	}
+	allErrs = append(allErrs, validateServerName(cc.ServerName, fldPath.Child("serverName"))...)
 	if cc.Insecure && (len(cc.CAData) > 0 || cc.ServerName != "") {
 		allErrs = append(allErrs, field.Invalid(fldPath.Child("insecure"), cc.Insecure, "must not be set together with caData or serverName: verification is either on or off"))
 	}
@@ -182,6 +165,56 @@ func validateClientConfig(cc *gatewayv1alpha1.ClientConfig, opts Options, fldPat
 			allErrs = append(allErrs, field.Invalid(fldPath.Child("proxyURL"), shown, err.Error()))
 		}
 	}
+	if cc.Konnectivity != nil {
+		allErrs = append(allErrs, validateKonnectivity(cc.Konnectivity, opts, fldPath.Child("konnectivity"))...)
+		if cc.ProxyURL != "" {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("konnectivity"), "<konnectivity>",
+				"must not be set together with proxyURL: connections go either through an egress proxy or through a konnectivity tunnel"))
+		}
+	}
+	return allErrs
+}
+
+func validateSecretRef(ref gatewayv1alpha1.SecretReference, what string, opts Options, refPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if ref.Name == "" {
+		allErrs = append(allErrs, field.Required(refPath.Child("name"), what))
+	} else {
+		for _, msg := range apimachineryvalidation.NameIsDNSSubdomain(ref.Name, false) {
+			allErrs = append(allErrs, field.Invalid(refPath.Child("name"), ref.Name, msg))
+		}
+	}
+	switch {
+	case ref.Namespace == "":
+		allErrs = append(allErrs, field.Required(refPath.Child("namespace"), fmt.Sprintf("the gateway reads credential Secrets in namespace %q", opts.SecretNamespace)))
+	case opts.SecretNamespace != "" && ref.Namespace != opts.SecretNamespace:
+		allErrs = append(allErrs, field.NotSupported(refPath.Child("namespace"), ref.Namespace, []string{opts.SecretNamespace}))
+	}
+	return allErrs
+}
+
+func validateServerName(name string, fldPath *field.Path) field.ErrorList {
+	if name != "" && (strings.Contains(name, ":") && net.ParseIP(name) == nil || strings.ContainsAny(name, "/ ")) {
+		return field.ErrorList{field.Invalid(fldPath, name, "must be a host name or an IP address, without port")}
+	}
+	return nil
+}
+
+// validateKonnectivity checks the tunnel's settings. Nothing is resolved here:
+// with a tunnel, the servers' host names are resolved by the agent in the
+// member, and the konnectivity server's by the gateway when it dials.
+func validateKonnectivity(k *gatewayv1alpha1.KonnectivityConfig, opts Options, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	addrPath := fldPath.Child("address")
+	if k.Address == "" {
+		allErrs = append(allErrs, field.Required(addrPath, "host:port of the konnectivity server's frontend gRPC port (its --server-port)"))
+	} else if host, port, err := net.SplitHostPort(k.Address); err != nil || host == "" || strings.ContainsAny(k.Address, "/ ") {
+		allErrs = append(allErrs, field.Invalid(addrPath, k.Address, "must be host:port of the konnectivity server's frontend gRPC port, such as konnectivity.gateway.svc:8090"))
+	} else if p, err := net.LookupPort("tcp", port); err != nil || p == 0 || strings.HasPrefix(port, "0") {
+		allErrs = append(allErrs, field.Invalid(addrPath, k.Address, fmt.Sprintf("has an invalid port %q", port)))
+	}
+	allErrs = append(allErrs, validateSecretRef(k.SecretRef, "the Secret with tls.crt, tls.key and ca.crt for mutual TLS with the konnectivity server", opts, fldPath.Child("secretRef"))...)
+	allErrs = append(allErrs, validateServerName(k.ServerName, fldPath.Child("serverName"))...)
 	return allErrs
 }
 

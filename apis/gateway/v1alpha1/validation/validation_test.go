@@ -297,6 +297,65 @@ func TestValidateUpstreamCluster(t *testing.T) {
 			},
 		},
 
+		// clientConfig.konnectivity
+		{
+			name: "konnectivity with a server only the agent resolves",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				uc.Spec.Servers = []gatewayv1alpha1.UpstreamServer{{Endpoint: "https://kubernetes.default.svc"}}
+				uc.Spec.ClientConfig.Konnectivity = &gatewayv1alpha1.KonnectivityConfig{
+					Address:    "konnectivity.gateway.invalid:8090",
+					SecretRef:  gatewayv1alpha1.SecretReference{Namespace: uc.Spec.ClientConfig.SecretRef.Namespace, Name: "konnectivity-client"},
+					ServerName: "konnectivity",
+				}
+			},
+		},
+		{
+			name: "konnectivity address, secretRef and serverName",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				uc.Spec.ClientConfig.Konnectivity = &gatewayv1alpha1.KonnectivityConfig{
+					Address:    "konnectivity.example.com",
+					SecretRef:  gatewayv1alpha1.SecretReference{Namespace: "kube-system"},
+					ServerName: "konnectivity:8090",
+				}
+			},
+			want: []fieldErr{
+				{field.ErrorTypeInvalid, "spec.clientConfig.konnectivity.address"},
+				{field.ErrorTypeRequired, "spec.clientConfig.konnectivity.secretRef.name"},
+				{field.ErrorTypeNotSupported, "spec.clientConfig.konnectivity.secretRef.namespace"},
+				{field.ErrorTypeInvalid, "spec.clientConfig.konnectivity.serverName"},
+			},
+		},
+		{
+			name: "konnectivity and proxyURL exclude each other",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				uc.Spec.ClientConfig.ProxyURL = "http://proxy.example.com:3128"
+				uc.Spec.ClientConfig.Konnectivity = &gatewayv1alpha1.KonnectivityConfig{
+					Address:   "konnectivity:8090",
+					SecretRef: gatewayv1alpha1.SecretReference{Namespace: uc.Spec.ClientConfig.SecretRef.Namespace, Name: "k"},
+				}
+			},
+			want: []fieldErr{{field.ErrorTypeInvalid, "spec.clientConfig.konnectivity"}},
+		},
+		{
+			name: "konnectivity address required, port checked",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				uc.Spec.ClientConfig.Konnectivity = &gatewayv1alpha1.KonnectivityConfig{
+					SecretRef: gatewayv1alpha1.SecretReference{Namespace: uc.Spec.ClientConfig.SecretRef.Namespace, Name: "k"},
+				}
+			},
+			want: []fieldErr{{field.ErrorTypeRequired, "spec.clientConfig.konnectivity.address"}},
+		},
+		{
+			name: "konnectivity address with a bad port",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				uc.Spec.ClientConfig.Konnectivity = &gatewayv1alpha1.KonnectivityConfig{
+					Address:   "konnectivity:0",
+					SecretRef: gatewayv1alpha1.SecretReference{Namespace: uc.Spec.ClientConfig.SecretRef.Namespace, Name: "k"},
+				}
+			},
+			want: []fieldErr{{field.ErrorTypeInvalid, "spec.clientConfig.konnectivity.address"}},
+		},
+
 		// clientConfig TLS
 		{
 			name:   "caData valid PEM",

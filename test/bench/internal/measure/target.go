@@ -101,6 +101,26 @@ func DirectModeTarget(env *harness.Env, member string, timeout time.Duration) (*
 // DirectModeKey is the Key of DirectModeTarget.
 const DirectModeKey = "direct-mode"
 
+// TunnelTarget is the way to cluster, a member registered through a
+// konnectivity server and agent (harness.StartKonnectivity), as the gateway
+// target goes: the hub's front-proxy client certificate and X-Remote headers.
+func TunnelTarget(env *harness.Env, cluster string, timeout time.Duration) (*Target, error) {
+	certFile, keyFile := env.FrontProxyClientCert()
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	c, err := gatewayClient(env, &cert, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &Target{Key: TunnelKey, Label: "gateway via konnectivity", Base: env.GatewayURL + harness.ProxyPath(cluster), Client: c,
+		Header: http.Header{"X-Remote-User": {harness.UserAdmin}, "X-Remote-Group": {"system:masters", "system:authenticated"}}}, nil
+}
+
+// TunnelKey is the Key of TunnelTarget.
+const TunnelKey = "konnectivity"
+
 // gatewayClient returns a client that trusts the gateway's serving CA and
 // presents cert (none when nil).
 func gatewayClient(env *harness.Env, cert *tls.Certificate, timeout time.Duration) (*http.Client, error) {

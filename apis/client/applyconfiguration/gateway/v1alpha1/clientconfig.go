@@ -45,6 +45,12 @@ type ClientConfigApplyConfiguration struct {
 	// Secret of secretRef (`proxy-ca.crt` adds CAs trusted for an https proxy).
 	// The member's TLS runs inside the tunnel. Empty: the servers are dialed directly.
 	ProxyURL *string `json:"proxyURL,omitempty"`
+	// Konnectivity reaches the servers through a konnectivity server (the
+	// apiserver-network-proxy) that an agent in the member dials out to, for
+	// members the gateway cannot dial; not with proxyURL. Every connection to
+	// the servers, health probes and upgrades included, is opened through it;
+	// endpoints may then name hosts only the agent resolves.
+	Konnectivity *KonnectivityConfigApplyConfiguration `json:"konnectivity,omitempty"`
 }
 
 // ClientConfigApplyConfiguration constructs a declarative configuration of the ClientConfig type for use with
@@ -92,5 +98,13 @@ func (b *ClientConfigApplyConfiguration) WithInsecure(value bool) *ClientConfigA
 // If called multiple times, the ProxyURL field is set to the value of the last call.
 func (b *ClientConfigApplyConfiguration) WithProxyURL(value string) *ClientConfigApplyConfiguration {
 	b.ProxyURL = &value
+	return b
+}
+
+// WithKonnectivity sets the Konnectivity field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Konnectivity field is set to the value of the last call.
+func (b *ClientConfigApplyConfiguration) WithKonnectivity(value *KonnectivityConfigApplyConfiguration) *ClientConfigApplyConfiguration {
+	b.Konnectivity = value
 	return b
 }
