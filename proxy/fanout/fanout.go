@@ -13,11 +13,13 @@ package fanout
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -108,13 +110,13 @@ func (h *Handler) Serve(w http.ResponseWriter, req *http.Request, name, path str
 		fail(err)
 		return
 	}
-	query, strict, err := memberQuery(req.URL.RawQuery)
+	mq, err := memberQuery(req.URL.RawQuery)
 	if err != nil {
 		fail(err)
 		return
 	}
 	u, _ := genericrequest.UserFrom(req.Context())
-	attrs, err := request.Parse(req.Method, path, query, u)
+	attrs, err := request.Parse(req.Method, path, mq.query, u)
 	if err != nil {
 		fail(apierrors.NewBadRequest(err.Error()))
 		return
@@ -124,9 +126,12 @@ func (h *Handler) Serve(w http.ResponseWriter, req *http.Request, name, path str
 		fail(unsupportedError(req, &attrs))
 		return
 	}
-	if kind == list && hasContinue(query) {
-		fail(apierrors.NewBadRequest("fan-out lists do not support continue tokens yet: list without limit and continue (limit is ignored)"))
-		return
+	var page *continueToken
+	if kind == list && mq.cont != "" {
+		if page, err = parseContinue(mq.cont); err != nil {
+			fail(err)
+			return
+		}
 	}
 	members, err := h.selectMembers(req, name, selector)
 	if err != nil {
@@ -134,16 +139,33 @@ func (h *Handler) Serve(w http.ResponseWriter, req *http.Request, name, path str
 		return
 	}
 	inner := req.Clone(req.Context())
-	inner.URL.RawQuery = query
-	if kind == discovery {
+	inner.URL.RawQuery = mq.query
+	switch {
+	case kind == discovery:
 		h.Member(w, inner, firstReady(members), path)
 		return
+	case kind == watch:
+		if err := h.serveWatch(w, inner, members, path, mq.strict); err != nil {
+			fail(err)
+		}
+		return
 	}
-	results := h.ask(inner, members, path, wantsTable(req.Header.Get("Accept")))
-	out, warnings, err := merge(results, strict)
+	table := wantsTable(req.Header.Get("Accept"))
+	var obj map[string]any
+	var warnings []string
+	if mq.limit > 0 || page != nil {
+		obj, warnings, err = h.page(inner, members, path, table, mq, page)
+	} else {
+		obj, warnings, err = merge(h.ask(inner, members, path, table), mq.strict)
+	}
 	for _, msg := range warnings {
 		warning.AddWarning(req.Context(), "", msg)
 	}
+	if err != nil {
+		fail(err)
+		return
+	}
+	out, err := json.Marshal(obj)
 	if err != nil {
 		fail(err)
 		return
@@ -165,28 +187,41 @@ func parseSelector(name string) (labels.Selector, error) {
 	return s, nil
 }
 
-// memberQuery removes what is for the gateway from the client's query: the
-// strict parameter, and limit (members answer whole lists: this increment
-// has no continue tokens to page through many members).
-func memberQuery(raw string) (query string, strict bool, err error) {
-	q, err := url.ParseQuery(raw)
-	if err != nil {
-		return "", false, apierrors.NewBadRequest("invalid query string: " + err.Error())
-	}
-	if v, ok := q[StrictParam]; ok {
-		strict = len(v) > 0 && v[0] == "true"
-		if len(v) != 1 || (v[0] != "true" && v[0] != "false") {
-			return "", false, apierrors.NewBadRequest(fmt.Sprintf("query parameter %s must be true or false", StrictParam))
-		}
-	}
-	delete(q, StrictParam)
-	delete(q, "limit")
-	return q.Encode(), strict, nil
+// clientQuery is the client's query, read once.
+type clientQuery struct {
+	// query is what members are asked: without the strict parameter, limit
+	// and continue, which are for the gateway.
+	query  string
+	strict bool
+	// limit and cont page a list across members (see page).
+	limit int64
+	cont  string
 }
 
-func hasContinue(query string) bool {
-	q, _ := url.ParseQuery(query)
-	return q.Get("continue") != ""
+// memberQuery reads the client's query and removes what is for the gateway.
+func memberQuery(raw string) (clientQuery, error) {
+	var cq clientQuery
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return cq, apierrors.NewBadRequest("invalid query string: " + err.Error())
+	}
+	if v, ok := q[StrictParam]; ok {
+		cq.strict = len(v) > 0 && v[0] == "true"
+		if len(v) != 1 || (v[0] != "true" && v[0] != "false") {
+			return cq, apierrors.NewBadRequest(fmt.Sprintf("query parameter %s must be true or false", StrictParam))
+		}
+	}
+	if l := q.Get("limit"); l != "" {
+		if cq.limit, err = strconv.ParseInt(l, 10, 64); err != nil || cq.limit < 0 {
+			return cq, apierrors.NewBadRequest(fmt.Sprintf("limit %q is not a non-negative integer", l))
+		}
+	}
+	cq.cont = q.Get("continue")
+	delete(q, StrictParam)
+	delete(q, "limit")
+	delete(q, "continue")
+	cq.query = q.Encode()
+	return cq, nil
 }
 
 type requestKind int
@@ -194,6 +229,7 @@ type requestKind int
 const (
 	unsupported requestKind = iota
 	list
+	watch
 	discovery
 )
 
@@ -205,8 +241,12 @@ func classify(req *http.Request, a *request.Attributes) requestKind {
 		return unsupported
 	}
 	if a.IsResourceRequest {
-		if a.Verb == "list" && a.Subresource == "" {
+		switch {
+		case a.Subresource != "":
+		case a.Verb == "list":
 			return list
+		case a.Verb == "watch":
+			return watch
 		}
 		return unsupported
 	}
@@ -236,14 +276,12 @@ func unsupportedError(req *http.Request, a *request.Attributes) error {
 	switch {
 	case httpstream.IsUpgradeRequest(req):
 		what = "protocol upgrades (exec, attach, port-forward)"
-	case a.Verb == "watch":
-		return methodNotAllowed("fan-out paths do not support watch yet: fan-out supports list (GET of a collection without watch=true) and discovery; watch one cluster through its own name")
 	case a.IsResourceRequest && a.Subresource != "":
 		what = a.Verb + " " + a.Resource + "/" + a.Subresource
 	case a.IsResourceRequest:
 		what = a.Verb + " " + a.Resource
 	}
-	return methodNotAllowed(fmt.Sprintf("fan-out paths support list (GET of a collection) and discovery only, not %s: address one cluster by its name for it", what))
+	return methodNotAllowed(fmt.Sprintf("fan-out paths support list and watch (GET of a collection) and discovery only, not %s: address one cluster by its name for it", what))
 }
 
 func methodNotAllowed(msg string) error {
