@@ -42,8 +42,6 @@ func (p pagedMembers) serve(w http.ResponseWriter, req *http.Request, name, path
 func TestPaging(t *testing.T) {
 	h, _ := newHandler(nil)
 	h.Member = pagedMembers{"a": 3, "b": 0, "c": 2}.serve
-	var pages []string
-	cont := ""
 	var last struct {
 		Metadata struct {
 			ResourceVersion    string
@@ -52,33 +50,37 @@ func TestPaging(t *testing.T) {
 		}
 		Items []struct{ Metadata struct{ Name string } }
 	}
-	for range 10 {
-		q := "limit=2"
-		if cont != "" {
-			q += "&continue=" + cont
+	for limit, want := range map[int]string{2: "a0,a1 | a2,c0 | c1", 3: "a0,a1,a2 | c0,c1"} {
+		var pages []string
+		cont := ""
+		for range 10 {
+			q := "limit=" + strconv.Itoa(limit)
+			if cont != "" {
+				q += "&continue=" + cont
+			}
+			rec := do(h, "*", "/api/v1/pods", q, nil)
+			if rec.Code != http.StatusOK {
+				t.Fatalf("%s: %d %s", q, rec.Code, rec.Body)
+			}
+			last.Metadata.Continue = ""
+			if err := json.Unmarshal(rec.Body.Bytes(), &last); err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, i := range last.Items {
+				names = append(names, i.Metadata.Name)
+			}
+			pages = append(pages, strings.Join(names, ","))
+			if cont = last.Metadata.Continue; cont == "" {
+				break
+			}
 		}
-		rec := do(h, "*", "/api/v1/pods", q, nil)
-		if rec.Code != http.StatusOK {
-			t.Fatalf("%s: %d %s", q, rec.Code, rec.Body)
+		if got := strings.Join(pages, " | "); got != want {
+			t.Errorf("limit %d: pages %s, want %s", limit, got, want)
 		}
-		last.Metadata.Continue = ""
-		if err := json.Unmarshal(rec.Body.Bytes(), &last); err != nil {
-			t.Fatal(err)
+		if got := composite(t, last.Metadata.ResourceVersion); len(got) != 3 || got["a"] != "10a" || got["c"] != "10c" {
+			t.Errorf("limit %d: last page's resourceVersion names %v, want a, b and c", limit, got)
 		}
-		var names []string
-		for _, i := range last.Items {
-			names = append(names, i.Metadata.Name)
-		}
-		pages = append(pages, strings.Join(names, ","))
-		if cont = last.Metadata.Continue; cont == "" {
-			break
-		}
-	}
-	if got := strings.Join(pages, " | "); got != "a0,a1 | a2,c0 | c1" {
-		t.Errorf("pages %s, want a0,a1 | a2,c0 | c1", got)
-	}
-	if got := composite(t, last.Metadata.ResourceVersion); len(got) != 3 || got["a"] != "10a" || got["c"] != "10c" {
-		t.Errorf("last page's resourceVersion names %v, want a, b and c", got)
 	}
 	// A page that ends inside the last member tells what is left of it.
 	rec := do(h, "*", "/api/v1/pods", "limit=4", nil)
