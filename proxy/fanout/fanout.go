@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,6 +36,7 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	genericrequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/warning"
+	"k8s.io/klog/v2"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/request"
@@ -368,8 +370,7 @@ func (h *Handler) ask(req *http.Request, members []member, path string, table bo
 	}
 	accept := "application/json"
 	if table {
-		// The fallback lets the gateway's own errors (Status) negotiate.
-		accept = "application/json;as=Table;v=v1;g=meta.k8s.io, application/json"
+		accept = tableAccept
 	}
 	results := make([]result, len(members))
 	slots := make(chan struct{}, parallel)
@@ -398,13 +399,34 @@ func (h *Handler) askOne(req *http.Request, name, path, accept string, timeout t
 	// The gateway decodes the answer: let the transport handle compression.
 	inner.Header.Del("Accept-Encoding")
 	c := newCapture()
-	h.Member(c, inner, name, path)
+	if h.serveMember(c, inner, name, path) {
+		c.status = http.StatusBadGateway
+		c.body.Reset()
+		c.body.WriteString("its answer broke off")
+	}
 	r := result{cluster: name, code: c.code(), body: c.body.Bytes(), warnings: rec.texts}
 	r.warnings = append(r.warnings, memberWarnings(c.header)...)
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		r.err = fmt.Errorf("no complete answer within %s", timeout)
 	}
 	return r
+}
+
+// serveMember serves one member's request in a goroutine of the fan-out: a
+// member whose answer broke off makes the reverse proxy panic with
+// http.ErrAbortHandler, which net/http recovers only in its own goroutines.
+// It tells whether the answer was aborted.
+func (h *Handler) serveMember(w http.ResponseWriter, req *http.Request, name, path string) (aborted bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			if r != http.ErrAbortHandler { //nolint:errorlint // the panic value is the sentinel itself
+				klog.ErrorS(fmt.Errorf("%v", r), "Panic serving a fan-out member request", "upstreamcluster", name, "stack", string(debug.Stack()))
+			}
+			aborted = true
+		}
+	}()
+	h.Member(w, req, name, path)
+	return false
 }
 
 // recorder collects warnings of one member request.

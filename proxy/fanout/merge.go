@@ -56,6 +56,10 @@ func memberWarnings(h http.Header) []string {
 	return texts
 }
 
+// tableAccept asks a member for a Table in JSON; the fallback lets the
+// gateway's own errors (Status) negotiate.
+const tableAccept = "application/json;as=Table;v=v1;g=meta.k8s.io, application/json"
+
 // wantsTable tells whether the client asked for a Table (kubectl get does),
 // in its first media type, as the apiserver negotiates.
 func wantsTable(accept string) bool {

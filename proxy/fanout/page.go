@@ -69,7 +69,7 @@ func (h *Handler) page(req *http.Request, members []member, path string, table b
 	}
 	accept := "application/json"
 	if table {
-		accept = "application/json;as=Table;v=v1;g=meta.k8s.io, application/json"
+		accept = tableAccept
 	}
 	remaining := cq.limit
 	var results []result

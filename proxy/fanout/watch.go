@@ -118,18 +118,27 @@ type memberStream struct {
 // openWatch asks one member for a watch and waits, at most MemberTimeout, for
 // its response headers.
 func (h *Handler) openWatch(ctx context.Context, req *http.Request, cluster, path, query string) *memberStream {
+	accept := "application/json"
+	if wantsTable(req.Header.Get("Accept")) {
+		accept = tableAccept
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	rec := &recorder{}
 	inner := req.Clone(warning.WithWarningRecorder(ctx, rec))
 	inner.URL.RawQuery = query
-	inner.Header.Set("Accept", "application/json")
+	inner.Header.Set("Accept", accept)
 	inner.Header.Del("Accept-Encoding")
 	pr, pw := io.Pipe()
 	sw := &streamWriter{header: http.Header{}, pipe: pw, ready: make(chan struct{})}
 	returned := make(chan struct{})
 	go func() {
 		defer close(returned)
-		h.Member(sw, inner, cluster, path)
+		if h.serveMember(sw, inner, cluster, path) {
+			// Before any byte: a failure; after: the stream ends, and is re-opened.
+			sw.markReady(http.StatusBadGateway)
+			_ = pw.CloseWithError(errors.New("the member's answer broke off"))
+			return
+		}
 		sw.markReady(http.StatusOK)
 		_ = pw.Close()
 	}()

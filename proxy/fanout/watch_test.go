@@ -393,3 +393,64 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }
+
+// A member answer that breaks off makes the reverse proxy panic with
+// http.ErrAbortHandler in the fan-out's goroutine: the list warns, the watch
+// re-opens the member; the gateway goes on.
+func TestMemberAnswerBreaksOff(t *testing.T) {
+	h, _ := newHandler(nil)
+	m := newWatchMembers("a", "b", "c")
+	var broke atomic.Bool
+	h.Member = func(w http.ResponseWriter, req *http.Request, name, path string) {
+		if name == "b" && broke.CompareAndSwap(false, true) {
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write([]byte(`{"kind":`))
+			panic(http.ErrAbortHandler)
+		}
+		m.serve(w, req, name, path)
+	}
+	c := startWatch(t, watchServer(t, h), "*", "watch=true")
+	m.lines["b"] <- podEvent("ADDED", "pb", "2")
+	if ev := c.next(t); ev.Object.Metadata.Annotations[ClusterAnnotation] != "b" {
+		t.Errorf("after b broke off: %+v", ev)
+	}
+	if q := m.asked("b"); len(q) != 1 {
+		t.Errorf("b re-opened %d times, want once", len(q))
+	}
+
+	h, _ = newHandler(nil)
+	members := &members{asked: map[string]*http.Request{}, paths: map[string]string{}}
+	h.Member = func(w http.ResponseWriter, req *http.Request, name, path string) {
+		if name == "b" {
+			_, _ = w.Write([]byte(`{"kind":`))
+			panic(http.ErrAbortHandler)
+		}
+		members.serve(w, req, name, path)
+	}
+	rec := do(h, "*", "/api/v1/pods", "", nil)
+	if got := strings.Join(itemClusters(t, rec), ","); got != "a,c" || !strings.Contains(strings.Join(rec.Header().Values("Warning"), ""), `upstream cluster \"b\": 502 its answer broke off`) {
+		t.Errorf("items of %s, warnings %q", got, rec.Header().Values("Warning"))
+	}
+}
+
+// kubectl get --watch asks for Tables: so are members.
+func TestWatchAsksMembersForTables(t *testing.T) {
+	h, _ := newHandler(nil)
+	var accept atomic.Value
+	m := newWatchMembers("a", "b", "c")
+	h.Member = func(w http.ResponseWriter, req *http.Request, name, path string) {
+		accept.Store(req.Header.Get("Accept"))
+		m.serve(w, req, name, path)
+	}
+	srv := watchServer(t, h)
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/*/proxy/api/v1/pods?watch=true", nil)
+	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if a, _ := accept.Load().(string); !strings.HasPrefix(a, "application/json;as=Table;v=v1;g=meta.k8s.io") {
+		t.Errorf("members asked with Accept %q, want a Table", a)
+	}
+}
