@@ -1,9 +1,11 @@
 // Package fanout serves one request over many member clusters: the name
 // segment of .../upstreamclusters/{name}/proxy/{path} is "*" (every
 // UpstreamCluster) or a label selector of UpstreamClusters (e.g. "env=prod"),
-// which no UpstreamCluster name can be. This first increment serves lists
-// (merged into one List or Table, every item annotated with its cluster) and
-// discovery (from one member); other verbs get a Status saying so.
+// which no UpstreamCluster name can be. It serves lists (merged into one List
+// or Table, every item annotated with its cluster; paged across members with
+// limit and continue, see page), watches (one per member, merged into one
+// stream under composite resourceVersions, see serveWatch) and discovery
+// (from one member); other verbs get a Status saying so.
 //
 // Each member is asked through the same entry point as a request naming it
 // (CONNECT admission, lookup, forward.Forwarder), so dispatch policies, flow

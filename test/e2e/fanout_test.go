@@ -390,9 +390,11 @@ func TestFanOutWatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		stop := make(chan struct{})
-		defer close(stop)
 		factory.Start(stop)
-		defer factory.Shutdown()
+		defer func() {
+			close(stop)
+			factory.Shutdown() // waits for the informer to stop
+		}()
 		if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
 			t.Fatal("the informer never synced")
 		}
