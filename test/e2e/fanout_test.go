@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -441,20 +442,32 @@ func TestFanOutWatch(t *testing.T) {
 			return nil
 		})
 
-		// A crash of one member-a replica: the member's watch, if it was on
-		// that replica, ends and is re-opened on the other.
-		victim := env.Members[harness.MemberA].Servers[1]
-		if err := victim.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			if err := victim.Process.Restart(context.Background()); err != nil {
-				t.Errorf("restarting %s: %v", victim.Process.Name, err)
+		// A crash of each member-a replica in turn: the member's watch is on
+		// one of them, so one crash ends it, and the gateway re-opens it on
+		// the other replica.
+		replicas := env.Members[harness.MemberA].Servers
+		for i, victim := range []int{1, 0} {
+			if err := replicas[victim].Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
 			}
-		}()
-		create(t, harness.MemberA, "after-kill-a")
-		create(t, harness.MemberB, "after-kill-b")
-		has(t, "after-kill-a", harness.MemberA, "")
-		has(t, "after-kill-b", harness.MemberB, "")
+			restarted := false
+			t.Cleanup(func() {
+				if !restarted {
+					_ = replicas[victim].Process.Restart(context.Background())
+				}
+			})
+			alive := kubernetes.NewForConfigOrDie(env.Members[harness.MemberA].Config(harness.UserAdmin, 1-victim))
+			name := fmt.Sprintf("after-kill-%d", i)
+			if _, err := alive.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name + "-a"}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			create(t, harness.MemberB, name+"-b")
+			has(t, name+"-a", harness.MemberA, "")
+			has(t, name+"-b", harness.MemberB, "")
+			if err := replicas[victim].Process.Restart(ctx); err != nil {
+				t.Fatalf("restarting member-a replica %d: %v", victim, err)
+			}
+			restarted = true
+		}
 	})
 }
