@@ -269,7 +269,7 @@ func TestFanOutWatch(t *testing.T) {
 	ns := "fanwatch-" + utilrand.String(5)
 	members := map[string]*kubernetes.Clientset{}
 	for _, m := range []string{harness.MemberA, harness.MemberB} {
-		// Replica 0 of member-a: the test kills replica 1.
+		// Replica 0 of member-a (the informer step makes its own clients while it kills replicas).
 		cs := kubernetes.NewForConfigOrDie(env.Members[m].Config(harness.UserAdmin, 0))
 		members[m] = cs
 		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
