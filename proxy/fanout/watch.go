@@ -305,8 +305,11 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 	for c, rv := range wq.resume {
 		versions[c] = rv
 	}
+	// The members' initial events are pending until each sent its bookmark;
+	// wq is shared with the members' goroutines, so this is a copy.
+	initialEvents := wq.initialEvents
 	pendingInitial := map[string]bool{}
-	if wq.initialEvents {
+	if initialEvents {
 		for _, s := range open {
 			pendingInitial[s.cluster] = true
 		}
@@ -332,7 +335,7 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 		if ev.typ == "BOOKMARK" {
 			if isInitialEnd(md) {
 				delete(pendingInitial, ev.cluster)
-				if !wq.initialEvents || len(pendingInitial) > 0 {
+				if !initialEvents || len(pendingInitial) > 0 {
 					continue
 				}
 				// The end of every member's initial events: one bookmark.
@@ -341,7 +344,7 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 					"annotations": map[string]any{metav1.InitialEventsAnnotationKey: "true"},
 				}}
 				ev.cluster = ""
-				wq.initialEvents = false
+				initialEvents = false
 			} else if !wq.bookmarks {
 				continue
 			}

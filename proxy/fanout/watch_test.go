@@ -125,7 +125,8 @@ type clientEvent struct {
 
 func startWatch(t *testing.T, srv *httptest.Server, segment, query string) *watchClient {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	// A bound on the whole watch: a missing event fails the test, not hangs it.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/"+url.PathEscape(segment)+"/proxy/api/v1/pods?"+query, nil)
 	resp, err := srv.Client().Do(req)
@@ -453,4 +454,27 @@ func TestWatchAsksMembersForTables(t *testing.T) {
 	if a, _ := accept.Load().(string); !strings.HasPrefix(a, "application/json;as=Table;v=v1;g=meta.k8s.io") {
 		t.Errorf("members asked with Accept %q, want a Table", a)
 	}
+}
+
+// A member whose watch ended and whose history is gone when it is re-opened
+// (410) ends the whole watch with a 410 ERROR event: the client relists.
+func TestWatchReopenExpired(t *testing.T) {
+	h, _ := newHandler(nil)
+	m := newWatchMembers("a", "b", "c")
+	h.Member = m.serve
+	c := startWatch(t, watchServer(t, h), "*", "watch=true")
+	m.lines["a"] <- podEvent("ADDED", "p1", "21")
+	c.next(t)
+	m.mu.Lock()
+	m.fail["a"] = http.StatusGone
+	m.mu.Unlock()
+	m.lines["a"] <- endStream
+	ev := c.next(t)
+	if ev.Type != "ERROR" || ev.Object.Code != http.StatusGone || ev.Object.Reason != metav1.StatusReasonExpired || !strings.Contains(ev.Object.Message, `upstream cluster "a"`) {
+		t.Fatalf("want a 410 ERROR naming a, got %+v", ev)
+	}
+	if q := m.asked("a"); len(q) != 2 || q[1].Get("resourceVersion") != "21" {
+		t.Errorf("a re-opened with %v, want from 21", q)
+	}
+	waitFor(t, "member watches to end", func() bool { return m.running.Load() == 0 })
 }
