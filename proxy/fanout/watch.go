@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/warning"
+	"k8s.io/klog/v2"
 )
 
 // reopenBackoff paces the re-opening of a member watch that ended; it is
@@ -252,7 +253,7 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 		}()
 	}
 	wg.Wait()
-	var open []*memberStream
+	var open, retry []*memberStream
 	var failures []string
 	codes := map[int]bool{}
 	for _, s := range streams {
@@ -266,7 +267,13 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 		}
 		failures = append(failures, fmt.Sprintf("%q: %s", s.cluster, s.failure))
 		codes[s.code] = true
-		warning.AddWarning(req.Context(), "", fmt.Sprintf("upstream cluster %q: %s", s.cluster, s.failure))
+		note := ""
+		if transient(s.code) {
+			// Unreachable, overloaded, slow: it joins the watch once it opens.
+			retry = append(retry, s)
+			note = " (retried in the background: its events follow once it opens)"
+		}
+		warning.AddWarning(req.Context(), "", fmt.Sprintf("upstream cluster %q: %s%s", s.cluster, s.failure, note))
 	}
 	switch {
 	case len(open) == 0:
@@ -290,7 +297,7 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 
 	events := make(chan event)
 	var readers sync.WaitGroup
-	for _, s := range open {
+	for _, s := range append(open, retry...) {
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
@@ -364,6 +371,12 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 	}
 }
 
+// transient tells whether a member that failed to open a watch may open it
+// later: not a refusal (403) or a resource it does not serve (404).
+func transient(code int) bool {
+	return code >= http.StatusInternalServerError || code == http.StatusTooManyRequests
+}
+
 func stopAll(streams []*memberStream) {
 	for _, s := range streams {
 		if s.failure == "" {
@@ -411,8 +424,10 @@ func (t *tableColumns) rewrite(cluster string, table map[string]any) {
 }
 
 // followMember reads a member's events into events until ctx ends. A watch
-// that ends is re-opened from the member's last resourceVersion, with
-// backoff; an ERROR event, or a 410 when re-opening, ends the merged watch.
+// that ends, ends with an ERROR event other than 410, or could not open
+// (transient failures only reach here) is re-opened from the member's last
+// resourceVersion, with backoff; a 410, in an ERROR event or when re-opening,
+// ends the merged watch.
 func (h *Handler) followMember(ctx context.Context, req *http.Request, path string, wq *watchQuery, s *memberStream, events chan<- event) {
 	var last string
 	initialDone := !wq.initialEvents
@@ -428,11 +443,14 @@ func (h *Handler) followMember(ctx context.Context, req *http.Request, path stri
 	for {
 		opened := s.failure == ""
 		if opened {
-			backoff = reopenBackoff
-			ended := h.readEvents(ctx, s, &last, &initialDone, send)
+			ended, delivered := h.readEvents(ctx, s, &last, &initialDone, send)
 			s.stop()
 			if ended {
 				return
+			}
+			if delivered > 0 {
+				// It worked for a while: the next re-open comes soon.
+				backoff = reopenBackoff
 			}
 		} else if s.code == http.StatusGone || (s.status != nil && s.status.Reason == metav1.StatusReasonExpired) {
 			send(event{fatal: memberStatus(s.cluster, http.StatusGone, metav1.StatusReasonExpired, s.failure)})
@@ -453,8 +471,9 @@ func (h *Handler) followMember(ctx context.Context, req *http.Request, path stri
 }
 
 // readEvents passes a member's events on until its stream ends; it tells
-// whether the merged watch ends (an ERROR event, or the client is gone).
-func (h *Handler) readEvents(ctx context.Context, s *memberStream, last *string, initialDone *bool, send func(event) bool) bool {
+// whether the merged watch ends (a 410 ERROR event, or the client is gone),
+// and how many events it passed on.
+func (h *Handler) readEvents(ctx context.Context, s *memberStream, last *string, initialDone *bool, send func(event) bool) (ended bool, delivered int) {
 	d := json.NewDecoder(s.body)
 	d.UseNumber()
 	for {
@@ -463,7 +482,7 @@ func (h *Handler) readEvents(ctx context.Context, s *memberStream, last *string,
 			Object json.RawMessage `json:"object"`
 		}
 		if err := d.Decode(&raw); err != nil {
-			return ctx.Err() != nil
+			return ctx.Err() != nil, delivered
 		}
 		if raw.Type == "ERROR" {
 			var st metav1.Status
@@ -472,18 +491,20 @@ func (h *Handler) readEvents(ctx context.Context, s *memberStream, last *string,
 			if msg == "" {
 				msg = string(raw.Object)
 			}
-			code, reason := int(st.Code), st.Reason
-			if code == 0 {
-				code, reason = http.StatusInternalServerError, metav1.StatusReasonInternalError
+			if st.Code != http.StatusGone && st.Reason != metav1.StatusReasonExpired && st.Reason != metav1.StatusReasonGone {
+				// Any other error ends this member's watch only (e.g. a
+				// restarted server whose cache is not ready): re-open it.
+				klog.FromContext(ctx).V(2).Info("Fan-out member watch ended with an error; re-opening it", "upstreamcluster", s.cluster, "message", msg)
+				return false, delivered
 			}
-			send(event{fatal: memberStatus(s.cluster, code, reason, msg)})
-			return true
+			send(event{fatal: memberStatus(s.cluster, http.StatusGone, metav1.StatusReasonExpired, msg)})
+			return true, delivered
 		}
 		od := json.NewDecoder(bytes.NewReader(raw.Object))
 		od.UseNumber()
 		var obj map[string]any
 		if err := od.Decode(&obj); err != nil {
-			return ctx.Err() != nil // a broken stream: re-open
+			return ctx.Err() != nil, delivered // a broken stream: re-open
 		}
 		md, _ := obj["metadata"].(map[string]any)
 		if rv, _ := md["resourceVersion"].(string); rv != "" {
@@ -493,8 +514,9 @@ func (h *Handler) readEvents(ctx context.Context, s *memberStream, last *string,
 			*initialDone = true
 		}
 		if !send(event{cluster: s.cluster, typ: raw.Type, object: obj}) {
-			return true
+			return true, delivered
 		}
+		delivered++
 	}
 }
 

@@ -301,13 +301,65 @@ func TestWatchMemberFailsToOpen(t *testing.T) {
 	if ev := c.next(t); ev.Object.Metadata.Annotations[ClusterAnnotation] != "c" {
 		t.Errorf("%+v", ev)
 	}
+	// b comes back: it joins the watch.
+	m.mu.Lock()
+	m.fail["b"] = 0
+	m.mu.Unlock()
+	m.lines["b"] <- podEvent("ADDED", "pb", "5")
+	if ev := c.next(t); ev.Object.Metadata.Annotations[ClusterAnnotation] != "b" {
+		t.Errorf("after b came back: %+v", ev)
+	}
+	m.mu.Lock()
+	m.fail["b"] = http.StatusServiceUnavailable
+	m.mu.Unlock()
 	strict := startWatch(t, srv, "*", "watch=true&"+StrictParam+"=true")
 	if strict.resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("strict: %d", strict.resp.StatusCode)
 	}
+	m.mu.Lock()
 	m.fail["b"] = http.StatusGone
+	m.mu.Unlock()
 	if expired := startWatch(t, srv, "*", "watch=true"); expired.resp.StatusCode != http.StatusGone {
 		t.Errorf("a member's 410: %d, want 410", expired.resp.StatusCode)
+	}
+	// A member that refuses the user is left out for good.
+	c.cancel() // the fake's lines go to one watch at a time
+	waitFor(t, "member watches to end", func() bool { return m.running.Load() == 0 })
+	m.mu.Lock()
+	m.fail["b"] = http.StatusForbidden
+	m.mu.Unlock()
+	asked := len(m.asked("b"))
+	c = startWatch(t, srv, "*", "watch=true")
+	if w := strings.Join(c.resp.Header.Values("Warning"), ""); !strings.Contains(w, `upstream cluster \"b\": 403`) || strings.Contains(w, "retried") {
+		t.Errorf("warnings %q, want b's 403, not retried", w)
+	}
+	m.lines["c"] <- podEvent("ADDED", "p", "2")
+	c.next(t)
+	if n := len(m.asked("b")); n != asked+1 {
+		t.Errorf("b asked %d times, want once", n-asked)
+	}
+}
+
+// An ERROR event other than 410 (a restarted server whose cache is not
+// ready) ends that member's watch only: it is re-opened from its last
+// resourceVersion.
+func TestWatchMemberErrorReopens(t *testing.T) {
+	h, _ := newHandler(nil)
+	m := newWatchMembers("a", "b", "c")
+	h.Member = m.serve
+	c := startWatch(t, watchServer(t, h), "*", "watch=true")
+	m.lines["a"] <- podEvent("ADDED", "p1", "21")
+	c.next(t)
+	m.lines["a"] <- `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","code":504,"reason":"Timeout","message":"Too large resource version"}}`
+	// The old response has ended once a is asked again (the fake's lines
+	// would go to whichever reads first).
+	waitFor(t, "a to be re-opened", func() bool { return len(m.asked("a")) == 2 })
+	m.lines["a"] <- podEvent("MODIFIED", "p1", "22")
+	if ev := c.next(t); ev.Type != "MODIFIED" {
+		t.Fatalf("after a's 504 ERROR: %+v, want a's next event", ev)
+	}
+	if q := m.asked("a"); len(q) != 2 || q[1].Get("resourceVersion") != "21" {
+		t.Errorf("a re-opened with %v, want from 21", q)
 	}
 }
 
