@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -256,6 +257,7 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 	var open, retry []*memberStream
 	var failures []string
 	codes := map[int]bool{}
+	opened := slices.ContainsFunc(streams, func(s *memberStream) bool { return s.failure == "" })
 	for _, s := range streams {
 		if s.failure == "" {
 			open = append(open, s)
@@ -268,7 +270,7 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 		failures = append(failures, fmt.Sprintf("%q: %s", s.cluster, s.failure))
 		codes[s.code] = true
 		note := ""
-		if transient(s.code) {
+		if transient(s.code) && opened && !strict {
 			// Unreachable, overloaded, slow: it joins the watch once it opens.
 			retry = append(retry, s)
 			note = " (retried in the background: its events follow once it opens)"
