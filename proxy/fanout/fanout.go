@@ -442,3 +442,10 @@ func (r *recorder) AddWarning(_, text string) {
 	defer r.mu.Unlock()
 	r.texts = append(r.texts, text)
 }
+
+// get returns the warnings so far; a watch's member request goes on adding.
+func (r *recorder) get() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.texts)
+}

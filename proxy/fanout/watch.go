@@ -113,6 +113,8 @@ type memberStream struct {
 	failure string
 	// status is the member's Status when it answered one.
 	status *metav1.Status
+	// warnings are the member's warnings when it opened.
+	warnings []string
 	// stop ends the member's request and waits for it to return.
 	stop func()
 }
@@ -164,6 +166,7 @@ func (h *Handler) openWatch(ctx context.Context, req *http.Request, cluster, pat
 		return s
 	}
 	s.code = sw.code
+	s.warnings = append(rec.get(), memberWarnings(sw.header)...)
 	if s.code != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(pr, 64<<10))
 		s.stop()
@@ -259,6 +262,9 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 	codes := map[int]bool{}
 	opened := slices.ContainsFunc(streams, func(s *memberStream) bool { return s.failure == "" })
 	for _, s := range streams {
+		for _, w := range s.warnings {
+			warning.AddWarning(req.Context(), "", fmt.Sprintf("upstream cluster %q: %s", s.cluster, w))
+		}
 		if s.failure == "" {
 			open = append(open, s)
 			continue

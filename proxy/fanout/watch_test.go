@@ -530,3 +530,19 @@ func TestWatchReopenExpired(t *testing.T) {
 	}
 	waitFor(t, "member watches to end", func() bool { return m.running.Load() == 0 })
 }
+
+// A member's warnings when its watch opens reach the client, naming it.
+func TestWatchMemberWarnings(t *testing.T) {
+	h, _ := newHandler(nil)
+	m := newWatchMembers("a", "b", "c")
+	h.Member = func(w http.ResponseWriter, req *http.Request, name, path string) {
+		if name == "c" {
+			w.Header().Add("Warning", `299 - "v1 pods are deprecated"`)
+		}
+		m.serve(w, req, name, path)
+	}
+	c := startWatch(t, watchServer(t, h), "*", "watch=true")
+	if w := c.resp.Header.Values("Warning"); len(w) != 1 || w[0] != `299 - "upstream cluster \"c\": v1 pods are deprecated"` {
+		t.Errorf("warnings %q", w)
+	}
+}
