@@ -1,9 +1,11 @@
 // Package fanout serves one request over many member clusters: the name
 // segment of .../upstreamclusters/{name}/proxy/{path} is "*" (every
 // UpstreamCluster) or a label selector of UpstreamClusters (e.g. "env=prod"),
-// which no UpstreamCluster name can be. This first increment serves lists
-// (merged into one List or Table, every item annotated with its cluster) and
-// discovery (from one member); other verbs get a Status saying so.
+// which no UpstreamCluster name can be. It serves lists (merged into one List
+// or Table, every item annotated with its cluster; paged across members with
+// limit and continue, see page), watches (one per member, merged into one
+// stream under composite resourceVersions, see serveWatch) and discovery
+// (from one member); other verbs get a Status saying so.
 //
 // Each member is asked through the same entry point as a request naming it
 // (CONNECT admission, lookup, forward.Forwarder), so dispatch policies, flow
@@ -13,11 +15,14 @@ package fanout
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -33,6 +38,7 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	genericrequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/warning"
+	"k8s.io/klog/v2"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/request"
@@ -108,13 +114,13 @@ func (h *Handler) Serve(w http.ResponseWriter, req *http.Request, name, path str
 		fail(err)
 		return
 	}
-	query, strict, err := memberQuery(req.URL.RawQuery)
+	mq, err := memberQuery(req.URL.RawQuery)
 	if err != nil {
 		fail(err)
 		return
 	}
 	u, _ := genericrequest.UserFrom(req.Context())
-	attrs, err := request.Parse(req.Method, path, query, u)
+	attrs, err := request.Parse(req.Method, path, mq.query, u)
 	if err != nil {
 		fail(apierrors.NewBadRequest(err.Error()))
 		return
@@ -124,9 +130,12 @@ func (h *Handler) Serve(w http.ResponseWriter, req *http.Request, name, path str
 		fail(unsupportedError(req, &attrs))
 		return
 	}
-	if kind == list && hasContinue(query) {
-		fail(apierrors.NewBadRequest("fan-out lists do not support continue tokens yet: list without limit and continue (limit is ignored)"))
-		return
+	var page *continueToken
+	if kind == list && mq.cont != "" {
+		if page, err = parseContinue(mq.cont); err != nil {
+			fail(err)
+			return
+		}
 	}
 	members, err := h.selectMembers(req, name, selector)
 	if err != nil {
@@ -134,16 +143,33 @@ func (h *Handler) Serve(w http.ResponseWriter, req *http.Request, name, path str
 		return
 	}
 	inner := req.Clone(req.Context())
-	inner.URL.RawQuery = query
-	if kind == discovery {
+	inner.URL.RawQuery = mq.query
+	switch {
+	case kind == discovery:
 		h.Member(w, inner, firstReady(members), path)
 		return
+	case kind == watch:
+		if err := h.serveWatch(w, inner, members, path, mq.strict); err != nil {
+			fail(err)
+		}
+		return
 	}
-	results := h.ask(inner, members, path, wantsTable(req.Header.Get("Accept")))
-	out, warnings, err := merge(results, strict)
+	table := wantsTable(req.Header.Get("Accept"))
+	var obj map[string]any
+	var warnings []string
+	if mq.limit > 0 || page != nil {
+		obj, warnings, err = h.page(inner, members, path, table, mq, page)
+	} else {
+		obj, warnings, err = merge(h.ask(inner, members, path, table), mq.strict)
+	}
 	for _, msg := range warnings {
 		warning.AddWarning(req.Context(), "", msg)
 	}
+	if err != nil {
+		fail(err)
+		return
+	}
+	out, err := json.Marshal(obj)
 	if err != nil {
 		fail(err)
 		return
@@ -165,28 +191,41 @@ func parseSelector(name string) (labels.Selector, error) {
 	return s, nil
 }
 
-// memberQuery removes what is for the gateway from the client's query: the
-// strict parameter, and limit (members answer whole lists: this increment
-// has no continue tokens to page through many members).
-func memberQuery(raw string) (query string, strict bool, err error) {
-	q, err := url.ParseQuery(raw)
-	if err != nil {
-		return "", false, apierrors.NewBadRequest("invalid query string: " + err.Error())
-	}
-	if v, ok := q[StrictParam]; ok {
-		strict = len(v) > 0 && v[0] == "true"
-		if len(v) != 1 || (v[0] != "true" && v[0] != "false") {
-			return "", false, apierrors.NewBadRequest(fmt.Sprintf("query parameter %s must be true or false", StrictParam))
-		}
-	}
-	delete(q, StrictParam)
-	delete(q, "limit")
-	return q.Encode(), strict, nil
+// clientQuery is the client's query, read once.
+type clientQuery struct {
+	// query is what members are asked: without the strict parameter, limit
+	// and continue, which are for the gateway.
+	query  string
+	strict bool
+	// limit and cont page a list across members (see page).
+	limit int64
+	cont  string
 }
 
-func hasContinue(query string) bool {
-	q, _ := url.ParseQuery(query)
-	return q.Get("continue") != ""
+// memberQuery reads the client's query and removes what is for the gateway.
+func memberQuery(raw string) (clientQuery, error) {
+	var cq clientQuery
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return cq, apierrors.NewBadRequest("invalid query string: " + err.Error())
+	}
+	if v, ok := q[StrictParam]; ok {
+		cq.strict = len(v) > 0 && v[0] == "true"
+		if len(v) != 1 || (v[0] != "true" && v[0] != "false") {
+			return cq, apierrors.NewBadRequest(fmt.Sprintf("query parameter %s must be true or false", StrictParam))
+		}
+	}
+	if l := q.Get("limit"); l != "" {
+		if cq.limit, err = strconv.ParseInt(l, 10, 64); err != nil || cq.limit < 0 {
+			return cq, apierrors.NewBadRequest(fmt.Sprintf("limit %q is not a non-negative integer", l))
+		}
+	}
+	cq.cont = q.Get("continue")
+	delete(q, StrictParam)
+	delete(q, "limit")
+	delete(q, "continue")
+	cq.query = q.Encode()
+	return cq, nil
 }
 
 type requestKind int
@@ -194,6 +233,7 @@ type requestKind int
 const (
 	unsupported requestKind = iota
 	list
+	watch
 	discovery
 )
 
@@ -205,8 +245,12 @@ func classify(req *http.Request, a *request.Attributes) requestKind {
 		return unsupported
 	}
 	if a.IsResourceRequest {
-		if a.Verb == "list" && a.Subresource == "" {
+		switch {
+		case a.Subresource != "":
+		case a.Verb == "list":
 			return list
+		case a.Verb == "watch":
+			return watch
 		}
 		return unsupported
 	}
@@ -236,14 +280,12 @@ func unsupportedError(req *http.Request, a *request.Attributes) error {
 	switch {
 	case httpstream.IsUpgradeRequest(req):
 		what = "protocol upgrades (exec, attach, port-forward)"
-	case a.Verb == "watch":
-		return methodNotAllowed("fan-out paths do not support watch yet: fan-out supports list (GET of a collection without watch=true) and discovery; watch one cluster through its own name")
 	case a.IsResourceRequest && a.Subresource != "":
 		what = a.Verb + " " + a.Resource + "/" + a.Subresource
 	case a.IsResourceRequest:
 		what = a.Verb + " " + a.Resource
 	}
-	return methodNotAllowed(fmt.Sprintf("fan-out paths support list (GET of a collection) and discovery only, not %s: address one cluster by its name for it", what))
+	return methodNotAllowed(fmt.Sprintf("fan-out paths support list and watch (GET of a collection) and discovery only, not %s: address one cluster by its name for it", what))
 }
 
 func methodNotAllowed(msg string) error {
@@ -330,8 +372,7 @@ func (h *Handler) ask(req *http.Request, members []member, path string, table bo
 	}
 	accept := "application/json"
 	if table {
-		// The fallback lets the gateway's own errors (Status) negotiate.
-		accept = "application/json;as=Table;v=v1;g=meta.k8s.io, application/json"
+		accept = tableAccept
 	}
 	results := make([]result, len(members))
 	slots := make(chan struct{}, parallel)
@@ -360,13 +401,34 @@ func (h *Handler) askOne(req *http.Request, name, path, accept string, timeout t
 	// The gateway decodes the answer: let the transport handle compression.
 	inner.Header.Del("Accept-Encoding")
 	c := newCapture()
-	h.Member(c, inner, name, path)
+	if h.serveMember(c, inner, name, path) {
+		c.status = http.StatusBadGateway
+		c.body.Reset()
+		c.body.WriteString("its answer broke off")
+	}
 	r := result{cluster: name, code: c.code(), body: c.body.Bytes(), warnings: rec.texts}
 	r.warnings = append(r.warnings, memberWarnings(c.header)...)
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		r.err = fmt.Errorf("no complete answer within %s", timeout)
 	}
 	return r
+}
+
+// serveMember serves one member's request in a goroutine of the fan-out: a
+// member whose answer broke off makes the reverse proxy panic with
+// http.ErrAbortHandler, which net/http recovers only in its own goroutines.
+// It tells whether the answer was aborted.
+func (h *Handler) serveMember(w http.ResponseWriter, req *http.Request, name, path string) (aborted bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			if r != http.ErrAbortHandler { //nolint:errorlint // the panic value is the sentinel itself
+				klog.ErrorS(fmt.Errorf("%v", r), "Panic serving a fan-out member request", "upstreamcluster", name, "stack", string(debug.Stack()))
+			}
+			aborted = true
+		}
+	}()
+	h.Member(w, req, name, path)
+	return false
 }
 
 // recorder collects warnings of one member request.
@@ -379,4 +441,11 @@ func (r *recorder) AddWarning(_, text string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.texts = append(r.texts, text)
+}
+
+// get returns the warnings so far; a watch's member request goes on adding.
+func (r *recorder) get() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.texts)
 }

@@ -56,6 +56,10 @@ func memberWarnings(h http.Header) []string {
 	return texts
 }
 
+// tableAccept asks a member for a Table in JSON; the fallback lets the
+// gateway's own errors (Status) negotiate.
+const tableAccept = "application/json;as=Table;v=v1;g=meta.k8s.io, application/json"
+
 // wantsTable tells whether the client asked for a Table (kubectl get does),
 // in its first media type, as the apiserver negotiates.
 func wantsTable(accept string) bool {
@@ -73,7 +77,7 @@ type answer struct {
 // merge makes one List (or Table) of the members' answers. A member that
 // failed, or answered something else than the others, is left out with a
 // warning; with strict, or when no member answered, the merge fails.
-func merge(results []result, strict bool) (out []byte, warnings []string, err error) {
+func merge(results []result, strict bool) (out map[string]any, warnings []string, err error) {
 	var answers []answer
 	var failures []string
 	fail := func(cluster, cause string) {
@@ -123,8 +127,7 @@ func merge(results []result, strict bool) (out []byte, warnings []string, err er
 		return nil, warnings, failed(http.StatusServiceUnavailable, fmt.Sprintf("%d of %d upstream clusters failed the list (%s=true): %s",
 			len(failures), len(results), StrictParam, strings.Join(failures, "; ")))
 	}
-	out, err = json.Marshal(combine(answers))
-	return out, warnings, err
+	return combine(answers), warnings, nil
 }
 
 func failed(code int, msg string) error {
@@ -136,6 +139,8 @@ func failed(code int, msg string) error {
 		reason = metav1.StatusReasonNotFound
 	case http.StatusGatewayTimeout:
 		reason = metav1.StatusReasonTimeout
+	case http.StatusGone:
+		reason = metav1.StatusReasonExpired
 	}
 	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: int32(code), Reason: reason, Message: msg}}
 }

@@ -44,7 +44,7 @@ func decodeVersions(t *testing.T, rv string) map[string]string {
 }
 
 func TestMergeList(t *testing.T) {
-	out, warnings, err := merge([]result{ok("a", podListA), ok("b", podListB)}, false)
+	out, warnings, err := mergeJSON([]result{ok("a", podListA), ok("b", podListB)}, false)
 	if err != nil || len(warnings) != 0 {
 		t.Fatalf("merge: %v, warnings %q", err, warnings)
 	}
@@ -80,7 +80,7 @@ func TestMergeList(t *testing.T) {
 }
 
 func TestMergeTable(t *testing.T) {
-	out, _, err := merge([]result{ok("a", tableA), ok("b", tableB)}, false)
+	out, _, err := mergeJSON([]result{ok("a", tableA), ok("b", tableB)}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestMergeWarnsOfFailedMembers(t *testing.T) {
 		ok("d", tableA), // another kind than the others
 		{cluster: "e", code: http.StatusOK, body: []byte(podListB), warnings: []string{"v1 pods are old"}},
 	}
-	out, warnings, err := merge(results, false)
+	out, warnings, err := mergeJSON(results, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,4 +183,14 @@ func TestWantsTable(t *testing.T) {
 			t.Errorf("wantsTable(%q) = %v", accept, got)
 		}
 	}
+}
+
+// mergeJSON is merge with its object encoded, as the client receives it.
+func mergeJSON(results []result, strict bool) ([]byte, []string, error) {
+	obj, warnings, err := merge(results, strict)
+	if err != nil {
+		return nil, warnings, err
+	}
+	out, err := json.Marshal(obj)
+	return out, warnings, err
 }

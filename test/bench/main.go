@@ -203,7 +203,21 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 		return nil, err
 	}
 
+	// The same objects on member-a, for the fan-out LIST over both.
+	csA, err := kubernetes.NewForConfig(env.Members[memberA].Config(harness.UserAdmin, 0))
+	if err != nil {
+		return nil, err
+	}
+	var tookA time.Duration
+	if err := setupListObjects(ctx, csA, memberA, o, &tookA); err != nil {
+		return nil, err
+	}
+
 	targets, gw, err := makeTargets(env, o.DirectMode)
+	if err != nil {
+		return nil, err
+	}
+	directA, fan, err := fanOutTargets(env, targets[2], 2*time.Minute)
 	if err != nil {
 		return nil, err
 	}
@@ -330,6 +344,15 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 				}
 			}
 		}
+		for i := 0; i < o.ListPerRound; i++ {
+			run, err := measureFanOut(ctx, directA, targets[0], fan)
+			if err != nil {
+				return nil, err
+			}
+			rd.FanOut = append(rd.FanOut, run)
+			logf("  fan-out LIST: member-a %s + member-b %s directly; both through the hub's fan-out %s (x%.2f of a + b)",
+				measure.Dur(run.DirectA), measure.Dur(run.DirectB), measure.Dur(run.FanOut), run.FanOut.Seconds()/(run.DirectA+run.DirectB).Seconds())
+		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -404,7 +427,17 @@ func setupObjects(ctx context.Context, cs kubernetes.Interface, o options, rep *
 		return fmt.Errorf("configmap %s/%s: %w", targetNS, targetName, err)
 	}
 
-	logf("creating %d ConfigMaps in %s on %s with %d workers", o.ListObjects, listNS, member, o.Workers)
+	return setupListObjects(ctx, cs, member, o, &rep.SetupList)
+}
+
+// setupListObjects creates namespace bench-list on cluster name and
+// o.ListObjects small ConfigMaps in it with o.Workers concurrent creators;
+// took is how long the ConfigMaps took.
+func setupListObjects(ctx context.Context, cs kubernetes.Interface, name string, o options, took *time.Duration) error {
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: listNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("namespace %s on %s: %w", listNS, name, err)
+	}
+	logf("creating %d ConfigMaps in %s on %s with %d workers", o.ListObjects, listNS, name, o.Workers)
 	start := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -440,14 +473,14 @@ func setupObjects(ctx context.Context, cs kubernetes.Interface, o options, rep *
 		}()
 	}
 	wg.Wait()
-	rep.SetupList = time.Since(start)
+	*took = time.Since(start)
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	logf("created %d ConfigMaps in %s (%.0f/s)", o.ListObjects, rep.SetupList.Round(10*time.Millisecond), float64(o.ListObjects)/rep.SetupList.Seconds())
+	logf("created %d ConfigMaps on %s in %s (%.0f/s)", o.ListObjects, name, took.Round(10*time.Millisecond), float64(o.ListObjects)/took.Seconds())
 	return nil
 }
 

@@ -15,6 +15,8 @@ type roundData struct {
 	CN    map[string]loadRun
 	Rate  map[string]loadRun // the fixed-rate run (empty with -rate 0)
 	List  map[string][]listRun
+	// FanOut: the fan-out LISTs of the round (see fanOutSection).
+	FanOut []fanOutRun
 }
 
 type report struct {
@@ -246,6 +248,7 @@ func (r *report) markdown() string {
 	if r.hasTunnel() {
 		r.tunnelSection(p)
 	}
+	r.fanOutSection(p)
 	if o.Rate > 0 {
 		r.rateSection(p)
 	}

@@ -1,21 +1,30 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kubewharf/kube-gateway/test/harness"
@@ -66,12 +75,19 @@ func fanOutClusters(t *testing.T, body []byte) map[string]string {
 // every UpstreamCluster.
 func fanOutKubeconfig(t *testing.T, user string) string {
 	t.Helper()
+	return fanOutKubeconfigFor(t, user, "*")
+}
+
+// fanOutKubeconfigFor writes a kubeconfig of hub user's whose server fans out
+// to the UpstreamClusters segment selects.
+func fanOutKubeconfigFor(t *testing.T, user, segment string) string {
+	t.Helper()
 	cfg, err := clientcmd.LoadFromFile(env.Kubeconfig("hub-" + user))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range cfg.Clusters {
-		c.Server = strings.TrimSuffix(c.Server, "/") + fanOutPath("*")
+		c.Server = strings.TrimSuffix(c.Server, "/") + fanOutPath(segment)
 	}
 	path := filepath.Join(t.TempDir(), "fanout-"+user+".kubeconfig")
 	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
@@ -206,7 +222,6 @@ func TestFanOutList(t *testing.T) {
 			params map[string]string
 			want   string
 		}{
-			{configMaps, map[string]string{"watch": "true"}, "watch yet"},
 			{configMaps + "/cm-member-a", nil, "support list"},
 		} {
 			body, code, _ := fanOutGet(ctx, t, harness.UserAdmin, fanOutPath("*")+c.path, c.params)
@@ -240,6 +255,219 @@ func TestFanOutList(t *testing.T) {
 		_ = json.Unmarshal(body, &status)
 		if code != http.StatusServiceUnavailable || !strings.Contains(status.Message, closed) {
 			t.Errorf("strict list with %s unreachable: %d %q, want 503 naming it", closed, code, status.Message)
+		}
+	})
+}
+
+// A dynamic informer whose Host is the hub plus a fan-out prefix sees both
+// members' ConfigMaps (annotated with their cluster), their updates and
+// deletes, and goes on seeing new objects of both when a member-a replica
+// dies; kubectl get --watch through a fan-out kubeconfig prints an event of
+// each member; kubectl get --chunk-size=1 pages through both members.
+func TestFanOutWatch(t *testing.T) {
+	ctx := testContext(t, 4*time.Minute)
+	ns := "fanwatch-" + utilrand.String(5)
+	members := map[string]*kubernetes.Clientset{}
+	for _, m := range []string{harness.MemberA, harness.MemberB} {
+		// Replica 0 of member-a (the informer step makes its own clients while it kills replicas).
+		cs := kubernetes.NewForConfigOrDie(env.Members[m].Config(harness.UserAdmin, 0))
+		members[m] = cs
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	}
+	create := func(t *testing.T, m, name string) {
+		t.Helper()
+		if _, err := members[m].CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A selector of member-a and member-b only: other tests' UpstreamClusters
+	// (e.g. more names for member-a) stay out.
+	key := "fanout-watch-" + ns
+	ucs := upstreamClusters(t)
+	for _, m := range []string{harness.MemberA, harness.MemberB} {
+		if _, err := ucs.Patch(ctx, m, types.MergePatchType, []byte(`{"metadata":{"labels":{"`+key+`":"yes"}}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_, _ = ucs.Patch(context.Background(), m, types.MergePatchType, []byte(`{"metadata":{"labels":{"`+key+`":null}}}`), metav1.PatchOptions{})
+		})
+	}
+	segment := key + "=yes"
+	create(t, harness.MemberA, "seed-a")
+	create(t, harness.MemberA, "seed-a2")
+	create(t, harness.MemberB, "seed-b")
+	configMaps := fanOutPath(segment) + "/api/v1/namespaces/" + ns + "/configmaps"
+	eventually(t, 30*time.Second, func(context.Context) error {
+		body, code, _ := fanOutGet(ctx, t, harness.UserAdmin, configMaps, nil)
+		if code != http.StatusOK {
+			return errorf("%d: %s", code, body)
+		}
+		if got := fanOutClusters(t, body); len(got) != 3 {
+			return errorf("the selector lists %v, want seed-a, seed-a2 and seed-b", got)
+		}
+		return nil
+	})
+	kubeconfig := fanOutKubeconfigFor(t, harness.UserAdmin, segment)
+
+	t.Run("kubectl get --chunk-size=1", func(t *testing.T) {
+		out, _, err := env.Kubectl(ctx, kubeconfig, "get", "configmaps", "-n", ns, "--chunk-size=1", "-o", "name")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, want := range map[string]int{"seed-a": 1, "seed-a2": 1, "seed-b": 1} {
+			if got := strings.Count(out, "configmap/"+name+"\n"); got != want {
+				t.Errorf("paged list has %s %d times, want %d:\n%s", name, got, want, out)
+			}
+		}
+	})
+
+	t.Run("kubectl get --watch", func(t *testing.T) {
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		cmd := env.KubectlCmd(wctx, kubeconfig, "get", "configmaps", "-A", "--watch")
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { cancel(); _ = cmd.Wait() }()
+		lines := make(chan string)
+		go func() {
+			defer close(lines)
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+		}()
+		// The list comes first: seed-a's row says the watch follows.
+		want := map[string]string{"seed-a": harness.MemberA}
+		created := false
+		var seen []string
+		for len(want) > 0 {
+			l, ok := <-lines
+			if !ok {
+				t.Fatalf("kubectl ended before printing %v (stderr %s):\n%s", want, stderr.String(), strings.Join(seen, "\n"))
+			}
+			seen = append(seen, l)
+			f := strings.Fields(l)
+			for name, cluster := range want {
+				if slices.Contains(f, name) && slices.Contains(f, cluster) {
+					delete(want, name)
+				}
+			}
+			if len(want) == 0 && !created {
+				created = true
+				create(t, harness.MemberA, "kw-a")
+				create(t, harness.MemberB, "kw-b")
+				want = map[string]string{"kw-a": harness.MemberA, "kw-b": harness.MemberB}
+			}
+		}
+	})
+
+	t.Run("dynamic informer", func(t *testing.T) {
+		cfg := env.HubConfig(harness.UserAdmin)
+		cfg.Host = strings.TrimSuffix(cfg.Host, "/") + fanOutPath(segment)
+		factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dynamic.NewForConfigOrDie(cfg), 0, ns, nil)
+		informer := factory.ForResource(corev1.SchemeGroupVersion.WithResource("configmaps")).Informer()
+		var mu sync.Mutex
+		deleted := map[string]bool{}
+		if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				mu.Lock()
+				deleted[u.GetName()] = true
+				mu.Unlock()
+			}
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		factory.Start(stop)
+		defer func() {
+			close(stop)
+			factory.Shutdown() // waits for the informer to stop
+		}()
+		if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+			t.Fatal("the informer never synced")
+		}
+		// has waits until the informer holds name with the cluster annotation
+		// and, if set, data value v.
+		has := func(t *testing.T, name, cluster, v string) {
+			t.Helper()
+			eventually(t, time.Minute, func(context.Context) error {
+				obj, ok, _ := informer.GetStore().GetByKey(ns + "/" + name)
+				if !ok {
+					return errorf("the informer has no %s", name)
+				}
+				u := obj.(*unstructured.Unstructured)
+				if got := u.GetAnnotations()["gateway.kubewharf.io/cluster"]; got != cluster {
+					return errorf("%s has cluster annotation %q, want %q", name, got, cluster)
+				}
+				if got, _, _ := unstructured.NestedString(u.Object, "data", "v"); got != v {
+					return errorf("%s has data v=%q, want %q", name, got, v)
+				}
+				return nil
+			})
+		}
+		has(t, "seed-a", harness.MemberA, "")
+		has(t, "seed-b", harness.MemberB, "")
+		create(t, harness.MemberA, "inf-a")
+		create(t, harness.MemberB, "inf-b")
+		has(t, "inf-a", harness.MemberA, "")
+		has(t, "inf-b", harness.MemberB, "")
+
+		patch := []byte(`{"data":{"v":"2"}}`)
+		if _, err := members[harness.MemberA].CoreV1().ConfigMaps(ns).Patch(ctx, "inf-a", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		has(t, "inf-a", harness.MemberA, "2")
+		if err := members[harness.MemberB].CoreV1().ConfigMaps(ns).Delete(ctx, "inf-b", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, time.Minute, func(context.Context) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if _, ok, _ := informer.GetStore().GetByKey(ns + "/inf-b"); ok || !deleted["inf-b"] {
+				return errorf("inf-b still in the informer (delete seen: %v)", deleted["inf-b"])
+			}
+			return nil
+		})
+
+		// A crash of each member-a replica in turn: the member's watch is on
+		// one of them, so one crash ends it, and the gateway re-opens it on
+		// the other replica.
+		replicas := env.Members[harness.MemberA].Servers
+		for i, victim := range []int{1, 0} {
+			if err := replicas[victim].Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			restarted := false
+			t.Cleanup(func() {
+				if !restarted {
+					_ = replicas[victim].Process.Restart(context.Background())
+				}
+			})
+			alive := kubernetes.NewForConfigOrDie(env.Members[harness.MemberA].Config(harness.UserAdmin, 1-victim))
+			name := fmt.Sprintf("after-kill-%d", i)
+			if _, err := alive.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name + "-a"}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			create(t, harness.MemberB, name+"-b")
+			has(t, name+"-a", harness.MemberA, "")
+			has(t, name+"-b", harness.MemberB, "")
+			if err := replicas[victim].Process.Restart(ctx); err != nil {
+				t.Fatalf("restarting member-a replica %d: %v", victim, err)
+			}
+			restarted = true
 		}
 	})
 }

@@ -1,0 +1,550 @@
+package fanout
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/warning"
+	"k8s.io/klog/v2"
+)
+
+// reopenBackoff paces the re-opening of a member watch that ended; it is
+// reset once a watch opened.
+var reopenBackoff = wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 1 << 30, Cap: 10 * time.Second}
+
+// watchQuery is a fan-out watch's query, read once: what each member is asked
+// and what the merged stream does.
+type watchQuery struct {
+	values url.Values
+	// resume holds each member's resourceVersion from a composite; nil when
+	// the client asked "" or "0", which every member is asked as it is.
+	resume map[string]string
+	// bookmarks: the client asked for BOOKMARK events.
+	bookmarks bool
+	// initialEvents: the client asked for sendInitialEvents=true, so the
+	// stream has one BOOKMARK marking the end of every member's initial events.
+	initialEvents bool
+	// timeout is the client's timeoutSeconds, bounding the whole watch.
+	timeout time.Duration
+}
+
+func parseWatchQuery(query string) (*watchQuery, error) {
+	q, _ := url.ParseQuery(query) // memberQuery parsed it already
+	wq := &watchQuery{values: q, bookmarks: q.Get("allowWatchBookmarks") == "true", initialEvents: q.Get("sendInitialEvents") == "true"}
+	if rv := q.Get("resourceVersion"); rv != "" && rv != "0" {
+		versions, err := ParseCompositeResourceVersion(rv)
+		if err != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("resourceVersion %q is not a fan-out resourceVersion (%v): watch from the resourceVersion of a fan-out list or event, or from \"\" or \"0\"", rv, err))
+		}
+		wq.resume = versions
+	}
+	if t := q.Get("timeoutSeconds"); t != "" {
+		s, err := strconv.ParseInt(t, 10, 64)
+		if err != nil || s < 0 {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("timeoutSeconds %q is not a non-negative integer", t))
+		}
+		wq.timeout = time.Duration(s) * time.Second
+	}
+	// The gateway bounds the whole watch; members end on their own schedule
+	// and are re-opened. Members always send bookmarks: they keep each
+	// member's resourceVersion current in the composite.
+	q.Del("timeoutSeconds")
+	q.Set("allowWatchBookmarks", "true")
+	return wq, nil
+}
+
+// memberValues is the query of a member's watch: at its own resourceVersion
+// from the composite, or from last when it is re-opened after its initial
+// events (a plain watch from there on).
+func (wq *watchQuery) memberValues(cluster, last string, initialDone bool) string {
+	q := make(url.Values, len(wq.values))
+	for k, v := range wq.values {
+		q[k] = v
+	}
+	switch {
+	case last != "" && (initialDone || !wq.initialEvents):
+		q.Set("resourceVersion", last)
+		q.Del("sendInitialEvents")
+		q.Del("resourceVersionMatch")
+	case wq.resume != nil:
+		// A member the composite does not name (e.g. it failed the list)
+		// starts from its current state, which its ADDED events bring.
+		q.Set("resourceVersion", wq.resume[cluster])
+	}
+	return q.Encode()
+}
+
+// checkResume refuses a composite naming a cluster that is not selected now:
+// the client holds its objects, and only a new list drops them.
+func (wq *watchQuery) checkResume(members []member) error {
+	selected := make(map[string]bool, len(members))
+	for _, m := range members {
+		selected[m.name] = true
+	}
+	for c := range wq.resume {
+		if !selected[c] {
+			return apierrors.NewResourceExpired(fmt.Sprintf("the fan-out resourceVersion names upstream cluster %q, which is no longer selected for this user: list again", c))
+		}
+	}
+	return nil
+}
+
+// memberStream is one open member watch.
+type memberStream struct {
+	cluster string
+	code    int
+	body    io.ReadCloser
+	// failure describes an answer that is not an open watch.
+	failure string
+	// status is the member's Status when it answered one.
+	status *metav1.Status
+	// warnings are the member's warnings when it opened.
+	warnings []string
+	// stop ends the member's request and waits for it to return.
+	stop func()
+}
+
+// openWatch asks one member for a watch and waits, at most MemberTimeout, for
+// its response headers.
+func (h *Handler) openWatch(ctx context.Context, req *http.Request, cluster, path, query string) *memberStream {
+	accept := "application/json"
+	if wantsTable(req.Header.Get("Accept")) {
+		accept = tableAccept
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	rec := &recorder{}
+	inner := req.Clone(warning.WithWarningRecorder(ctx, rec))
+	inner.URL.RawQuery = query
+	inner.Header.Set("Accept", accept)
+	inner.Header.Del("Accept-Encoding")
+	pr, pw := io.Pipe()
+	sw := &streamWriter{header: http.Header{}, pipe: pw, ready: make(chan struct{})}
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		if h.serveMember(sw, inner, cluster, path) {
+			// Before any byte: a failure; after: the stream ends, and is re-opened.
+			sw.markReady(http.StatusBadGateway)
+			_ = pw.CloseWithError(errors.New("the member's answer broke off"))
+			return
+		}
+		sw.markReady(http.StatusOK)
+		_ = pw.Close()
+	}()
+	s := &memberStream{cluster: cluster, body: pr, stop: func() {
+		cancel()
+		_ = pr.CloseWithError(context.Canceled)
+		<-returned
+	}}
+	timer := time.NewTimer(h.memberTimeout())
+	defer timer.Stop()
+	select {
+	case <-sw.ready:
+	case <-timer.C:
+		s.stop()
+		s.failure = fmt.Sprintf("no watch opened within %s", h.memberTimeout())
+		s.code = http.StatusGatewayTimeout
+		return s
+	case <-ctx.Done():
+		s.stop()
+		s.failure, s.code = "the client went away", http.StatusServiceUnavailable
+		return s
+	}
+	s.code = sw.code
+	s.warnings = append(rec.get(), memberWarnings(sw.header)...)
+	if s.code != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(pr, 64<<10))
+		s.stop()
+		s.failure = statusCause(cluster, s.code, body)
+		var st metav1.Status
+		if json.Unmarshal(body, &st) == nil && st.Kind == "Status" {
+			s.status = &st
+		}
+	}
+	return s
+}
+
+func (h *Handler) memberTimeout() time.Duration {
+	if h.MemberTimeout > 0 {
+		return h.MemberTimeout
+	}
+	return DefaultMemberTimeout
+}
+
+// streamWriter is the ResponseWriter of a member watch: the member's body
+// goes through a pipe to the merge, event by event.
+type streamWriter struct {
+	header http.Header
+	pipe   *io.PipeWriter
+	once   sync.Once
+	ready  chan struct{}
+	code   int
+}
+
+func (s *streamWriter) Header() http.Header { return s.header }
+
+func (s *streamWriter) markReady(code int) {
+	s.once.Do(func() {
+		s.code = code
+		close(s.ready)
+	})
+}
+
+func (s *streamWriter) WriteHeader(code int) {
+	if code >= http.StatusOK {
+		s.markReady(code)
+	}
+}
+
+func (s *streamWriter) Write(b []byte) (int, error) {
+	s.markReady(http.StatusOK)
+	return s.pipe.Write(b)
+}
+
+// Flush: the pipe hands every write over as it is made.
+func (s *streamWriter) Flush() {}
+
+// event is one member's watch event, or the end of the merged watch.
+type event struct {
+	cluster string
+	typ     string
+	object  map[string]any
+	// fatal ends the merged watch with this Status as an ERROR event.
+	fatal *metav1.Status
+}
+
+// serveWatch serves a fan-out watch: one watch per member, merged into one
+// JSON watch stream.
+func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members []member, path string, strict bool) error {
+	wq, err := parseWatchQuery(req.URL.RawQuery)
+	if err != nil {
+		return err
+	}
+	if err := wq.checkResume(members); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(req.Context())
+	defer cancel()
+	if wq.timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, wq.timeout)
+		defer cancel()
+	}
+
+	// Open every member's watch at once; a watch holds its member for as
+	// long as it lasts, so Parallel does not apply.
+	streams := make([]*memberStream, len(members))
+	var wg sync.WaitGroup
+	for i, m := range members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			streams[i] = h.openWatch(ctx, req, m.name, path, wq.memberValues(m.name, "", false))
+		}()
+	}
+	wg.Wait()
+	var open, retry []*memberStream
+	var failures []string
+	codes := map[int]bool{}
+	opened := slices.ContainsFunc(streams, func(s *memberStream) bool { return s.failure == "" })
+	for _, s := range streams {
+		for _, w := range s.warnings {
+			warning.AddWarning(req.Context(), "", fmt.Sprintf("upstream cluster %q: %s", s.cluster, w))
+		}
+		if s.failure == "" {
+			open = append(open, s)
+			continue
+		}
+		if s.code == http.StatusGone {
+			stopAll(streams)
+			return failed(http.StatusGone, fmt.Sprintf("upstream cluster %q: %s", s.cluster, s.failure))
+		}
+		failures = append(failures, fmt.Sprintf("%q: %s", s.cluster, s.failure))
+		codes[s.code] = true
+		note := ""
+		if transient(s.code) && opened && !strict {
+			// Unreachable, overloaded, slow: it joins the watch once it opens.
+			retry = append(retry, s)
+			note = " (retried in the background: its events follow once it opens)"
+		}
+		warning.AddWarning(req.Context(), "", fmt.Sprintf("upstream cluster %q: %s%s", s.cluster, s.failure, note))
+	}
+	switch {
+	case len(open) == 0:
+		code := http.StatusServiceUnavailable
+		if len(codes) == 1 {
+			for c := range codes {
+				code = c
+			}
+		}
+		return failed(code, "no upstream cluster opened the watch: "+strings.Join(failures, "; "))
+	case strict && len(failures) > 0:
+		stopAll(streams)
+		return failed(http.StatusServiceUnavailable, fmt.Sprintf("%d of %d upstream clusters failed the watch (%s=true): %s",
+			len(failures), len(members), StrictParam, strings.Join(failures, "; ")))
+	}
+
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	flush := func() { _ = http.NewResponseController(w).Flush() }
+	flush()
+
+	events := make(chan event)
+	var readers sync.WaitGroup
+	for _, s := range append(open, retry...) {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			h.followMember(ctx, req, path, wq, s, events)
+		}()
+	}
+	// Every member goroutine has returned before the handler does.
+	defer readers.Wait()
+	defer cancel()
+
+	versions := map[string]string{}
+	for c, rv := range wq.resume {
+		versions[c] = rv
+	}
+	// The members' initial events are pending until each sent its bookmark;
+	// wq is shared with the members' goroutines, so this is a copy.
+	initialEvents := wq.initialEvents
+	pendingInitial := map[string]bool{}
+	if initialEvents {
+		for _, s := range open {
+			pendingInitial[s.cluster] = true
+		}
+	}
+	enc := json.NewEncoder(w)
+	table := tableColumns{}
+	for {
+		var ev event
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev = <-events:
+		}
+		if ev.fatal != nil {
+			_ = enc.Encode(map[string]any{"type": "ERROR", "object": ev.fatal})
+			flush()
+			return nil
+		}
+		md, _ := ev.object["metadata"].(map[string]any)
+		if rv, _ := md["resourceVersion"].(string); rv != "" {
+			versions[ev.cluster] = rv
+		}
+		if ev.typ == "BOOKMARK" {
+			if isInitialEnd(md) {
+				delete(pendingInitial, ev.cluster)
+				if !initialEvents || len(pendingInitial) > 0 {
+					continue
+				}
+				// The end of every member's initial events: one bookmark.
+				// It names no cluster: it marks every member's.
+				ev.object = map[string]any{"kind": ev.object["kind"], "apiVersion": ev.object["apiVersion"], "metadata": map[string]any{
+					"annotations": map[string]any{metav1.InitialEventsAnnotationKey: "true"},
+				}}
+				ev.cluster = ""
+				initialEvents = false
+			} else if !wq.bookmarks {
+				continue
+			}
+		}
+		switch {
+		case ev.cluster == "":
+		case ev.object["kind"] == "Table":
+			table.rewrite(ev.cluster, ev.object)
+		default:
+			annotate(ev.object, ev.cluster)
+		}
+		setResourceVersion(ev.object, CompositeResourceVersion(versions))
+		if err := enc.Encode(map[string]any{"type": ev.typ, "object": ev.object}); err != nil {
+			return nil
+		}
+		flush()
+	}
+}
+
+// transient tells whether a member that failed to open a watch may open it
+// later: not a refusal (403) or a resource it does not serve (404).
+func transient(code int) bool {
+	return code >= http.StatusInternalServerError || code == http.StatusTooManyRequests
+}
+
+func stopAll(streams []*memberStream) {
+	for _, s := range streams {
+		if s.failure == "" {
+			s.stop()
+		}
+	}
+}
+
+func isInitialEnd(md map[string]any) bool {
+	ann, _ := md["annotations"].(map[string]any)
+	return ann[metav1.InitialEventsAnnotationKey] == "true"
+}
+
+func setResourceVersion(obj map[string]any, rv string) {
+	md, ok := obj["metadata"].(map[string]any)
+	if !ok {
+		md = map[string]any{}
+		obj["metadata"] = md
+	}
+	md["resourceVersion"] = rv
+}
+
+// tableColumns rewrites the Table objects of a watch for kubectl get --watch:
+// a member sends its columns with its first event only; the merged stream
+// sends them once, with the Cluster column first.
+type tableColumns struct{ sent bool }
+
+func (t *tableColumns) rewrite(cluster string, table map[string]any) {
+	if cols, ok := table["columnDefinitions"].([]any); ok && len(cols) > 0 {
+		if t.sent {
+			delete(table, "columnDefinitions")
+		} else {
+			table["columnDefinitions"] = append([]any{clusterColumn}, cols...)
+			t.sent = true
+		}
+	}
+	rows, _ := table["rows"].([]any)
+	for _, row := range rows {
+		if r, ok := row.(map[string]any); ok {
+			cells, _ := r["cells"].([]any)
+			r["cells"] = append([]any{cluster}, cells...)
+			annotate(r["object"], cluster)
+		}
+	}
+}
+
+// followMember reads a member's events into events until ctx ends. A watch
+// that ends, ends with an ERROR event other than 410, or could not open
+// (transient failures only reach here) is re-opened from the member's last
+// resourceVersion, with backoff; a 410, in an ERROR event or when re-opening,
+// ends the merged watch.
+func (h *Handler) followMember(ctx context.Context, req *http.Request, path string, wq *watchQuery, s *memberStream, events chan<- event) {
+	var last string
+	initialDone := !wq.initialEvents
+	backoff := reopenBackoff
+	send := func(ev event) bool {
+		select {
+		case events <- ev:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for {
+		opened := s.failure == ""
+		if opened {
+			ended, delivered := h.readEvents(ctx, s, &last, &initialDone, send)
+			s.stop()
+			if ended {
+				return
+			}
+			if delivered > 0 {
+				// It worked for a while: the next re-open comes soon.
+				backoff = reopenBackoff
+			}
+		} else if s.code == http.StatusGone || (s.status != nil && s.status.Reason == metav1.StatusReasonExpired) {
+			send(event{fatal: memberStatus(s.cluster, http.StatusGone, metav1.StatusReasonExpired, s.failure)})
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		t := time.NewTimer(backoff.Step())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		s = h.openWatch(ctx, req, s.cluster, path, wq.memberValues(s.cluster, last, initialDone))
+	}
+}
+
+// readEvents passes a member's events on until its stream ends; it tells
+// whether the merged watch ends (a 410 ERROR event, or the client is gone),
+// and how many events it passed on.
+func (h *Handler) readEvents(ctx context.Context, s *memberStream, last *string, initialDone *bool, send func(event) bool) (ended bool, delivered int) {
+	d := json.NewDecoder(s.body)
+	d.UseNumber()
+	for {
+		var raw struct {
+			Type   string          `json:"type"`
+			Object json.RawMessage `json:"object"`
+		}
+		if err := d.Decode(&raw); err != nil {
+			return ctx.Err() != nil, delivered
+		}
+		if raw.Type == "ERROR" {
+			var st metav1.Status
+			_ = json.Unmarshal(raw.Object, &st)
+			msg := st.Message
+			if msg == "" {
+				msg = string(raw.Object)
+			}
+			if st.Code != http.StatusGone && st.Reason != metav1.StatusReasonExpired && st.Reason != metav1.StatusReasonGone {
+				// Any other error ends this member's watch only (e.g. a
+				// restarted server whose cache is not ready): re-open it.
+				klog.FromContext(ctx).V(2).Info("Fan-out member watch ended with an error; re-opening it", "upstreamcluster", s.cluster, "message", msg)
+				return false, delivered
+			}
+			send(event{fatal: memberStatus(s.cluster, http.StatusGone, metav1.StatusReasonExpired, msg)})
+			return true, delivered
+		}
+		od := json.NewDecoder(bytes.NewReader(raw.Object))
+		od.UseNumber()
+		var obj map[string]any
+		if err := od.Decode(&obj); err != nil {
+			return ctx.Err() != nil, delivered // a broken stream: re-open
+		}
+		md, _ := obj["metadata"].(map[string]any)
+		if rv, _ := md["resourceVersion"].(string); rv != "" {
+			*last = rv
+		}
+		if raw.Type == "BOOKMARK" && isInitialEnd(md) {
+			*initialDone = true
+		}
+		if !send(event{cluster: s.cluster, typ: raw.Type, object: obj}) {
+			return true, delivered
+		}
+		delivered++
+	}
+}
+
+func memberStatus(cluster string, code int, reason metav1.StatusReason, msg string) *metav1.Status {
+	return &metav1.Status{
+		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status:   metav1.StatusFailure, Code: int32(code), Reason: reason,
+		Message: fmt.Sprintf("upstream cluster %q: %s", cluster, strings.TrimPrefix(msg, fmt.Sprintf("upstream cluster %q: ", cluster))),
+	}
+}
+
+// ParseCompositeResourceVersion reads a CompositeResourceVersion.
+func ParseCompositeResourceVersion(rv string) (map[string]string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(rv)
+	if err != nil {
+		return nil, errors.New("not base64url")
+	}
+	var versions map[string]string
+	if err := json.Unmarshal(raw, &versions); err != nil || versions == nil {
+		return nil, errors.New("not a JSON object of cluster names to resourceVersions")
+	}
+	return versions, nil
+}

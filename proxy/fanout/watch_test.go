@@ -1,0 +1,548 @@
+package fanout
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/user"
+	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
+	genericrequest "k8s.io/apiserver/pkg/endpoints/request"
+)
+
+// endStream, sent to a fake member, ends its current watch response.
+const endStream = "END"
+
+// watchMembers serves member watches from per-cluster channels of JSON
+// lines, and records every request.
+type watchMembers struct {
+	mu      sync.Mutex
+	queries map[string][]url.Values
+	lines   map[string]chan string
+	// fail answers a cluster's watch with this status code.
+	fail    map[string]int
+	running atomic.Int32
+}
+
+func newWatchMembers(clusters ...string) *watchMembers {
+	m := &watchMembers{queries: map[string][]url.Values{}, lines: map[string]chan string{}, fail: map[string]int{}}
+	for _, c := range clusters {
+		m.lines[c] = make(chan string, 16)
+	}
+	return m
+}
+
+func (m *watchMembers) serve(w http.ResponseWriter, req *http.Request, name, path string) {
+	m.running.Add(1)
+	defer m.running.Add(-1)
+	m.mu.Lock()
+	m.queries[name] = append(m.queries[name], req.URL.Query())
+	code, lines := m.fail[name], m.lines[name]
+	m.mu.Unlock()
+	if code != 0 {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure, Code: int32(code), Message: "member says no"})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_ = http.NewResponseController(w).Flush()
+	for {
+		select {
+		case l := <-lines:
+			if l == endStream {
+				return
+			}
+			_, _ = w.Write([]byte(l + "\n"))
+			_ = http.NewResponseController(w).Flush()
+		case <-req.Context().Done():
+			return
+		}
+	}
+}
+
+func (m *watchMembers) asked(cluster string) []url.Values {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.queries[cluster]
+}
+
+func podEvent(typ, name, rv string) string {
+	return fmt.Sprintf(`{"type":%q,"object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":%q,"resourceVersion":%q}}}`, typ, name, rv)
+}
+
+func bookmark(rv string, initialEnd bool) string {
+	ann := ""
+	if initialEnd {
+		ann = `,"annotations":{"k8s.io/initial-events-end":"true"}`
+	}
+	return `{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"` + rv + `"` + ann + `}}}`
+}
+
+// watchServer serves h as the gateway's chain would, to user alice.
+func watchServer(t *testing.T, h *Handler) *httptest.Server {
+	srv := httptest.NewServer(genericapifilters.WithWarningRecorder(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r = r.WithContext(genericrequest.WithUser(r.Context(), &user.DefaultInfo{Name: "alice"}))
+		name, path, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/"), "/proxy")
+		name, _ = url.PathUnescape(name)
+		h.Serve(w, r, name, path)
+	})))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// watchClient is one fan-out watch as a client sees it.
+type watchClient struct {
+	resp   *http.Response
+	dec    *json.Decoder
+	cancel context.CancelFunc
+}
+
+type clientEvent struct {
+	Type   string
+	Object struct {
+		Kind     string
+		Code     int32
+		Reason   metav1.StatusReason
+		Message  string
+		Metadata metav1.ObjectMeta
+		Rows     []struct{ Cells []any }
+		Columns  []metav1.TableColumnDefinition `json:"columnDefinitions"`
+	}
+}
+
+func startWatch(t *testing.T, srv *httptest.Server, segment, query string) *watchClient {
+	t.Helper()
+	// A bound on the whole watch: a missing event fails the test, not hangs it.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/"+url.PathEscape(segment)+"/proxy/api/v1/pods?"+query, nil)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = resp.Body.Close() })
+	return &watchClient{resp: resp, dec: json.NewDecoder(resp.Body), cancel: cancel}
+}
+
+func (c *watchClient) next(t *testing.T) clientEvent {
+	t.Helper()
+	var ev clientEvent
+	if err := c.dec.Decode(&ev); err != nil {
+		t.Fatalf("reading the watch: %v", err)
+	}
+	return ev
+}
+
+func composite(t *testing.T, rv string) map[string]string {
+	t.Helper()
+	v, err := ParseCompositeResourceVersion(rv)
+	if err != nil {
+		t.Fatalf("resourceVersion %q: %v", rv, err)
+	}
+	return v
+}
+
+// A watch resumes each member at its own resourceVersion, annotates every
+// object with its cluster, and gives each event a composite resourceVersion
+// that resumes every member where it was, bookmarks included.
+func TestWatchMerges(t *testing.T) {
+	h, _ := newHandler(nil)
+	m := newWatchMembers("a", "b", "c")
+	h.Member = m.serve
+	srv := watchServer(t, h)
+	from := CompositeResourceVersion(map[string]string{"a": "5", "b": "7", "c": "9"})
+	c := startWatch(t, srv, "*", "watch=true&timeoutSeconds=600&resourceVersion="+from)
+	if c.resp.StatusCode != http.StatusOK {
+		t.Fatalf("watch: %d", c.resp.StatusCode)
+	}
+	for cluster, rv := range map[string]string{"a": "5", "b": "7", "c": "9"} {
+		q := m.asked(cluster)
+		if len(q) != 1 || q[0].Get("resourceVersion") != rv || q[0].Get("allowWatchBookmarks") != "true" || q[0].Has("timeoutSeconds") || q[0].Get("watch") != "true" {
+			t.Errorf("%s asked %v, want resourceVersion %s, bookmarks, no timeoutSeconds", cluster, q, rv)
+		}
+	}
+	m.lines["a"] <- podEvent("ADDED", "p1", "6")
+	ev := c.next(t)
+	if ev.Type != "ADDED" || ev.Object.Metadata.Name != "p1" || ev.Object.Metadata.Annotations[ClusterAnnotation] != "a" {
+		t.Fatalf("first event %+v", ev)
+	}
+	if got := composite(t, ev.Object.Metadata.ResourceVersion); got["a"] != "6" || got["b"] != "7" || got["c"] != "9" {
+		t.Errorf("composite after a's event: %v", got)
+	}
+	// The client did not ask for bookmarks: c's moves the composite on only
+	// (members' events interleave freely, so b's events go on until it shows).
+	m.lines["c"] <- bookmark("12", false)
+	for i := 0; ; i++ {
+		m.lines["b"] <- podEvent("DELETED", "p2", fmt.Sprint(8+i))
+		ev = c.next(t)
+		if ev.Type != "DELETED" || ev.Object.Metadata.Annotations[ClusterAnnotation] != "b" {
+			t.Fatalf("event %+v, want b's DELETED", ev)
+		}
+		got := composite(t, ev.Object.Metadata.ResourceVersion)
+		if got["a"] != "6" || got["b"] != fmt.Sprint(8+i) {
+			t.Fatalf("composite after b's event: %v", got)
+		}
+		if got["c"] == "12" {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("c's bookmark never reached the composite: %v", got)
+		}
+	}
+}
+
+func TestWatchBookmarks(t *testing.T) {
+	h, _ := newHandler(nil)
+	m := newWatchMembers("a", "b", "c")
+	h.Member = m.serve
+	c := startWatch(t, watchServer(t, h), "*", "watch=true&allowWatchBookmarks=true")
+	m.lines["c"] <- bookmark("12", false)
+	ev := c.next(t)
+	if ev.Type != "BOOKMARK" || composite(t, ev.Object.Metadata.ResourceVersion)["c"] != "12" {
+		t.Errorf("bookmark %+v", ev)
+	}
+}
+
+// sendInitialEvents (client-go's watch list): one bookmark marks the end of
+// every member's initial events.
+func TestWatchInitialEvents(t *testing.T) {
+	h, _ := newHandler(nil)
+	m := newWatchMembers("a", "b", "c")
+	h.Member = m.serve
+	c := startWatch(t, watchServer(t, h), "*", "watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan")
+	m.lines["a"] <- podEvent("ADDED", "pa", "3")
+	m.lines["a"] <- bookmark("3", true)
+	if ev := c.next(t); ev.Type != "ADDED" {
+		t.Fatalf("%+v", ev)
+	}
+	m.lines["b"] <- bookmark("4", true)
+	m.lines["c"] <- podEvent("ADDED", "pc", "5")
+	if ev := c.next(t); ev.Type != "ADDED" || ev.Object.Metadata.Name != "pc" {
+		t.Fatalf("a member's initial-events bookmark reached the client before the others ended: %+v", ev)
+	}
+	m.lines["c"] <- bookmark("6", true)
+	ev := c.next(t)
+	if ev.Type != "BOOKMARK" || ev.Object.Metadata.Annotations[metav1.InitialEventsAnnotationKey] != "true" {
+		t.Fatalf("want the initial-events bookmark, got %+v", ev)
+	}
+	if got := composite(t, ev.Object.Metadata.ResourceVersion); got["a"] != "3" || got["b"] != "4" || got["c"] != "6" {
+		t.Errorf("initial-events bookmark at %v", got)
+	}
+}
+
+// A member watch that ends is re-opened from its last resourceVersion; its
+// initial events are not asked again.
+func TestWatchReopensMember(t *testing.T) {
+	h, _ := newHandler(nil)
+	m := newWatchMembers("a", "b", "c")
+	h.Member = m.serve
+	c := startWatch(t, watchServer(t, h), "*", "watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan")
+	for _, cl := range []string{"a", "b", "c"} {
+		m.lines[cl] <- bookmark("20", true)
+	}
+	c.next(t)
+	m.lines["a"] <- podEvent("ADDED", "p1", "21")
+	c.next(t)
+	m.lines["a"] <- endStream
+	m.lines["a"] <- podEvent("MODIFIED", "p1", "22")
+	ev := c.next(t)
+	if ev.Type != "MODIFIED" || ev.Object.Metadata.Annotations[ClusterAnnotation] != "a" {
+		t.Fatalf("after a's watch ended: %+v", ev)
+	}
+	q := m.asked("a")
+	if len(q) != 2 || q[1].Get("resourceVersion") != "21" || q[1].Has("sendInitialEvents") || q[1].Has("resourceVersionMatch") {
+		t.Errorf("a re-opened with %v, want a plain watch from 21", q)
+	}
+}
+
+// An ERROR event (410 Expired) of one member ends the whole watch with it,
+// and every member's watch.
+func TestWatchExpiredEndsEverything(t *testing.T) {
+	h, _ := newHandler(nil)
+	m := newWatchMembers("a", "b", "c")
+	h.Member = m.serve
+	c := startWatch(t, watchServer(t, h), "*", "watch=true")
+	m.lines["b"] <- `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","code":410,"reason":"Expired","message":"too old resource version: 1 (5)"}}`
+	ev := c.next(t)
+	if ev.Type != "ERROR" || ev.Object.Code != http.StatusGone || ev.Object.Reason != metav1.StatusReasonExpired || !strings.Contains(ev.Object.Message, `upstream cluster "b"`) {
+		t.Fatalf("want a 410 ERROR naming b, got %+v", ev)
+	}
+	var more clientEvent
+	if err := c.dec.Decode(&more); err == nil {
+		t.Errorf("the watch went on after the ERROR: %+v", more)
+	}
+	waitFor(t, "member watches to end", func() bool { return m.running.Load() == 0 })
+}
+
+func TestWatchMemberFailsToOpen(t *testing.T) {
+	h, _ := newHandler(nil)
+	m := newWatchMembers("a", "b", "c")
+	m.fail["b"] = http.StatusServiceUnavailable
+	h.Member = m.serve
+	srv := watchServer(t, h)
+	c := startWatch(t, srv, "*", "watch=true")
+	if c.resp.StatusCode != http.StatusOK || !strings.Contains(strings.Join(c.resp.Header.Values("Warning"), ""), `upstream cluster \"b\": 503`) {
+		t.Fatalf("%d, warnings %q", c.resp.StatusCode, c.resp.Header.Values("Warning"))
+	}
+	m.lines["c"] <- podEvent("ADDED", "p", "1")
+	if ev := c.next(t); ev.Object.Metadata.Annotations[ClusterAnnotation] != "c" {
+		t.Errorf("%+v", ev)
+	}
+	// b comes back: it joins the watch.
+	m.mu.Lock()
+	m.fail["b"] = 0
+	m.mu.Unlock()
+	m.lines["b"] <- podEvent("ADDED", "pb", "5")
+	if ev := c.next(t); ev.Object.Metadata.Annotations[ClusterAnnotation] != "b" {
+		t.Errorf("after b came back: %+v", ev)
+	}
+	m.mu.Lock()
+	m.fail["b"] = http.StatusServiceUnavailable
+	m.mu.Unlock()
+	strict := startWatch(t, srv, "*", "watch=true&"+StrictParam+"=true")
+	if strict.resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("strict: %d", strict.resp.StatusCode)
+	}
+	m.mu.Lock()
+	m.fail["b"] = http.StatusGone
+	m.mu.Unlock()
+	if expired := startWatch(t, srv, "*", "watch=true"); expired.resp.StatusCode != http.StatusGone {
+		t.Errorf("a member's 410: %d, want 410", expired.resp.StatusCode)
+	}
+	// A member that refuses the user is left out for good.
+	c.cancel() // the fake's lines go to one watch at a time
+	waitFor(t, "member watches to end", func() bool { return m.running.Load() == 0 })
+	m.mu.Lock()
+	m.fail["b"] = http.StatusForbidden
+	m.mu.Unlock()
+	asked := len(m.asked("b"))
+	c = startWatch(t, srv, "*", "watch=true")
+	if w := strings.Join(c.resp.Header.Values("Warning"), ""); !strings.Contains(w, `upstream cluster \"b\": 403`) || strings.Contains(w, "retried") {
+		t.Errorf("warnings %q, want b's 403, not retried", w)
+	}
+	m.lines["c"] <- podEvent("ADDED", "p", "2")
+	c.next(t)
+	if n := len(m.asked("b")); n != asked+1 {
+		t.Errorf("b asked %d times, want once", n-asked)
+	}
+}
+
+// An ERROR event other than 410 (a restarted server whose cache is not
+// ready) ends that member's watch only: it is re-opened from its last
+// resourceVersion.
+func TestWatchMemberErrorReopens(t *testing.T) {
+	h, _ := newHandler(nil)
+	m := newWatchMembers("a", "b", "c")
+	h.Member = m.serve
+	c := startWatch(t, watchServer(t, h), "*", "watch=true")
+	m.lines["a"] <- podEvent("ADDED", "p1", "21")
+	c.next(t)
+	m.lines["a"] <- `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","code":504,"reason":"Timeout","message":"Too large resource version"}}`
+	// The old response has ended once a is asked again (the fake's lines
+	// would go to whichever reads first).
+	waitFor(t, "a to be re-opened", func() bool { return len(m.asked("a")) == 2 })
+	m.lines["a"] <- podEvent("MODIFIED", "p1", "22")
+	if ev := c.next(t); ev.Type != "MODIFIED" {
+		t.Fatalf("after a's 504 ERROR: %+v, want a's next event", ev)
+	}
+	if q := m.asked("a"); len(q) != 2 || q[1].Get("resourceVersion") != "21" {
+		t.Errorf("a re-opened with %v, want from 21", q)
+	}
+}
+
+func TestWatchResourceVersions(t *testing.T) {
+	h, _ := newHandler(nil)
+	m := newWatchMembers("a", "b", "c")
+	h.Member = m.serve
+	srv := watchServer(t, h)
+	for rv, want := range map[string]int{
+		"123": http.StatusBadRequest,
+		"e30": http.StatusOK, // {}: every member from its current state
+		CompositeResourceVersion(map[string]string{"a": "1", "gone": "2"}): http.StatusGone,
+	} {
+		c := startWatch(t, srv, "*", "watch=true&resourceVersion="+rv)
+		if c.resp.StatusCode != want {
+			t.Errorf("resourceVersion %q: %d, want %d", rv, c.resp.StatusCode, want)
+		}
+		c.cancel()
+	}
+	for _, rv := range []string{"", "0"} {
+		c := startWatch(t, srv, "env=prod", "watch=true&resourceVersion="+rv)
+		c.cancel()
+		if q := m.asked("b"); q[len(q)-1].Get("resourceVersion") != rv {
+			t.Errorf("resourceVersion %q reached b as %q", rv, q[len(q)-1].Get("resourceVersion"))
+		}
+	}
+}
+
+// kubectl get --watch asks for Tables: the columns come once, with Cluster
+// first; every row has its cluster.
+func TestWatchTable(t *testing.T) {
+	h, _ := newHandler(nil)
+	m := newWatchMembers("a", "b", "c")
+	h.Member = m.serve
+	c := startWatch(t, watchServer(t, h), "*", "watch=true")
+	table := func(name string, columns bool) string {
+		cols := ""
+		if columns {
+			cols = `"columnDefinitions":[{"name":"Name","type":"string"}],`
+		}
+		return `{"type":"ADDED","object":{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"3"},` + cols + `"rows":[{"cells":["` + name + `"],"object":{"kind":"PartialObjectMetadata","metadata":{"name":"` + name + `"}}}]}}`
+	}
+	m.lines["a"] <- table("pa", true)
+	ev := c.next(t)
+	if len(ev.Object.Columns) != 2 || ev.Object.Columns[0].Name != "Cluster" || fmt.Sprint(ev.Object.Rows[0].Cells) != "[a pa]" {
+		t.Fatalf("first table event %+v", ev)
+	}
+	m.lines["b"] <- table("pb", true)
+	ev = c.next(t)
+	if len(ev.Object.Columns) != 0 || fmt.Sprint(ev.Object.Rows[0].Cells) != "[b pb]" {
+		t.Errorf("second table event %+v: want no columns again", ev)
+	}
+}
+
+// When the client goes away, every member watch ends and no goroutine is
+// left behind.
+func TestWatchClientGoneLeavesNothing(t *testing.T) {
+	h, _ := newHandler(nil)
+	m := newWatchMembers("a", "b", "c")
+	h.Member = m.serve
+	srv := watchServer(t, h)
+	before := runtime.NumGoroutine()
+	for range 3 {
+		c := startWatch(t, srv, "*", "watch=true")
+		m.lines["a"] <- podEvent("ADDED", "p", "1")
+		c.next(t)
+		if m.running.Load() != 3 {
+			t.Fatalf("%d member watches running, want 3", m.running.Load())
+		}
+		c.cancel()
+		waitFor(t, "member watches to end", func() bool { return m.running.Load() == 0 })
+	}
+	srv.CloseClientConnections()
+	srv.Client().CloseIdleConnections()
+	// Connections' goroutines of the test server and client end too.
+	waitFor(t, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	}); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// A member answer that breaks off makes the reverse proxy panic with
+// http.ErrAbortHandler in the fan-out's goroutine: the list warns, the watch
+// re-opens the member; the gateway goes on.
+func TestMemberAnswerBreaksOff(t *testing.T) {
+	h, _ := newHandler(nil)
+	m := newWatchMembers("a", "b", "c")
+	var broke atomic.Bool
+	h.Member = func(w http.ResponseWriter, req *http.Request, name, path string) {
+		if name == "b" && broke.CompareAndSwap(false, true) {
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write([]byte(`{"kind":`))
+			panic(http.ErrAbortHandler)
+		}
+		m.serve(w, req, name, path)
+	}
+	c := startWatch(t, watchServer(t, h), "*", "watch=true")
+	m.lines["b"] <- podEvent("ADDED", "pb", "2")
+	if ev := c.next(t); ev.Object.Metadata.Annotations[ClusterAnnotation] != "b" {
+		t.Errorf("after b broke off: %+v", ev)
+	}
+	if q := m.asked("b"); len(q) != 1 {
+		t.Errorf("b re-opened %d times, want once", len(q))
+	}
+
+	h, _ = newHandler(nil)
+	members := &members{asked: map[string]*http.Request{}, paths: map[string]string{}}
+	h.Member = func(w http.ResponseWriter, req *http.Request, name, path string) {
+		if name == "b" {
+			_, _ = w.Write([]byte(`{"kind":`))
+			panic(http.ErrAbortHandler)
+		}
+		members.serve(w, req, name, path)
+	}
+	rec := do(h, "*", "/api/v1/pods", "", nil)
+	if got := strings.Join(itemClusters(t, rec), ","); got != "a,c" || !strings.Contains(strings.Join(rec.Header().Values("Warning"), ""), `upstream cluster \"b\": 502 its answer broke off`) {
+		t.Errorf("items of %s, warnings %q", got, rec.Header().Values("Warning"))
+	}
+}
+
+// kubectl get --watch asks for Tables: so are members.
+func TestWatchAsksMembersForTables(t *testing.T) {
+	h, _ := newHandler(nil)
+	var accept atomic.Value
+	m := newWatchMembers("a", "b", "c")
+	h.Member = func(w http.ResponseWriter, req *http.Request, name, path string) {
+		accept.Store(req.Header.Get("Accept"))
+		m.serve(w, req, name, path)
+	}
+	srv := watchServer(t, h)
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/*/proxy/api/v1/pods?watch=true", nil)
+	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if a, _ := accept.Load().(string); !strings.HasPrefix(a, "application/json;as=Table;v=v1;g=meta.k8s.io") {
+		t.Errorf("members asked with Accept %q, want a Table", a)
+	}
+}
+
+// A member whose watch ended and whose history is gone when it is re-opened
+// (410) ends the whole watch with a 410 ERROR event: the client relists.
+func TestWatchReopenExpired(t *testing.T) {
+	h, _ := newHandler(nil)
+	m := newWatchMembers("a", "b", "c")
+	h.Member = m.serve
+	c := startWatch(t, watchServer(t, h), "*", "watch=true")
+	m.lines["a"] <- podEvent("ADDED", "p1", "21")
+	c.next(t)
+	m.mu.Lock()
+	m.fail["a"] = http.StatusGone
+	m.mu.Unlock()
+	m.lines["a"] <- endStream
+	ev := c.next(t)
+	if ev.Type != "ERROR" || ev.Object.Code != http.StatusGone || ev.Object.Reason != metav1.StatusReasonExpired || !strings.Contains(ev.Object.Message, `upstream cluster "a"`) {
+		t.Fatalf("want a 410 ERROR naming a, got %+v", ev)
+	}
+	if q := m.asked("a"); len(q) != 2 || q[1].Get("resourceVersion") != "21" {
+		t.Errorf("a re-opened with %v, want from 21", q)
+	}
+	waitFor(t, "member watches to end", func() bool { return m.running.Load() == 0 })
+}
+
+// A member's warnings when its watch opens reach the client, naming it.
+func TestWatchMemberWarnings(t *testing.T) {
+	h, _ := newHandler(nil)
+	m := newWatchMembers("a", "b", "c")
+	h.Member = func(w http.ResponseWriter, req *http.Request, name, path string) {
+		if name == "c" {
+			w.Header().Add("Warning", `299 - "v1 pods are deprecated"`)
+		}
+		m.serve(w, req, name, path)
+	}
+	c := startWatch(t, watchServer(t, h), "*", "watch=true")
+	if w := c.resp.Header.Values("Warning"); len(w) != 1 || w[0] != `299 - "upstream cluster \"c\": v1 pods are deprecated"` {
+		t.Errorf("warnings %q", w)
+	}
+}
