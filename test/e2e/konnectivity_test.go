@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"os/exec"
 	"regexp"
 	"strings"
 	"syscall"
@@ -42,6 +43,7 @@ func TestKonnectivityTunnel(t *testing.T) {
 	k, err := env.StartKonnectivity(ctx, harness.MemberA, tunnelCluster)
 	t.Cleanup(func() {
 		_ = upstreamClusters(t).Delete(context.Background(), tunnelCluster, metav1.DeleteOptions{})
+		_ = hubAdmin(t).CoreV1().Secrets(harness.GatewayNamespace).Delete(context.Background(), tunnelCluster+"-konnectivity", metav1.DeleteOptions{})
 		if k != nil {
 			if err := k.Close(); err != nil {
 				t.Error(err)
@@ -172,6 +174,28 @@ func TestKonnectivityTunnel(t *testing.T) {
 	if pid := env.Gateway.PID(); pid != gatewayPID {
 		t.Errorf("gateway pid %d, was %d: it restarted", pid, gatewayPID)
 	}
+
+	// `kube-gateway join --konnectivity-address` registers member-a once more
+	// through the tunnel: Ready means its probes went through the agent.
+	bin, ok := harness.GatewayBinary(env.BinDir)
+	if !ok {
+		t.Fatalf("no kube-gateway binary in %s: run make build", env.BinDir)
+	}
+	const joined = tunnelCluster + "-joined"
+	flags := []string{"--kubeconfig", env.Kubeconfig("hub-admin"), "--member-kubeconfig", env.Kubeconfig(harness.MemberA + "-admin"),
+		"--identity-name", "kube-gateway-tunnel-joined"}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = exec.CommandContext(ctx, bin, append([]string{"unjoin", joined}, flags...)...).Run()
+	})
+	dialsBefore = metric(k.AgentMetric, agentDials)
+	runGatewayCLI(ctx, t, t.TempDir(), append([]string{bin, "join", joined, "--timeout", "60s", "--server", endpoint,
+		"--konnectivity-address", k.ServerAddress, "--konnectivity-secret", tunnelCluster + "-konnectivity"}, flags...)...)
+	if n := metric(k.AgentMetric, agentDials); n <= dialsBefore {
+		t.Errorf("join made %s Ready, but the agent dialed no connection for it", joined)
+	}
+	runGatewayCLI(ctx, t, t.TempDir(), append([]string{bin, "unjoin", joined}, flags...)...)
 }
 
 // portForwardOnce runs kubectl port-forward to the shell pod and echoes one

@@ -132,6 +132,32 @@ type joinOptions struct {
 	tokenExpiration time.Duration
 	renewToken      bool
 	proxy           egressProxy
+	tunnel          tunnel
+}
+
+// tunnel is the konnectivity server the gateway reaches the member through,
+// if any: spec.clientConfig.konnectivity.
+type tunnel struct {
+	address, secret, serverName string
+}
+
+// config is spec.clientConfig.konnectivity, nil without --konnectivity-address.
+func (k tunnel) config(secretNamespace string) (*gatewayac.KonnectivityConfigApplyConfiguration, error) {
+	if k.address == "" {
+		if k.secret != "" || k.serverName != "" {
+			return nil, errors.New("--konnectivity-secret and --konnectivity-server-name need --konnectivity-address")
+		}
+		return nil, nil
+	}
+	if k.secret == "" {
+		return nil, errors.New("--konnectivity-address needs --konnectivity-secret, the hub Secret with the gateway's client certificate toward the konnectivity server")
+	}
+	c := gatewayac.KonnectivityConfig().WithAddress(k.address).
+		WithSecretRef(gatewayac.SecretReference().WithNamespace(secretNamespace).WithName(k.secret))
+	if k.serverName != "" {
+		c.WithServerName(k.serverName)
+	}
+	return c, nil
 }
 
 // egressProxy is the forward proxy the gateway reaches the member through,
@@ -197,7 +223,10 @@ in --secret-namespace with keys token and ca.crt (the CA of the member
 kubeconfig), and UpstreamCluster NAME whose servers are --server, by default
 the server of the member kubeconfig. With --proxy-url the gateway reaches them
 through that forward proxy, and the Secret also holds the proxy's credential
-(--proxy-username, --proxy-password-file) and CA (--proxy-ca-file).
+(--proxy-username, --proxy-password-file) and CA (--proxy-ca-file). With
+--konnectivity-address it reaches them through that konnectivity server, with
+the client certificate of hub Secret --konnectivity-secret; --server then names
+them as the member's konnectivity agent resolves them.
 
 Every object is written with server-side apply (field manager kube-gateway-join):
 running join again with the same flags changes nothing, with other flags it
@@ -228,6 +257,9 @@ prints what would be created or changed, and changes nothing.
 	fs.StringVar(&o.proxy.url, "proxy-url", "", "forward proxy the gateway reaches the member's servers through: http://, https:// or socks5://HOST:PORT (spec.clientConfig.proxyURL); join itself reaches the member as --member-kubeconfig says")
 	fs.StringVar(&o.proxy.username, "proxy-username", "", "user name toward the proxy (key proxy-username of the credential Secret)")
 	fs.StringVar(&o.proxy.passwordFile, "proxy-password-file", "", "file holding the password toward the proxy (key proxy-password of the credential Secret)")
+	fs.StringVar(&o.tunnel.address, "konnectivity-address", "", "HOST:PORT of the konnectivity server the gateway reaches the member's servers through (spec.clientConfig.konnectivity), for a member whose agent dials out to it; --server then names the servers as the member's agent resolves them")
+	fs.StringVar(&o.tunnel.secret, "konnectivity-secret", "", "hub Secret, in --secret-namespace, with the gateway's client certificate toward the konnectivity server (keys tls.crt, tls.key, ca.crt); join checks that it exists")
+	fs.StringVar(&o.tunnel.serverName, "konnectivity-server-name", "", "name verified in the konnectivity server's certificate (default: the host of --konnectivity-address)")
 	fs.StringVar(&o.proxy.caFile, "proxy-ca-file", "", "PEM CA bundle that signed an https:// proxy's certificate, if the host's roots do not (key proxy-ca.crt of the credential Secret)")
 	return cmd
 }
@@ -278,8 +310,9 @@ func hubSecret(name, namespace string, token, caPEM []byte, extra map[string][]b
 }
 
 // upstreamCluster is UpstreamCluster name reaching the member's servers with
-// the credential of Secret secretNamespace/name, through proxyURL if set.
-func upstreamCluster(name, secretNamespace string, access *memberAccess, proxyURL string) *gatewayac.UpstreamClusterApplyConfiguration {
+// the credential of Secret secretNamespace/name, through proxyURL or tunnel if
+// set.
+func upstreamCluster(name, secretNamespace string, access *memberAccess, proxyURL string, tunnel *gatewayac.KonnectivityConfigApplyConfiguration) *gatewayac.UpstreamClusterApplyConfiguration {
 	spec := gatewayac.UpstreamClusterSpec().
 		WithClientConfig(gatewayac.ClientConfig().
 			WithSecretRef(gatewayac.SecretReference().WithNamespace(secretNamespace).WithName(name)))
@@ -288,6 +321,9 @@ func upstreamCluster(name, secretNamespace string, access *memberAccess, proxyUR
 	}
 	if proxyURL != "" {
 		spec.ClientConfig.WithProxyURL(proxyURL)
+	}
+	if tunnel != nil {
+		spec.ClientConfig.WithKonnectivity(tunnel)
 	}
 	for _, s := range access.servers {
 		spec.WithServers(gatewayac.UpstreamServer().WithEndpoint(strings.TrimSuffix(s, "/")))
@@ -315,6 +351,13 @@ func (o *joinOptions) run(ctx context.Context, out io.Writer) error {
 	proxyData, err := o.proxy.secretData()
 	if err != nil {
 		return err
+	}
+	tunnel, err := o.tunnel.config(o.secretNamespace)
+	if err != nil {
+		return err
+	}
+	if tunnel != nil && o.proxy.url != "" {
+		return errors.New("--proxy-url and --konnectivity-address exclude each other: the gateway reaches a member either way, not both")
 	}
 	r := &reporter{out: out, dryRun: o.dryRun}
 	m := o.identity
@@ -357,6 +400,14 @@ func (o *joinOptions) run(ctx context.Context, out io.Writer) error {
 	case err != nil:
 		return hubError(err, o.secretNamespace)
 	}
+	if tunnel != nil {
+		if _, err := hubSecrets.Get(ctx, o.tunnel.secret, metav1.GetOptions{}); err != nil {
+			if apierrors.IsNotFound(err) {
+				return fmt.Errorf("--konnectivity-secret: the hub has no Secret %s/%s: create it with the gateway's client certificate toward the konnectivity server (keys tls.crt, tls.key, ca.crt)", o.secretNamespace, o.tunnel.secret)
+			}
+			return hubError(err, o.secretNamespace)
+		}
+	}
 	token, expires, err := o.token(ctx, c, r, current, apply)
 	if err != nil {
 		return err
@@ -375,7 +426,7 @@ func (o *joinOptions) run(ctx context.Context, out io.Writer) error {
 	if err := r.apply(ctx, "hub", "upstreamcluster", o.name,
 		func(ctx context.Context) (runtime.Object, error) { return ucs.Get(ctx, o.name, metav1.GetOptions{}) },
 		func(ctx context.Context) (runtime.Object, error) {
-			return ucs.Apply(ctx, upstreamCluster(o.name, o.secretNamespace, access, o.proxy.url), apply)
+			return ucs.Apply(ctx, upstreamCluster(o.name, o.secretNamespace, access, o.proxy.url, tunnel), apply)
 		}); err != nil {
 		return hubError(err, o.secretNamespace)
 	}

@@ -83,7 +83,7 @@ func TestMemberAccess(t *testing.T) {
 
 func TestHubObjects(t *testing.T) {
 	access := &memberAccess{servers: []string{"https://10.0.0.1:6443", "https://10.0.0.2:6443/"}, caPEM: []byte("CA"), serverName: "member.internal"}
-	uc := typed[gatewayv1alpha1.UpstreamCluster](t, upstreamCluster("member-a", "gw", access, ""))
+	uc := typed[gatewayv1alpha1.UpstreamCluster](t, upstreamCluster("member-a", "gw", access, "", nil))
 	want := gatewayv1alpha1.UpstreamClusterSpec{
 		Servers: []gatewayv1alpha1.UpstreamServer{{Endpoint: "https://10.0.0.1:6443"}, {Endpoint: "https://10.0.0.2:6443"}},
 		ClientConfig: gatewayv1alpha1.ClientConfig{
@@ -114,7 +114,7 @@ func TestHubObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	uc = typed[gatewayv1alpha1.UpstreamCluster](t, upstreamCluster("member-a", "gw", access, proxy.url))
+	uc = typed[gatewayv1alpha1.UpstreamCluster](t, upstreamCluster("member-a", "gw", access, proxy.url, nil))
 	if uc.Spec.ClientConfig.ProxyURL != proxy.url {
 		t.Fatalf("proxyURL %q, want %q", uc.Spec.ClientConfig.ProxyURL, proxy.url)
 	}
@@ -126,6 +126,25 @@ func TestHubObjects(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, wantData) {
 		t.Fatalf("secret data %v, want %v", got, wantData)
+	}
+	// Through a konnectivity server: named in the spec, with its Secret.
+	k, err := tunnel{address: "konnectivity.gw.svc:8090", secret: "konnectivity-client", serverName: "konnectivity"}.config("gw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uc = typed[gatewayv1alpha1.UpstreamCluster](t, upstreamCluster("member-a", "gw", access, "", k))
+	wantTunnel := &gatewayv1alpha1.KonnectivityConfig{Address: "konnectivity.gw.svc:8090",
+		SecretRef: gatewayv1alpha1.SecretReference{Namespace: "gw", Name: "konnectivity-client"}, ServerName: "konnectivity"}
+	if !reflect.DeepEqual(uc.Spec.ClientConfig.Konnectivity, wantTunnel) {
+		t.Fatalf("konnectivity %+v, want %+v", uc.Spec.ClientConfig.Konnectivity, wantTunnel)
+	}
+	if k, err := (tunnel{}).config("gw"); k != nil || err != nil {
+		t.Fatalf("no flags: %+v, %v, want no konnectivity", k, err)
+	}
+	for _, bad := range []tunnel{{address: "k:8090"}, {secret: "s"}, {serverName: "k"}} {
+		if _, err := bad.config("gw"); err == nil {
+			t.Errorf("%+v: accepted, want an error", bad)
+		}
 	}
 	for _, bad := range []egressProxy{
 		{username: "gw", passwordFile: proxy.passwordFile}, // no URL
