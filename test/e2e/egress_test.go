@@ -1,10 +1,7 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -66,13 +63,13 @@ func TestEgressProxy(t *testing.T) {
 		// tinyproxy logs "Request (file descriptor N): CONNECT host:port HTTP/1.1".
 		connects := regexp.MustCompile(`: CONNECT ` + regexp.QuoteMeta(memberHost) + ` HTTP/1\.1$`)
 		egressGet(ctx, t, kc)
-		egressWatch(ctx, t, kc)
+		kubectlWatchSeesCreates(ctx, t, kc, "egress-watched", 20*time.Second)
 		// Exec and port-forward dial a connection of their own (upgrade):
 		// one more CONNECT each.
 		before := countLines(t, tiny.Process.LogFile, connects)
 		egressExec(ctx, t, kc)
 		afterExec := waitMoreLines(t, tiny.Process.LogFile, connects, before, "kubectl exec")
-		egressPortForward(ctx, t, kc)
+		portForwardOnce(t, ctx, kc)
 		waitMoreLines(t, tiny.Process.LogFile, connects, afterExec, "kubectl port-forward")
 	})
 
@@ -271,59 +268,6 @@ func egressGet(ctx context.Context, t *testing.T, kc string) {
 	})
 }
 
-// egressWatch sees an event of a ConfigMap created on member-a through a
-// kubectl watch through kc.
-func egressWatch(ctx context.Context, t *testing.T, kc string) {
-	t.Helper()
-	cmd := env.KubectlCmd(ctx, kc, "--namespace="+harness.AliceNamespace, "get", "configmaps", "--watch-only", "-o", "name")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	lines := make(chan string, 100)
-	go func() {
-		s := bufio.NewScanner(stdout)
-		for s.Scan() {
-			lines <- s.Text()
-		}
-		close(lines)
-	}()
-	// --watch-only prints events only: create ConfigMaps until one shows up,
-	// whenever kubectl's watch was established.
-	deadline := time.After(20 * time.Second)
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	created := map[string]bool{}
-	for i := 0; ; {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				t.Fatal("kubectl get -w ended")
-			}
-			if created[strings.TrimPrefix(line, "configmap/")] {
-				return
-			}
-		case <-tick.C:
-			name := sprintf("egress-watched-%d", i)
-			i++
-			if _, err := memberA(t).CoreV1().ConfigMaps(harness.AliceNamespace).Create(ctx,
-				&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			created[name] = true
-			t.Cleanup(func() {
-				_ = memberA(t).CoreV1().ConfigMaps(harness.AliceNamespace).Delete(context.Background(), name, metav1.DeleteOptions{})
-			})
-		case <-deadline:
-			t.Fatalf("no event of the %d created ConfigMaps arrived through the watch", len(created))
-		}
-	}
-}
-
 // egressExec runs a command in the stand-in pod through kc (WebSocket,
 // kubectl's default).
 func egressExec(ctx context.Context, t *testing.T, kc string) {
@@ -331,56 +275,6 @@ func egressExec(ctx context.Context, t *testing.T, kc string) {
 	out, _, err := env.Kubectl(ctx, kc, "--namespace="+harness.AliceNamespace, "exec", harness.ShellPod, "-c", "main", "--", "echo", "through", "the", "egress", "proxy")
 	if err != nil || out != "through the egress proxy\n" {
 		t.Fatalf("kubectl exec: %q, %v", out, err)
-	}
-}
-
-// egressPortForward forwards a local port to the stand-in pod through kc and
-// sees its echo.
-func egressPortForward(ctx context.Context, t *testing.T, kc string) {
-	t.Helper()
-	forwarding := regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> 8080`)
-	cmd := env.KubectlCmd(ctx, kc, "--namespace="+harness.AliceNamespace, "port-forward", "--address=127.0.0.1", "pod/"+harness.ShellPod, ":8080")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	port := make(chan string, 1)
-	go func() {
-		s := bufio.NewScanner(stdout)
-		for s.Scan() {
-			if m := forwarding.FindStringSubmatch(s.Text()); m != nil {
-				port <- m[1]
-			}
-		}
-		close(port)
-	}()
-	var local string
-	select {
-	case local = <-port:
-	case <-ctx.Done():
-	}
-	if local == "" {
-		t.Fatalf("kubectl port-forward did not start: %s", stderr.String())
-	}
-	conn, err := net.DialTimeout("tcp", "127.0.0.1:"+local, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
-	msg := []byte("ping through the egress proxy\n")
-	if _, err := conn.Write(msg); err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, len(msg))
-	if _, err := io.ReadFull(conn, got); err != nil || string(got) != string(msg) {
-		t.Fatalf("echo = %q, %v (kubectl: %s)", got, err, stderr.String())
 	}
 }
 

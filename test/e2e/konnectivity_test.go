@@ -1,12 +1,9 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"io"
 	"net"
 	"os/exec"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -196,56 +193,4 @@ func TestKonnectivityTunnel(t *testing.T) {
 		t.Errorf("join made %s Ready, but the agent dialed no connection for it", joined)
 	}
 	runGatewayCLI(ctx, t, t.TempDir(), append([]string{bin, "unjoin", joined}, flags...)...)
-}
-
-// portForwardOnce runs kubectl port-forward to the shell pod and echoes one
-// message through it (the stand-in kubelet echoes).
-func portForwardOnce(t *testing.T, ctx context.Context, kubeconfig string) {
-	t.Helper()
-	forwarding := regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> 8080`)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	cmd := env.KubectlCmd(ctx, kubeconfig, "--namespace="+harness.AliceNamespace, "port-forward", "--address=127.0.0.1", "pod/"+harness.ShellPod, ":8080")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cancel(); _ = cmd.Wait() }()
-	port := make(chan string, 1)
-	go func() {
-		s := bufio.NewScanner(stdout)
-		for s.Scan() {
-			if m := forwarding.FindStringSubmatch(s.Text()); m != nil {
-				port <- m[1]
-			}
-		}
-		close(port)
-	}()
-	var local string
-	select {
-	case local = <-port:
-	case <-ctx.Done():
-	}
-	if local == "" {
-		t.Fatalf("kubectl port-forward did not start: %s", stderr.String())
-	}
-	conn, err := net.DialTimeout("tcp", "127.0.0.1:"+local, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
-	msg := []byte("ping through the tunnel\n")
-	if _, err := conn.Write(msg); err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, len(msg))
-	if _, err := io.ReadFull(conn, got); err != nil || string(got) != string(msg) {
-		t.Fatalf("port-forward echo: %q, %v (kubectl: %s)", got, err, stderr.String())
-	}
 }

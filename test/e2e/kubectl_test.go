@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"strings"
 	"testing"
@@ -130,60 +129,7 @@ func TestServerSideDryRun(t *testing.T) {
 
 // kubectl get -w through the gateway streams events as the member emits them.
 func TestWatchThroughTheProxyPrefix(t *testing.T) {
-	ctx := testContext(t, time.Minute)
-	cmd := env.KubectlCmd(ctx, aliceA, "--namespace="+harness.AliceNamespace, "get", "configmaps", "--watch-only", "-o", "name")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := make(chan string, 100)
-	go func() {
-		s := bufio.NewScanner(stdout)
-		for s.Scan() {
-			lines <- s.Text()
-		}
-		close(lines)
-	}()
-
-	// --watch-only prints events only, no initial list: any object we create that
-	// shows up came through the watch. Create objects until one does, so the test
-	// does not depend on when kubectl's watch was established.
-	deadline := time.After(30 * time.Second)
-	created := map[string]bool{}
-	var seen []string
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	for i := 0; ; {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				t.Fatal("kubectl get -w ended")
-			}
-			seen = append(seen, line)
-			for name := range created {
-				if line == "configmap/"+name {
-					return
-				}
-			}
-		case <-tick.C:
-			name := sprintf("watched-%d", i)
-			i++
-			if _, err := memberA(t).CoreV1().ConfigMaps(harness.AliceNamespace).Create(ctx,
-				&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			created[name] = true
-			t.Cleanup(func() {
-				_ = memberA(t).CoreV1().ConfigMaps(harness.AliceNamespace).Delete(context.Background(), name, metav1.DeleteOptions{})
-			})
-		case <-deadline:
-			t.Fatalf("no event for the %d created configmaps arrived through the gateway; kubectl printed %q", len(created), seen)
-		}
-	}
+	kubectlWatchSeesCreates(testContext(t, time.Minute), t, aliceA, "watched", 30*time.Second)
 }
 
 // Discovery through the gateway is the member's discovery.

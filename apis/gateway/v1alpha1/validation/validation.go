@@ -131,17 +131,8 @@ func ValidateEndpoint(endpoint string) error {
 		return fmt.Errorf("must not contain user info: put credentials in the Secret of spec.clientConfig.secretRef")
 	case u.Path != "" || u.RawPath != "" || u.Opaque != "":
 		return fmt.Errorf("must not have a path: the proxied path is appended by the gateway")
-	case u.RawQuery != "" || u.ForceQuery:
-		return fmt.Errorf("must not have a query")
-	case u.Fragment != "":
-		return fmt.Errorf("must not have a fragment")
 	}
-	if port := u.Port(); port != "" {
-		if _, err := net.LookupPort("tcp", port); err != nil || strings.HasPrefix(port, "0") {
-			return fmt.Errorf("has an invalid port %q", port)
-		}
-	}
-	return nil
+	return checkQueryFragmentPort(u)
 }
 
 func validateClientConfig(cc *gatewayv1alpha1.ClientConfig, opts Options, fldPath *field.Path) field.ErrorList {
@@ -237,17 +228,8 @@ func ValidateProxyURL(proxyURL string) error {
 		return fmt.Errorf("must name a host")
 	case u.Path != "" || u.RawPath != "" || u.Opaque != "":
 		return fmt.Errorf("must not have a path")
-	case u.RawQuery != "" || u.ForceQuery:
-		return fmt.Errorf("must not have a query")
-	case u.Fragment != "":
-		return fmt.Errorf("must not have a fragment")
 	}
-	if port := u.Port(); port != "" {
-		if _, err := net.LookupPort("tcp", port); err != nil || strings.HasPrefix(port, "0") {
-			return fmt.Errorf("has an invalid port %q", port)
-		}
-	}
-	return nil
+	return checkQueryFragmentPort(u)
 }
 
 func validateHealthCheck(hc *gatewayv1alpha1.HealthCheck, fldPath *field.Path) field.ErrorList {
@@ -658,6 +640,23 @@ func checkNonResourceURL(p *field.Path, raw, v string) *field.Error {
 		return invalid(p, raw, `must begin with / (or be "*")`)
 	case strings.Contains(strings.TrimSuffix(v, "/*"), "*"):
 		return invalid(p, raw, `"*" is supported only as a trailing "/*" (a prefix match), or alone`)
+	}
+	return nil
+}
+
+// checkQueryFragmentPort refuses what neither a server endpoint nor a proxy URL
+// may have: a query, a fragment, an invalid port.
+func checkQueryFragmentPort(u *url.URL) error {
+	switch {
+	case u.RawQuery != "" || u.ForceQuery:
+		return fmt.Errorf("must not have a query")
+	case u.Fragment != "":
+		return fmt.Errorf("must not have a fragment")
+	}
+	if port := u.Port(); port != "" {
+		if _, err := net.LookupPort("tcp", port); err != nil || strings.HasPrefix(port, "0") {
+			return fmt.Errorf("has an invalid port %q", port)
+		}
 	}
 	return nil
 }
