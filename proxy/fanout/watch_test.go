@@ -92,6 +92,15 @@ func bookmark(rv string, initialEnd bool) string {
 }
 
 // watchServer serves h as the gateway's chain would, to user alice.
+// threeMembers serves a Handler over members a, b and c, whose watches the
+// test feeds.
+func threeMembers(t *testing.T) (*watchMembers, *httptest.Server) {
+	h, _ := newHandler(nil)
+	m := newWatchMembers("a", "b", "c")
+	h.Member = m.serve
+	return m, watchServer(t, h)
+}
+
 func watchServer(t *testing.T, h *Handler) *httptest.Server {
 	srv := httptest.NewServer(genericapifilters.WithWarningRecorder(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(genericrequest.WithUser(r.Context(), &user.DefaultInfo{Name: "alice"}))
@@ -159,10 +168,7 @@ func composite(t *testing.T, rv string) map[string]string {
 // object with its cluster, and gives each event a composite resourceVersion
 // that resumes every member where it was, bookmarks included.
 func TestWatchMerges(t *testing.T) {
-	h, _ := newHandler(nil)
-	m := newWatchMembers("a", "b", "c")
-	h.Member = m.serve
-	srv := watchServer(t, h)
+	m, srv := threeMembers(t)
 	from := CompositeResourceVersion(map[string]string{"a": "5", "b": "7", "c": "9"})
 	c := startWatch(t, srv, "*", "watch=true&timeoutSeconds=600&resourceVersion="+from)
 	if c.resp.StatusCode != http.StatusOK {
@@ -205,10 +211,8 @@ func TestWatchMerges(t *testing.T) {
 }
 
 func TestWatchBookmarks(t *testing.T) {
-	h, _ := newHandler(nil)
-	m := newWatchMembers("a", "b", "c")
-	h.Member = m.serve
-	c := startWatch(t, watchServer(t, h), "*", "watch=true&allowWatchBookmarks=true")
+	m, srv := threeMembers(t)
+	c := startWatch(t, srv, "*", "watch=true&allowWatchBookmarks=true")
 	m.lines["c"] <- bookmark("12", false)
 	ev := c.next(t)
 	if ev.Type != "BOOKMARK" || composite(t, ev.Object.Metadata.ResourceVersion)["c"] != "12" {
@@ -219,10 +223,8 @@ func TestWatchBookmarks(t *testing.T) {
 // sendInitialEvents (client-go's watch list): one bookmark marks the end of
 // every member's initial events.
 func TestWatchInitialEvents(t *testing.T) {
-	h, _ := newHandler(nil)
-	m := newWatchMembers("a", "b", "c")
-	h.Member = m.serve
-	c := startWatch(t, watchServer(t, h), "*", "watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan")
+	m, srv := threeMembers(t)
+	c := startWatch(t, srv, "*", "watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan")
 	m.lines["a"] <- podEvent("ADDED", "pa", "3")
 	m.lines["a"] <- bookmark("3", true)
 	if ev := c.next(t); ev.Type != "ADDED" {
@@ -246,10 +248,8 @@ func TestWatchInitialEvents(t *testing.T) {
 // A member watch that ends is re-opened from its last resourceVersion; its
 // initial events are not asked again.
 func TestWatchReopensMember(t *testing.T) {
-	h, _ := newHandler(nil)
-	m := newWatchMembers("a", "b", "c")
-	h.Member = m.serve
-	c := startWatch(t, watchServer(t, h), "*", "watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan")
+	m, srv := threeMembers(t)
+	c := startWatch(t, srv, "*", "watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan")
 	for _, cl := range []string{"a", "b", "c"} {
 		m.lines[cl] <- bookmark("20", true)
 	}
@@ -271,10 +271,8 @@ func TestWatchReopensMember(t *testing.T) {
 // An ERROR event (410 Expired) of one member ends the whole watch with it,
 // and every member's watch.
 func TestWatchExpiredEndsEverything(t *testing.T) {
-	h, _ := newHandler(nil)
-	m := newWatchMembers("a", "b", "c")
-	h.Member = m.serve
-	c := startWatch(t, watchServer(t, h), "*", "watch=true")
+	m, srv := threeMembers(t)
+	c := startWatch(t, srv, "*", "watch=true")
 	m.lines["b"] <- `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","code":410,"reason":"Expired","message":"too old resource version: 1 (5)"}}`
 	ev := c.next(t)
 	if ev.Type != "ERROR" || ev.Object.Code != http.StatusGone || ev.Object.Reason != metav1.StatusReasonExpired || !strings.Contains(ev.Object.Message, `upstream cluster "b"`) {
@@ -344,10 +342,8 @@ func TestWatchMemberFailsToOpen(t *testing.T) {
 // ready) ends that member's watch only: it is re-opened from its last
 // resourceVersion.
 func TestWatchMemberErrorReopens(t *testing.T) {
-	h, _ := newHandler(nil)
-	m := newWatchMembers("a", "b", "c")
-	h.Member = m.serve
-	c := startWatch(t, watchServer(t, h), "*", "watch=true")
+	m, srv := threeMembers(t)
+	c := startWatch(t, srv, "*", "watch=true")
 	m.lines["a"] <- podEvent("ADDED", "p1", "21")
 	c.next(t)
 	m.lines["a"] <- `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","code":504,"reason":"Timeout","message":"Too large resource version"}}`
@@ -364,10 +360,7 @@ func TestWatchMemberErrorReopens(t *testing.T) {
 }
 
 func TestWatchResourceVersions(t *testing.T) {
-	h, _ := newHandler(nil)
-	m := newWatchMembers("a", "b", "c")
-	h.Member = m.serve
-	srv := watchServer(t, h)
+	m, srv := threeMembers(t)
 	for rv, want := range map[string]int{
 		"123": http.StatusBadRequest,
 		"e30": http.StatusOK, // {}: every member from its current state
@@ -391,10 +384,8 @@ func TestWatchResourceVersions(t *testing.T) {
 // kubectl get --watch asks for Tables: the columns come once, with Cluster
 // first; every row has its cluster.
 func TestWatchTable(t *testing.T) {
-	h, _ := newHandler(nil)
-	m := newWatchMembers("a", "b", "c")
-	h.Member = m.serve
-	c := startWatch(t, watchServer(t, h), "*", "watch=true")
+	m, srv := threeMembers(t)
+	c := startWatch(t, srv, "*", "watch=true")
 	table := func(name string, columns bool) string {
 		cols := ""
 		if columns {
@@ -417,10 +408,7 @@ func TestWatchTable(t *testing.T) {
 // When the client goes away, every member watch ends and no goroutine is
 // left behind.
 func TestWatchClientGoneLeavesNothing(t *testing.T) {
-	h, _ := newHandler(nil)
-	m := newWatchMembers("a", "b", "c")
-	h.Member = m.serve
-	srv := watchServer(t, h)
+	m, srv := threeMembers(t)
 	before := runtime.NumGoroutine()
 	for range 3 {
 		c := startWatch(t, srv, "*", "watch=true")
@@ -511,10 +499,8 @@ func TestWatchAsksMembersForTables(t *testing.T) {
 // A member whose watch ended and whose history is gone when it is re-opened
 // (410) ends the whole watch with a 410 ERROR event: the client relists.
 func TestWatchReopenExpired(t *testing.T) {
-	h, _ := newHandler(nil)
-	m := newWatchMembers("a", "b", "c")
-	h.Member = m.serve
-	c := startWatch(t, watchServer(t, h), "*", "watch=true")
+	m, srv := threeMembers(t)
+	c := startWatch(t, srv, "*", "watch=true")
 	m.lines["a"] <- podEvent("ADDED", "p1", "21")
 	c.next(t)
 	m.mu.Lock()
