@@ -131,7 +131,7 @@ func TestTransitions(t *testing.T) {
 		if want := "server " + epA + " is unhealthy (ProbeFailed)"; got[0].message != want {
 			t.Errorf("message %q, want %q", got[0].message, want)
 		}
-		if want := "no server can serve requests: 0 of 2 servers healthy"; got[2].message != want {
+		if want := "no server can serve requests: 0 of 2 servers healthy; " + epA + ": ProbeFailed"; got[2].message != want {
 			t.Errorf("message %q, want %q", got[2].message, want)
 		}
 		got = transitions(healthy, st(healthy, bHealthy, secure))

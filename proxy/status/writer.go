@@ -385,7 +385,8 @@ func desiredStatus(old *gatewayv1alpha1.UpstreamClusterStatus, o observation, sp
 	var servers []gatewayv1alpha1.ServerStatus
 	seen := make(map[string]bool, len(o.servers))
 	healthy, unknown := 0, 0
-	for _, h := range o.servers {
+	var failing *health.ServerHealth // the first server judged unhealthy, not disabled
+	for i, h := range o.servers {
 		if seen[h.Endpoint] { // the API refuses duplicates; keep the first
 			continue
 		}
@@ -411,6 +412,8 @@ func desiredStatus(old *gatewayv1alpha1.UpstreamClusterStatus, o observation, sp
 			unknown++
 		case h.Healthy:
 			healthy++
+		case failing == nil && h.Reason != gatewayv1alpha1.ServerReasonDisabled:
+			failing = &o.servers[i]
 		}
 		servers = append(servers, s)
 	}
@@ -431,6 +434,14 @@ func desiredStatus(old *gatewayv1alpha1.UpstreamClusterStatus, o observation, sp
 		ready.Status, ready.Reason = metav1.ConditionUnknown, ReasonNotChecked
 	case healthy == 0:
 		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonNoHealthyServer
+		// Say why, so that `kubectl get` and join's wait point at the fix.
+		if failing != nil {
+			ready.Message += fmt.Sprintf("; %s: %s", failing.Endpoint, failing.Reason)
+			if failing.Message != "" {
+				ready.Message += ": " + failing.Message
+			}
+			ready.Message = truncate(ready.Message, maxMessageLen)
+		}
 	case healthy == len(servers):
 		ready.Status, ready.Reason = metav1.ConditionTrue, ReasonServersHealthy
 	default:

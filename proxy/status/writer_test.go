@@ -307,15 +307,26 @@ func TestWriter(t *testing.T) {
 		t.Errorf("server B changed: %+v", b)
 	}
 	r = ready(t, uc)
-	if r.Status != metav1.ConditionFalse || r.Reason != ReasonNoHealthyServer || r.Message != "0 of 2 servers healthy" ||
+	// The message says why, from the first server judged unhealthy.
+	if r.Status != metav1.ConditionFalse || r.Reason != ReasonNoHealthyServer || r.Message != "0 of 2 servers healthy; "+epA+": ConnectionFailed" ||
 		r.ObservedGeneration != 2 || !r.LastTransitionTime.Time.Equal(t2.Add(time.Second)) {
 		t.Fatalf("Ready: %+v", r)
 	}
 
+	// A disabled server is not why: the first enabled one that failed is.
+	w.Observe("member-a", 3, []health.ServerHealth{
+		{Endpoint: epA, Healthy: false, Reason: gatewayv1alpha1.ServerReasonDisabled, Message: "disabled in spec.servers"},
+		{Endpoint: epB, Healthy: false, Reason: "ProbeFailed", Message: "GET /readyz: connection refused"},
+	})
+	expectSync(t, events, "member-a", true)
+	if r := ready(t, s.stored("member-a")); r.Message != "0 of 2 servers healthy; "+epB+": ProbeFailed: GET /readyz: connection refused" {
+		t.Fatalf("Ready message %q", r.Message)
+	}
+
 	// An older generation's report is ignored.
 	w.Observe("member-a", 1, both)
-	if o, _ := w.observation("member-a"); o.generation != 2 {
-		t.Fatalf("observation of generation 1 replaced generation 2")
+	if o, _ := w.observation("member-a"); o.generation != 3 {
+		t.Fatalf("observation of generation 1 replaced generation 3")
 	}
 }
 
