@@ -451,51 +451,35 @@ func TestProbeConnectionFailed(t *testing.T) {
 	}
 }
 
-// A failure at the egress proxy, probe or passive, has its own reason; the
-// message names the proxy.
-func TestProxyFailed(t *testing.T) {
-	a := newMember(t)
-	cfg := testConfig
-	cfg.UnhealthyThreshold = 1
-	h := newHarness(t, cfg, a)
-	h.start()
-	proxyErr := &url.Error{Op: "Get", URL: a.srv.URL + "/api", Err: &transport.ProxyError{Proxy: "http://192.0.2.20:3128", Err: errors.New("CONNECT 192.0.2.10:6443: the proxy answered 502 Bad Gateway")}}
-	h.c.ReportFailure(a.ep, proxyErr)
-	tr := h.expect(a, false, ReasonProxyFailed)
-	if want := "egress proxy http://192.0.2.20:3128: CONNECT 192.0.2.10:6443: the proxy answered 502 Bad Gateway"; tr.Message != want {
-		t.Errorf("message %q, want %q", tr.Message, want)
-	}
-}
-
-// A failure on the konnectivity path, probe or passive, has its own reason;
-// the message names the konnectivity server.
-func TestTunnelFailed(t *testing.T) {
-	a := newMember(t)
-	cfg := testConfig
-	cfg.UnhealthyThreshold = 1
-	h := newHarness(t, cfg, a)
-	h.start()
-	tunnelErr := &url.Error{Op: "Get", URL: a.srv.URL + "/api", Err: &net.OpError{Op: "dial", Net: "tcp",
-		Err: &konnectivity.Error{Server: "192.0.2.30:8090", Err: errors.New("No agent available")}}}
-	h.c.ReportFailure(a.ep, tunnelErr)
-	tr := h.expect(a, false, ReasonTunnelFailed)
-	if !strings.Contains(tr.Message, "konnectivity server 192.0.2.30:8090") {
-		t.Errorf("message %q does not name the konnectivity server", tr.Message)
-	}
-}
-
-// A real request whose server sent no response headers in time has its own
-// reason: the server is connected, but slow or stuck.
-func TestResponseTimedOut(t *testing.T) {
-	a := newMember(t)
-	cfg := testConfig
-	cfg.UnhealthyThreshold = 1
-	h := newHarness(t, cfg, a)
-	h.start()
-	h.c.ReportFailure(a.ep, headerTimeout{})
-	tr := h.expect(a, false, ReasonResponseTimedOut)
-	if want := "no response headers within 1m10s"; tr.Message != want {
-		t.Errorf("message %q, want %q", tr.Message, want)
+// Passive failures at the egress proxy or on the konnectivity path, and real
+// requests whose server sent no response headers in time, have reasons of
+// their own; the message says what failed (for the tunnel: names the
+// konnectivity server).
+func TestPassiveFailureReasons(t *testing.T) {
+	for _, tc := range []struct {
+		err          error
+		reason, want string
+		contains     bool // want is a part of the message, not all of it
+	}{
+		{&url.Error{Op: "Get", URL: "https://192.0.2.10:6443/api", Err: &transport.ProxyError{Proxy: "http://192.0.2.20:3128", Err: errors.New("CONNECT 192.0.2.10:6443: the proxy answered 502 Bad Gateway")}},
+			ReasonProxyFailed, "egress proxy http://192.0.2.20:3128: CONNECT 192.0.2.10:6443: the proxy answered 502 Bad Gateway", false},
+		{&url.Error{Op: "Get", URL: "https://192.0.2.10:6443/api", Err: &net.OpError{Op: "dial", Net: "tcp",
+			Err: &konnectivity.Error{Server: "192.0.2.30:8090", Err: errors.New("No agent available")}}},
+			ReasonTunnelFailed, "konnectivity server 192.0.2.30:8090", true},
+		{headerTimeout{}, ReasonResponseTimedOut, "no response headers within 1m10s", false},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			a := newMember(t)
+			cfg := testConfig
+			cfg.UnhealthyThreshold = 1
+			h := newHarness(t, cfg, a)
+			h.start()
+			h.c.ReportFailure(a.ep, tc.err)
+			tr := h.expect(a, false, tc.reason)
+			if tc.contains && !strings.Contains(tr.Message, tc.want) || !tc.contains && tr.Message != tc.want {
+				t.Errorf("message %q, want %q", tr.Message, tc.want)
+			}
+		})
 	}
 }
 

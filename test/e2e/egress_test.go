@@ -69,7 +69,7 @@ func TestEgressProxy(t *testing.T) {
 		before := countLines(t, tiny.Process.LogFile, connects)
 		egressExec(ctx, t, kc)
 		afterExec := waitMoreLines(t, tiny.Process.LogFile, connects, before, "kubectl exec")
-		portForwardOnce(t, ctx, kc)
+		portForwardEcho(t, ctx, kc, nil, 1)
 		waitMoreLines(t, tiny.Process.LogFile, connects, afterExec, "kubectl port-forward")
 	})
 

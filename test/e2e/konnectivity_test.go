@@ -113,7 +113,7 @@ func TestKonnectivityTunnel(t *testing.T) {
 	if out, _, err := env.Kubectl(ctx, aliceTunnel, "--namespace="+tunnelNamespace, "exec", harness.ShellPod, "-c", "main", "--", "echo", "through", "the", "tunnel"); err != nil || out != "through the tunnel\n" {
 		t.Fatalf("kubectl exec through the tunnel: %q, %v", out, err)
 	}
-	portForwardOnce(t, ctx, aliceTunnel)
+	portForwardEcho(t, ctx, aliceTunnel, nil, 1)
 	if n := metric(k.AgentMetric, agentDials); n < dialsBefore+2 {
 		t.Errorf("exec and port-forward made the agent dial %v times, want a dial each", n-dialsBefore)
 	}

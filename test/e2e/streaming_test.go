@@ -1,14 +1,10 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os/exec"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -105,62 +101,9 @@ type exitError = exec.ExitError
 // kubectl port-forward through the gateway carries bytes both ways to the pod
 // (the stand-in kubelet echoes them).
 func TestPortForward(t *testing.T) {
-	forwarding := regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> 8080`)
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
-			ctx := testContext(t, time.Minute)
-			cmd := env.KubectlCmd(ctx, aliceA, "--namespace="+harness.AliceNamespace, "port-forward", "--address=127.0.0.1", "pod/"+harness.ShellPod, ":8080")
-			cmd.Env = append(cmd.Env, p.env...)
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			var stderr strings.Builder
-			cmd.Stderr = &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-
-			port := make(chan string, 1)
-			go func() {
-				s := bufio.NewScanner(stdout)
-				for s.Scan() {
-					if m := forwarding.FindStringSubmatch(s.Text()); m != nil {
-						port <- m[1]
-					}
-				}
-				close(port)
-			}()
-			var local string
-			select {
-			case local = <-port:
-			case <-ctx.Done():
-				t.Fatalf("kubectl port-forward did not start: %s", stderr.String())
-			}
-			if local == "" {
-				t.Fatalf("kubectl port-forward ended: %s", stderr.String())
-			}
-
-			for i := 0; i < 2; i++ { // two connections over the same forwarding session
-				conn, err := net.DialTimeout("tcp", "127.0.0.1:"+local, 10*time.Second)
-				if err != nil {
-					t.Fatal(err)
-				}
-				_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
-				msg := []byte(sprintf("ping %d through the gateway\n", i))
-				if _, err := conn.Write(msg); err != nil {
-					t.Fatal(err)
-				}
-				got := make([]byte, len(msg))
-				if _, err := io.ReadFull(conn, got); err != nil {
-					t.Fatalf("reading the echo: %v (kubectl: %s)", err, stderr.String())
-				}
-				if string(got) != string(msg) {
-					t.Fatalf("echo = %q, want %q", got, msg)
-				}
-				conn.Close()
-			}
+			portForwardEcho(t, testContext(t, time.Minute), aliceA, p.env, 2) // two connections over one session
 		})
 	}
 }

@@ -46,14 +46,17 @@ func sprintf(format string, args ...any) string { return fmt.Sprintf(format, arg
 
 func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
 
-// portForwardOnce runs kubectl port-forward to the shell pod with kubeconfig
-// and echoes one message through it (the stand-in kubelet echoes).
-func portForwardOnce(t *testing.T, ctx context.Context, kubeconfig string) {
+// portForwardEcho runs kubectl port-forward to the shell pod with kubeconfig
+// (and extraEnv added to kubectl's environment), and echoes a message through
+// each of n connections over the one forwarding session (the stand-in kubelet
+// echoes).
+func portForwardEcho(t *testing.T, ctx context.Context, kubeconfig string, extraEnv []string, n int) {
 	t.Helper()
 	forwarding := regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> 8080`)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cmd := env.KubectlCmd(ctx, kubeconfig, "--namespace="+harness.AliceNamespace, "port-forward", "--address=127.0.0.1", "pod/"+harness.ShellPod, ":8080")
+	cmd.Env = append(cmd.Env, extraEnv...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -82,19 +85,22 @@ func portForwardOnce(t *testing.T, ctx context.Context, kubeconfig string) {
 	if local == "" {
 		t.Fatalf("kubectl port-forward did not start: %s", stderr.String())
 	}
-	conn, err := net.DialTimeout("tcp", "127.0.0.1:"+local, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
-	msg := []byte("ping through port-forward\n")
-	if _, err := conn.Write(msg); err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, len(msg))
-	if _, err := io.ReadFull(conn, got); err != nil || string(got) != string(msg) {
-		t.Fatalf("port-forward echo: %q, %v (kubectl: %s)", got, err, stderr.String())
+	for i := 0; i < n; i++ {
+		conn, err := net.DialTimeout("tcp", "127.0.0.1:"+local, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+		msg := []byte(sprintf("ping %d through port-forward\n", i))
+		if _, err := conn.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(msg))
+		_, err = io.ReadFull(conn, got)
+		conn.Close()
+		if err != nil || string(got) != string(msg) {
+			t.Fatalf("port-forward echo %d: %q, %v, want %q (kubectl: %s)", i, got, err, msg, stderr.String())
+		}
 	}
 }
 

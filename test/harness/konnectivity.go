@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -218,22 +217,7 @@ func (e *Env) StartKonnectivity(ctx context.Context, member, cluster string) (_ 
 			return nil, err
 		}
 	}
-	path := ProxyPath(cluster) + "/version"
-	state := "no answer yet"
-	return k, poll(ctx, proxyReadyTimeout, func(ctx context.Context) (bool, error) {
-		var code int
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		body, err := cs.Discovery().RESTClient().Get().AbsPath(path).Do(rctx).StatusCode(&code).Raw()
-		if err == nil && code == http.StatusOK {
-			return true, nil
-		}
-		if ctx.Err() != nil {
-			return false, nil // keep the last complete answer in state
-		}
-		state = fmt.Sprintf("GET %s: %d %v %s", path, code, err, strings.TrimSpace(string(body)))
-		return false, nil
-	}, func() string { return state })
+	return k, waitProxied(ctx, cs, cluster, nil, nil)
 }
 
 // ServerMetric and AgentMetric return the sum of the samples of a Prometheus

@@ -433,11 +433,32 @@ func (e *Env) createUpstreamClusters(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	state := "no answer yet"
-	path := ProxyPath(MemberA) + "/version"
-	return poll(ctx, proxyReadyTimeout, func(ctx context.Context) (bool, error) {
+	return waitProxied(ctx, cs, MemberA, func() error {
 		if !e.Gateway.Running() {
-			return false, fmt.Errorf("kube-gateway exited; its log ends with:\n%s", e.Gateway.runTail(40))
+			return fmt.Errorf("kube-gateway exited; its log ends with:\n%s", e.Gateway.runTail(40))
+		}
+		return nil
+	}, func() string { return "; kube-gateway log ends with:\n" + e.Gateway.runTail(30) })
+}
+
+func portOf(url string) int {
+	i := strings.LastIndexByte(url, ':')
+	var p int
+	fmt.Sscanf(url[i+1:], "%d", &p)
+	return p
+}
+
+// waitProxied waits until GET /version of cluster's proxy path through the hub
+// answers 200. alive, if not nil, ends the wait with its error (a process that
+// exited); more adds to the last answer in the timeout's message.
+func waitProxied(ctx context.Context, cs kubernetes.Interface, cluster string, alive func() error, more func() string) error {
+	state := "no answer yet"
+	path := ProxyPath(cluster) + "/version"
+	return poll(ctx, proxyReadyTimeout, func(ctx context.Context) (bool, error) {
+		if alive != nil {
+			if err := alive(); err != nil {
+				return false, err
+			}
 		}
 		var code int
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -452,13 +473,9 @@ func (e *Env) createUpstreamClusters(ctx context.Context) error {
 		state = fmt.Sprintf("GET %s: %d %v %s", path, code, err, strings.TrimSpace(string(body)))
 		return false, nil
 	}, func() string {
-		return state + "; kube-gateway log ends with:\n" + e.Gateway.runTail(30)
+		if more != nil {
+			return state + more()
+		}
+		return state
 	})
-}
-
-func portOf(url string) int {
-	i := strings.LastIndexByte(url, ':')
-	var p int
-	fmt.Sscanf(url[i+1:], "%d", &p)
-	return p
 }
