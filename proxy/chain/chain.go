@@ -14,6 +14,10 @@
 // warnings, CORS, HSTS, Cache-Control, probabilistic GOAWAY; tracing when
 // tracing is configured.
 //
+// A proxied request's goroutine gets the stack the short chain needs before it
+// runs (stack.go): growing it deep inside the chain cost more than the chain's
+// filters.
+//
 // In front of both chains sits the entry decision (entry.go): by default the
 // gateway's API group is served only to requests that come through the hub's
 // front proxy.
@@ -100,6 +104,7 @@ func New(generic http.Handler, serve ProxyFunc, c *genericapiserver.Config, o Op
 			return
 		}
 		if _, _, ok := Split(req.URL.Path); ok {
+			growStack(len(req.URL.Path))
 			short.ServeHTTP(w, req)
 			return
 		}
