@@ -1,6 +1,8 @@
 package upstreamcluster
 
 import (
+	"sync/atomic"
+
 	"k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
@@ -17,8 +19,17 @@ import (
 // policies). While the hub has none, running the chain for every proxied
 // request decides nothing and costs about a tenth of the gateway's CPU per
 // request (docs/benchmark.md).
+//
+// Needed runs on every proxied request, so it reads two atomics rather than the
+// informers' stores (a lock and a list of keys each): event handlers count the
+// objects.
 type ConnectAdmissionGate struct {
-	informers []cache.SharedIndexInformer
+	handlers []cache.ResourceEventHandlerRegistration
+	// objects counts the configuration objects of every watched kind, as
+	// the handlers were told of them.
+	objects atomic.Int64
+	// synced latches once every handler has been told of the initial lists.
+	synced atomic.Bool
 }
 
 // NewConnectAdmissionGate watches, through f (the informer factory the
@@ -28,22 +39,34 @@ type ConnectAdmissionGate struct {
 // not use it when an admission configuration file is in use: static policies
 // and webhooks show in no hub object.
 func NewConnectAdmissionGate(f informers.SharedInformerFactory, enabledPlugins []string) *ConnectAdmissionGate {
-	g := &ConnectAdmissionGate{}
+	var watched []cache.SharedIndexInformer
 	a := f.Admissionregistration().V1()
 	for _, p := range enabledPlugins {
 		switch p {
 		case mutatingwebhook.PluginName:
-			g.informers = append(g.informers, a.MutatingWebhookConfigurations().Informer())
+			watched = append(watched, a.MutatingWebhookConfigurations().Informer())
 		case validatingwebhook.PluginName:
-			g.informers = append(g.informers, a.ValidatingWebhookConfigurations().Informer())
+			watched = append(watched, a.ValidatingWebhookConfigurations().Informer())
 		case mutating.PluginName:
-			g.informers = append(g.informers, a.MutatingAdmissionPolicies().Informer(), a.MutatingAdmissionPolicyBindings().Informer())
+			watched = append(watched, a.MutatingAdmissionPolicies().Informer(), a.MutatingAdmissionPolicyBindings().Informer())
 		case validating.PluginName:
-			g.informers = append(g.informers, a.ValidatingAdmissionPolicies().Informer(), a.ValidatingAdmissionPolicyBindings().Informer())
+			watched = append(watched, a.ValidatingAdmissionPolicies().Informer(), a.ValidatingAdmissionPolicyBindings().Informer())
 		case lifecycle.PluginName: // create, update and delete only
 		default:
 			return nil
 		}
+	}
+	g := &ConnectAdmissionGate{}
+	count := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { g.objects.Add(1) },
+		DeleteFunc: func(any) { g.objects.Add(-1) }, // tombstones too: each was added before
+	}
+	for _, i := range watched {
+		reg, err := i.AddEventHandler(count)
+		if err != nil { // the informer was stopped: nothing can be known
+			return nil
+		}
+		g.handlers = append(g.handlers, reg)
 	}
 	return g
 }
@@ -52,10 +75,17 @@ func NewConnectAdmissionGate(f informers.SharedInformerFactory, enabledPlugins [
 // known yet, or some webhook configuration or policy exists (whatever it
 // matches; the plugins decide that).
 func (g *ConnectAdmissionGate) Needed() bool {
-	for _, i := range g.informers {
-		if !i.HasSynced() || len(i.GetStore().ListKeys()) > 0 {
+	if g.objects.Load() > 0 {
+		return true
+	}
+	if g.synced.Load() {
+		return false
+	}
+	for _, h := range g.handlers {
+		if !h.HasSynced() {
 			return true
 		}
 	}
+	g.synced.Store(true)
 	return false
 }
