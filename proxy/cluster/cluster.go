@@ -83,10 +83,10 @@ type Cluster struct {
 	// robin, no flow control.
 	fallback    Route
 	flowControl *flowcontrol.Set
-	// transportConfig is the credential and connection settings the
-	// transports were built from: while it stays the same, a server that stays
-	// in spec.servers keeps its transports, connections and health.
-	transportConfig transport.Config
+	// builder builds the transports of every server from the credential and
+	// connection settings: while they stay the same, it is kept, and a server
+	// that stays in spec.servers keeps its transports, connections and health.
+	builder *transport.Builder
 	// tunnel dials the servers through spec.clientConfig.konnectivity (nil: direct),
 	// built from tunnelConfig; shared by the transports of every server.
 	tunnel       *konnectivity.Dialer
@@ -215,8 +215,7 @@ func compile(uc *gatewayv1alpha1.UpstreamCluster, secret, tunnelSecret *corev1.S
 		return nil, err
 	}
 	cfg.ProbeOwnConnections = opts.ProbeOwnConnections
-	c.transportConfig = cfg
-	sameConnections := prev != nil && prev.transportConfig.Equal(cfg)
+	sameConnections := prev != nil && prev.builder.Config().Equal(cfg)
 	if k := uc.Spec.ClientConfig.Konnectivity; k != nil {
 		if c.tunnelConfig, err = tunnelConfig(k, tunnelSecret); err != nil {
 			return nil, err
@@ -235,6 +234,11 @@ func compile(uc *gatewayv1alpha1.UpstreamCluster, secret, tunnelSecret *corev1.S
 		cfg.Dial = c.tunnel.DialContext
 	}
 	sameConnections = sameConnections && (prev.tunnel == c.tunnel)
+	if sameConnections {
+		c.builder = prev.builder
+	} else if c.builder, err = transport.NewBuilder(cfg); err != nil {
+		return nil, configError(ReasonInvalidSecret, "credential Secret %s/%s: %v", secret.Namespace, secret.Name, err)
+	}
 
 	byEndpoint := map[string]*balance.Endpoint{}
 	for _, s := range uc.Spec.Servers {
@@ -263,9 +267,7 @@ func compile(uc *gatewayv1alpha1.UpstreamCluster, secret, tunnelSecret *corev1.S
 		}
 		if e == nil {
 			e = balance.NewEndpoint(u)
-			if c.transports[e], err = transport.New(cfg); err != nil {
-				return nil, configError(ReasonInvalidSecret, "credential Secret %s/%s: %v", secret.Namespace, secret.Name, err)
-			}
+			c.transports[e] = c.builder.New()
 		}
 		c.Endpoints = append(c.Endpoints, e)
 		c.servers = append(c.servers, server{endpoint: s.Endpoint, enabled: e})

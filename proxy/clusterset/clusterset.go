@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
@@ -91,6 +92,9 @@ func NewController(clusterSource cache.ListerWatcher, secrets cache.SharedIndexI
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "upstreamclusters"}),
 	}
 	c.state.Store(&map[string]*entry{})
+	if err := c.clusters.SetTransform(DropManagedFields); err != nil {
+		return nil, err
+	}
 
 	enqueueCluster := func(obj interface{}) {
 		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
@@ -122,6 +126,18 @@ func NewController(clusterSource cache.ListerWatcher, secrets cache.SharedIndexI
 		return nil, err
 	}
 	return c, nil
+}
+
+// DropManagedFields is an informer transform that drops the managed fields
+// of an object before the informer keeps it: nothing the gateway caches
+// (UpstreamClusters, credential Secrets) needs them, and they are a large
+// part of each object, so of the gateway's memory per cluster. The objects
+// are the informer's own copies; the slice they held is left as it is.
+func DropManagedFields(obj any) (any, error) {
+	if o, err := meta.Accessor(obj); err == nil {
+		o.SetManagedFields(nil)
+	}
+	return obj, nil
 }
 
 // Run watches and compiles until ctx ends. The Secret informer is started by its

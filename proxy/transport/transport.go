@@ -108,8 +108,21 @@ const (
 	sessionCacheSize = 4
 )
 
-// New builds the transports of cfg.
-func New(cfg Config) (*Transports, error) {
+// Builder builds the transports of the servers of one cluster from one Config.
+// What does not depend on the server is built once and shared: the TLS
+// configuration with its CA pool and client certificate, the dialer, the
+// upgrade transports' TLS configuration. A cluster's servers differ only in
+// their connections.
+type Builder struct {
+	cfg        Config
+	tlsConfig  *tls.Config // cloned by each pooled transport: HTTP/2 set-up edits it
+	upgradeTLS *tls.Config // shared: http.Transport clones it per connection
+	dial       dialFunc
+	hasToken   bool
+}
+
+// NewBuilder checks cfg and builds what its transports share.
+func NewBuilder(cfg Config) (*Builder, error) {
 	hasToken, hasCert := cfg.BearerToken != "", len(cfg.CertData) > 0 || len(cfg.KeyData) > 0
 	if hasToken == hasCert {
 		return nil, fmt.Errorf("exactly one credential is required: a bearer token or a client certificate and key")
@@ -141,9 +154,29 @@ func New(cfg Config) (*Transports, error) {
 		}
 		dial = withTimeout(cfg.Dial, dialTimeout)
 	}
+	upgradeTLS := tlsConfig.Clone()
+	upgradeTLS.NextProtos = []string{"http/1.1"}
+	return &Builder{cfg: cfg, tlsConfig: tlsConfig, upgradeTLS: upgradeTLS, dial: dial, hasToken: hasToken}, nil
+}
+
+// Config is the configuration b was built from.
+func (b *Builder) Config() Config { return b.cfg }
+
+// New builds the transports of cfg, for one server.
+func New(cfg Config) (*Transports, error) {
+	b, err := NewBuilder(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return b.New(), nil
+}
+
+// New builds the transports toward one server: connections of their own,
+// the rest shared with the other transports of b.
+func (b *Builder) New() *Transports {
 	pooled := utilnet.SetTransportDefaults(&http.Transport{
-		DialContext:         dial,
-		TLSClientConfig:     tlsConfig.Clone(),
+		DialContext:         b.dial,
+		TLSClientConfig:     b.tlsConfig.Clone(),
 		TLSHandshakeTimeout: tlsHandshakeTimeout,
 		IdleConnTimeout:     idleConnTimeout,
 		MaxIdleConnsPerHost: maxIdleConnsPerHost,
@@ -152,11 +185,11 @@ func New(cfg Config) (*Transports, error) {
 	// are reached directly or through spec.clientConfig.proxyURL, never
 	// through an environment proxy.
 	pooled.Proxy = nil
-	upgradeTLS := tlsConfig.Clone()
-	upgradeTLS.NextProtos = []string{"http/1.1"}
+	// Without ForceAttemptHTTP2 an http.Transport with a TLS configuration
+	// leaves it as it is: upgrades speak HTTP/1.1.
 	upgrade := &http.Transport{
-		DialContext:         dial,
-		TLSClientConfig:     upgradeTLS,
+		DialContext:         b.dial,
+		TLSClientConfig:     b.upgradeTLS,
 		TLSHandshakeTimeout: tlsHandshakeTimeout,
 	}
 
@@ -166,14 +199,15 @@ func New(cfg Config) (*Transports, error) {
 	// connection behind, so a cluster nobody sends requests to holds none
 	// once the pooled one has been idle for idleConnTimeout; its memory (TLS
 	// and HTTP/2 state, a reader goroutine) is most of an idle cluster's. The
-	// price is a TLS handshake per probe, resumed to spare what it can.
+	// price is a TLS handshake per probe, resumed to spare what it can: the
+	// session cache is the server's own, since the servers of a cluster may
+	// share a name (spec.clientConfig.serverName, or one host).
 	probeTransport := pooled
-	if cfg.ProbeOwnConnections {
-		probeTLS := tlsConfig.Clone()
-		probeTLS.NextProtos = []string{"http/1.1"}
+	if b.cfg.ProbeOwnConnections {
+		probeTLS := b.upgradeTLS.Clone()
 		probeTLS.ClientSessionCache = tls.NewLRUClientSessionCache(sessionCacheSize)
 		probeTransport = &http.Transport{
-			DialContext:         dial,
+			DialContext:         b.dial,
 			TLSClientConfig:     probeTLS,
 			TLSHandshakeTimeout: tlsHandshakeTimeout,
 			DisableKeepAlives:   true,
@@ -184,16 +218,16 @@ func New(cfg Config) (*Transports, error) {
 	// for upgrades on the request written to the dialed connection.
 	withIdentity := func(rt http.RoundTripper) http.RoundTripper {
 		rt = impersonate.NewRoundTripper(rt)
-		if hasToken {
-			rt = transport.NewBearerAuthRoundTripper(cfg.BearerToken, rt)
+		if b.hasToken {
+			rt = transport.NewBearerAuthRoundTripper(b.cfg.BearerToken, rt)
 		}
 		return rt
 	}
 	probe := http.RoundTripper(probeTransport)
 	bearer := ""
-	if hasToken {
-		bearer = "Bearer " + cfg.BearerToken
-		probe = transport.NewBearerAuthRoundTripper(cfg.BearerToken, probeTransport)
+	if b.hasToken {
+		bearer = "Bearer " + b.cfg.BearerToken
+		probe = transport.NewBearerAuthRoundTripper(b.cfg.BearerToken, probeTransport)
 	}
 	return &Transports{
 		RoundTripper: withIdentity(pooled),
@@ -204,7 +238,7 @@ func New(cfg Config) (*Transports, error) {
 		upgrade:      upgrade,
 		probe:        probeTransport,
 		bearer:       bearer,
-	}, nil
+	}
 }
 
 // withTimeout bounds dial as net.Dialer.Timeout bounds a direct dial.

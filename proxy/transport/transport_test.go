@@ -214,3 +214,41 @@ func TestProbeConnections(t *testing.T) {
 		})
 	}
 }
+
+// The transports of one Builder share what does not depend on the server (the
+// CA pool and the TLS configuration of upgrades); each server has its own
+// connections, and with ProbeOwnConnections its own TLS session cache, since
+// servers of one cluster may share a name.
+func TestBuilderShares(t *testing.T) {
+	url1, ca := member(t, tls.VersionTLS12, tls.VersionTLS13)
+	b, err := NewBuilder(Config{CAData: ca, BearerToken: token, ProbeOwnConnections: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, two := b.New(), b.New()
+	if one.pooled == two.pooled || one.upgrade == two.upgrade || one.probe == two.probe {
+		t.Fatal("two servers share a transport")
+	}
+	if one.pooled.TLSClientConfig.RootCAs == nil || one.pooled.TLSClientConfig.RootCAs != two.pooled.TLSClientConfig.RootCAs {
+		t.Error("the servers' pooled transports have CA pools of their own")
+	}
+	if one.upgrade.TLSClientConfig != two.upgrade.TLSClientConfig {
+		t.Error("the servers' upgrade transports have TLS configurations of their own")
+	}
+	if one.probe.TLSClientConfig.ClientSessionCache == two.probe.TLSClientConfig.ClientSessionCache {
+		t.Error("the servers' probes share a TLS session cache")
+	}
+	// Both work, and the shared upgrade configuration still speaks HTTP/1.1
+	// only after the pooled transports set up HTTP/2 on their own copies.
+	for _, tr := range []*Transports{one, two} {
+		if err := probe(tr, url1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := one.upgrade.TLSClientConfig.NextProtos; !slices.Equal(got, []string{"http/1.1"}) {
+		t.Errorf("upgrade ALPN %q, want http/1.1 only", got)
+	}
+	if got := one.pooled.TLSClientConfig.NextProtos; !slices.Contains(got, "h2") {
+		t.Errorf("pooled ALPN %q, want h2 offered", got)
+	}
+}

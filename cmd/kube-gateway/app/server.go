@@ -102,7 +102,8 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 
 	// Only the credential namespace is watched: the gateway never sees other Secrets.
-	secretInformers := informers.NewSharedInformerFactoryWithOptions(c.hub, 0, informers.WithNamespace(c.extra.SecretNamespace))
+	secretInformers := informers.NewSharedInformerFactoryWithOptions(c.hub, 0, informers.WithNamespace(c.extra.SecretNamespace),
+		informers.WithTransform(clusterset.DropManagedFields))
 	secrets := secretInformers.Core().V1().Secrets().Informer()
 	// The proxy's metrics are served on /metrics with the apiserver's own.
 	proxyMetrics := metrics.New()
