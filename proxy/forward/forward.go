@@ -30,6 +30,7 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/balance"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/flowcontrol"
+	"github.com/kubewharf/kube-gateway/proxy/impersonate"
 	"github.com/kubewharf/kube-gateway/proxy/longrunning"
 	"github.com/kubewharf/kube-gateway/proxy/metrics"
 	"github.com/kubewharf/kube-gateway/proxy/request"
@@ -92,11 +93,12 @@ const DefaultResponseHeaderTimeout = 70 * time.Second
 // NewForwarder returns a Forwarder recording into m.
 func NewForwarder(m *metrics.Metrics) *Forwarder {
 	stopping, stop := context.WithCancel(context.Background())
+	headers := &impersonate.Headers{}
 	return &Forwarder{
 		Metrics:               m,
 		ResponseHeaderTimeout: DefaultResponseHeaderTimeout,
-		proxy:                 newReverseProxy(shortBufferSize, nil),
-		longRunning:           newReverseProxy(longRunningBufferSize, stopping),
+		proxy:                 newReverseProxy(shortBufferSize, nil, headers),
+		longRunning:           newReverseProxy(longRunningBufferSize, stopping, headers),
 		stop:                  stop,
 	}
 }

@@ -33,12 +33,14 @@ type reverseProxy struct {
 	proxy httputil.ReverseProxy
 	// stopping, when set, ends responses cleanly once it is done.
 	stopping context.Context
+	// headers sets the impersonation headers.
+	headers *impersonate.Headers
 }
 
-func newReverseProxy(bufferSize int, stopping context.Context) *reverseProxy {
-	rp := &reverseProxy{stopping: stopping}
+func newReverseProxy(bufferSize int, stopping context.Context, headers *impersonate.Headers) *reverseProxy {
+	rp := &reverseProxy{stopping: stopping, headers: headers}
 	rp.proxy = httputil.ReverseProxy{
-		Rewrite:   rewrite,
+		Rewrite:   rp.rewrite,
 		Transport: rp,
 		// Flush as the member writes: watch events and log lines must not wait
 		// in a buffer. Large responses are still streamed, never buffered whole.
@@ -71,7 +73,7 @@ func (rp *reverseProxy) serve(w http.ResponseWriter, req *http.Request, a *attem
 // credential, the gateway's credential and the identity to impersonate. The
 // headers are set here, after the hop-by-hop headers went: a client naming
 // Impersonate-User in its Connection header cannot make them disappear.
-func rewrite(pr *httputil.ProxyRequest) {
+func (rp *reverseProxy) rewrite(pr *httputil.ProxyRequest) {
 	a := attemptFrom(pr.Out.Context())
 	pr.Out.URL = &url.URL{Scheme: a.endpoint.URL.Scheme, Host: a.endpoint.URL.Host, Path: a.path, RawQuery: a.rawQuery}
 	pr.Out.Host = "" // the server's address, not the gateway's
@@ -88,9 +90,9 @@ func rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Header["User-Agent"] = []string{""} // not Go's default
 	}
 	withTraceContext(pr.Out.Context(), pr.Out.Header)
-	// A copy with the identity's headers; without an identity the request
-	// stays without them, and RoundTrip refuses it.
-	if out, err := impersonate.Apply(pr.Out, a.identity); err == nil {
+	// The identity's headers; without an identity the request stays without
+	// them, and RoundTrip refuses it.
+	if out, err := rp.headers.Apply(pr.Out, a.identity); err == nil {
 		pr.Out = out
 	}
 	a.transports.Authorize(pr.Out.Header)

@@ -7,9 +7,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -39,18 +43,31 @@ func Compile(p *gatewayv1alpha1.ImpersonationPolicy) *Policy {
 	}
 }
 
-// Identity returns the identity to impersonate on the member for the hub user u.
+// Identity returns the identity to impersonate on the member for the hub user
+// u. Without a prefix or filter to apply, it shares u's groups and extras
+// rather than copying them for every request: neither side changes them.
 func (p *Policy) Identity(u user.Info) transport.ImpersonationConfig {
 	cfg := transport.ImpersonationConfig{
 		UserName: p.userPrefix + u.GetName(),
 		UID:      u.GetUID(),
 	}
-	for _, g := range u.GetGroups() {
-		if p.groups.keeps(g) {
-			cfg.Groups = append(cfg.Groups, p.groupPrefix+g)
+	if groups := u.GetGroups(); p.groupPrefix == "" && p.groups.keepsAll() {
+		cfg.Groups = groups
+	} else {
+		for _, g := range groups {
+			if p.groups.keeps(g) {
+				cfg.Groups = append(cfg.Groups, p.groupPrefix+g)
+			}
 		}
 	}
-	for k, v := range u.GetExtra() {
+	extra := u.GetExtra()
+	if p.extras.keepsAll() && !hasEmpty(extra) {
+		if len(extra) > 0 {
+			cfg.Extra = extra
+		}
+		return cfg
+	}
+	for k, v := range extra {
 		if p.extras.keeps(k) && len(v) > 0 {
 			if cfg.Extra == nil {
 				cfg.Extra = map[string][]string{}
@@ -59,6 +76,15 @@ func (p *Policy) Identity(u user.Info) transport.ImpersonationConfig {
 		}
 	}
 	return cfg
+}
+
+func hasEmpty(extra map[string][]string) bool {
+	for _, v := range extra {
+		if len(v) == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 type nameFilter struct {
@@ -77,6 +103,8 @@ func compileFilter(f *gatewayv1alpha1.NameFilter) nameFilter {
 	nf.deny = sets.New(f.Deny...)
 	return nf
 }
+
+func (f nameFilter) keepsAll() bool { return f.allow == nil && len(f.deny) == 0 }
 
 func (f nameFilter) keeps(name string) bool {
 	return (f.allow == nil || f.allow.Has(name)) && !f.deny.Has(name)
@@ -136,24 +164,47 @@ type roundTripper struct {
 
 func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	id, _ := req.Context().Value(identityKey{}).(transport.ImpersonationConfig)
-	if hasImpersonation(req.Header) {
-		req = utilnet.CloneRequest(req) // Apply drops stray headers in place
+	if id.UserName == "" {
+		return nil, ErrNoIdentity
 	}
-	out, err := Apply(req, id)
+	// Apply sets the headers in place; a round tripper must not change its
+	// caller's request.
+	out, err := Apply(utilnet.CloneRequest(req), id)
 	if err != nil {
 		return nil, err
 	}
 	return rt.delegate.RoundTrip(out)
 }
 
-// Apply returns a copy of req that impersonates id, with the headers
-// client-go's impersonating round tripper sets (so that the escaping of extra
-// keys is exactly what a member apiserver expects) and no other Impersonate-*
-// header: stray ones are deleted from req's headers in place, so req must be
-// the caller's own (the forwarder's copy of the client's request). It refuses
-// an empty identity: nothing reaches a member with the gateway's own identity
-// by accident.
+// Apply returns req, or a copy of it, with the headers that impersonate id,
+// exactly as client-go's impersonating round tripper sets them (through it),
+// and no other Impersonate-* header: stray ones are deleted from req's
+// headers in place, so req must be the caller's own (the forwarder's copy of
+// the client's request). It refuses an empty identity: nothing reaches a
+// member with the gateway's own identity by accident.
 func Apply(req *http.Request, id transport.ImpersonationConfig) (*http.Request, error) {
+	return (*Headers)(nil).Apply(req, id)
+}
+
+// Headers sets impersonation headers as Apply does, without its copy of the
+// request: it remembers the header name client-go's round tripper gives each
+// extra key (escaped, so that a member apiserver reads the key back), and
+// sets the headers on req itself. A proxied request's identity usually has
+// extras (a service account's token gives them), and the copy cost a request
+// and its headers per request. The zero value is ready; a nil *Headers goes
+// through client-go's round tripper every time. Safe for concurrent use.
+type Headers struct {
+	mu    sync.Mutex                        // serializes additions to names
+	names atomic.Pointer[map[string]string] // extra key → header name; replaced whole, never changed
+}
+
+// maxExtraNames bounds the extra keys a Headers remembers; the identities of
+// a hub carry a handful. Others go through client-go's round tripper.
+const maxExtraNames = 64
+
+// Apply is the package's Apply, without a copy of req when every extra key
+// of id has a remembered header name.
+func (h *Headers) Apply(req *http.Request, id transport.ImpersonationConfig) (*http.Request, error) {
 	if id.UserName == "" {
 		return nil, ErrNoIdentity
 	}
@@ -165,12 +216,93 @@ func Apply(req *http.Request, id transport.ImpersonationConfig) (*http.Request, 
 			delete(req.Header, name)
 		}
 	}
-	var out *http.Request
-	_, _ = transport.NewImpersonatingRoundTripper(id, capture{&out}).RoundTrip(req)
-	if out == nil {
-		return nil, fmt.Errorf("impersonation headers could not be set")
+	if len(id.Extra) > 0 && (h == nil || !h.learn(id.Extra)) {
+		var out *http.Request
+		_, _ = transport.NewImpersonatingRoundTripper(id, capture{&out}).RoundTrip(req)
+		if out == nil {
+			return nil, fmt.Errorf("impersonation headers could not be set")
+		}
+		return out, nil
 	}
-	return out, nil
+	// What client-go's round tripper sets. The values are shared with id,
+	// clipped: a later Add appends to a copy, never into id's arrays.
+	req.Header[transport.ImpersonateUserHeader] = []string{id.UserName}
+	if id.UID != "" {
+		req.Header[transport.ImpersonateUIDHeader] = []string{id.UID}
+	}
+	if len(id.Groups) > 0 {
+		req.Header[transport.ImpersonateGroupHeader] = slices.Clip(id.Groups)
+	}
+	if len(id.Extra) > 0 {
+		names := *h.names.Load()
+		for k, vv := range id.Extra {
+			if len(vv) == 0 {
+				continue
+			}
+			name := names[k]
+			if cur, ok := req.Header[name]; ok { // two keys that escape alike
+				req.Header[name] = append(cur, vv...)
+			} else {
+				req.Header[name] = slices.Clip(vv)
+			}
+		}
+	}
+	return req, nil
+}
+
+// learn makes sure h knows the header name of every key of extra, and
+// reports whether it does.
+func (h *Headers) learn(extra map[string][]string) bool {
+	if names := h.names.Load(); names != nil && knowsAll(*names, extra) {
+		return true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	old := map[string]string{}
+	if names := h.names.Load(); names != nil {
+		old = *names
+	}
+	learned := maps.Clone(old)
+	for k := range extra {
+		if _, ok := learned[k]; ok {
+			continue
+		}
+		name, ok := extraHeaderName(k)
+		if !ok || len(learned) == maxExtraNames {
+			return false
+		}
+		learned[k] = name
+	}
+	if len(learned) > len(old) {
+		h.names.Store(&learned)
+	}
+	return true
+}
+
+func knowsAll(names map[string]string, extra map[string][]string) bool {
+	for k := range extra {
+		if _, ok := names[k]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// extraHeaderName returns the header name client-go's round tripper gives
+// the extra key k.
+func extraHeaderName(k string) (string, bool) {
+	var out *http.Request
+	id := transport.ImpersonationConfig{UserName: "-", Extra: map[string][]string{k: {"-"}}}
+	_, _ = transport.NewImpersonatingRoundTripper(id, capture{&out}).RoundTrip(&http.Request{Header: http.Header{}})
+	if out == nil {
+		return "", false
+	}
+	for name := range out.Header {
+		if strings.HasPrefix(name, transport.ImpersonateUserExtraHeaderPrefix) {
+			return name, true
+		}
+	}
+	return "", false
 }
 
 // ErrNoIdentity refuses a request that would reach a member with the gateway's
@@ -192,13 +324,4 @@ func (rt *roundTripper) WrappedRoundTripper() http.RoundTripper { return rt.dele
 
 func isImpersonation(name string) bool {
 	return strings.HasPrefix(textproto.CanonicalMIMEHeaderKey(name), "Impersonate-")
-}
-
-func hasImpersonation(h http.Header) bool {
-	for name := range h {
-		if isImpersonation(name) {
-			return true
-		}
-	}
-	return false
 }

@@ -1,11 +1,14 @@
 package impersonate_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -443,4 +446,111 @@ func TestRoundTripperReplacesStrayImpersonation(t *testing.T) {
 	if out.Header.Get("Accept") != "application/json" {
 		t.Error("Accept was dropped")
 	}
+}
+
+// Apply and Headers.Apply set exactly the headers client-go's impersonating
+// round tripper sets, whether through it or by themselves (from the header
+// names Headers learned), and leave the other headers.
+func TestApplyMatchesClientGo(t *testing.T) {
+	manyExtras := map[string][]string{}
+	for i := range 70 { // more keys than a Headers remembers
+		manyExtras[fmt.Sprintf("example.com/key %d", i)] = []string{fmt.Sprint(i)}
+	}
+	headers := &impersonate.Headers{} // shared by the cases, as by a forwarder's requests
+	for name, id := range map[string]transport.ImpersonationConfig{
+		"user":                       {UserName: "alice"},
+		"user, UID":                  {UserName: "alice", UID: "uid-1"},
+		"groups":                     {UserName: "alice", Groups: []string{"dev", "", "system:authenticated"}},
+		"extras":                     {UserName: "alice", Groups: []string{"dev"}, Extra: map[string][]string{"scopes": {"a", "b"}, "example.com/key with space": {"v"}}},
+		"keys that escape alike":     {UserName: "alice", Extra: map[string][]string{"Scopes": {"a"}, "scopes": {"b"}}},
+		"service account":            {UserName: "system:serviceaccount:ns:sa", UID: "u", Groups: []string{"system:serviceaccounts"}, Extra: map[string][]string{"authentication.kubernetes.io/credential-id": {"JTI=1"}, "authentication.kubernetes.io/pod-name": {"p"}}},
+		"values needing no escaping": {UserName: "system:serviceaccount:ns:sa", UID: "a b", Groups: []string{"Ärger", "x,y"}},
+		"many extra keys":            {UserName: "alice", Extra: manyExtras},
+	} {
+		t.Run(name, func(t *testing.T) {
+			newReq := func() *http.Request {
+				req, _ := http.NewRequest(http.MethodGet, "https://member.example.com/api", nil)
+				req.Header.Set("Accept", "application/json")
+				return req
+			}
+			var want *http.Request
+			_, _ = transport.NewImpersonatingRoundTripper(id, roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				want = r
+				return nil, nil
+			})).RoundTrip(newReq())
+			for _, apply := range []struct {
+				how string
+				f   func(*http.Request, transport.ImpersonationConfig) (*http.Request, error)
+			}{
+				{"Apply", impersonate.Apply},
+				{"Headers.Apply, first", headers.Apply},
+				{"Headers.Apply, again", headers.Apply},
+			} {
+				got, err := apply.f(newReq(), id)
+				if err != nil {
+					t.Fatalf("%s: %v", apply.how, err)
+				}
+				// Keys that escape alike have their values in map order.
+				if !reflect.DeepEqual(sortedValues(got.Header), sortedValues(want.Header)) {
+					t.Errorf("%s: headers = %v, client-go sets %v", apply.how, got.Header, want.Header)
+				}
+			}
+		})
+	}
+}
+
+// The request's groups header shares the identity's groups; a header added
+// later must not write into the identity's array.
+func TestApplyKeepsIdentityGroups(t *testing.T) {
+	groups := make([]string, 1, 4) // room to append in place
+	groups[0] = "dev"
+	req, _ := http.NewRequest(http.MethodGet, "https://member.example.com/api", nil)
+	out, err := impersonate.Apply(req, transport.ImpersonationConfig{UserName: "alice", Groups: groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Header.Add("Impersonate-Group", "late")
+	if spare := groups[:2][1]; spare != "" {
+		t.Errorf("adding a group to the request wrote %q into the identity's groups", spare)
+	}
+	if got := out.Header.Values("Impersonate-Group"); !reflect.DeepEqual(got, []string{"dev", "late"}) {
+		t.Errorf("Impersonate-Group = %q, want [dev late]", got)
+	}
+}
+
+func sortedValues(h http.Header) http.Header {
+	out := http.Header{}
+	for k, v := range h {
+		out[k] = slices.Sorted(slices.Values(v))
+	}
+	return out
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// Requests of many users share a forwarder's Headers while it learns.
+func TestHeadersConcurrentUse(t *testing.T) {
+	h := &impersonate.Headers{}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for j := range 20 {
+				key := fmt.Sprintf("example.com/k%d", (i+j)%10)
+				req, _ := http.NewRequest(http.MethodGet, "https://member.example.com/api", nil)
+				out, err := h.Apply(req, transport.ImpersonationConfig{UserName: "alice", Extra: map[string][]string{key: {"v"}}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				want := transport.ImpersonateUserExtraHeaderPrefix + "Example.com%2Fk" + fmt.Sprint((i+j)%10)
+				if got := out.Header.Values(want); len(got) != 1 || got[0] != "v" {
+					t.Errorf("%s = %q, want [v]; headers %v", want, got, out.Header)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
