@@ -238,6 +238,7 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 		targets = append(targets, t)
 	}
 	var floorProxy *floor.Proxy
+	var floorTarget *measure.Target
 	if o.Floor {
 		fp, ft, err := floor.Start(ctx, floorBin, filepath.Join(env.WorkDir, "floor"), env.Members[member])
 		if err != nil {
@@ -248,7 +249,7 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 				logf("stopping the floor proxy: %v", err)
 			}
 		}()
-		floorProxy = fp
+		floorProxy, floorTarget = fp, ft
 		targets = append(targets, ft)
 	}
 	rep.Targets = targets
@@ -385,6 +386,11 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 		for _, c := range []int{o.Concurrency, 1} {
 			if err := profile(ctx, env, gw, procs, o, rep, c); err != nil {
 				return nil, fmt.Errorf("profile at c=%d: %w", c, err)
+			}
+		}
+		if floorProxy != nil {
+			if err := profileFloor(ctx, floorProxy, floorBin, floorTarget, procs, o, rep, o.Concurrency); err != nil {
+				return nil, fmt.Errorf("floor profile at c=%d: %w", o.Concurrency, err)
 			}
 		}
 	}
@@ -725,36 +731,11 @@ type profileResult struct {
 // and takes a CPU profile of the gateway during it.
 func profile(ctx context.Context, env *harness.Env, gw *measure.Target, procs []measure.Proc, o options, rep *report, c int) error {
 	logf("profiling the gateway for %ds under the c=%d gateway-alone load", o.ProfileSeconds, c)
-	type prof struct {
-		data []byte
-		err  error
-	}
 	// The CPU and the allocation profile cover the same seconds of the load.
-	fetch := func(path string, done chan<- prof) {
-		if err := sleep(ctx, time.Second); err != nil {
-			done <- prof{err: err}
-			return
-		}
-		url := fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", env.GatewayURL, path, o.ProfileSeconds)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		for k, v := range gw.Header {
-			req.Header[k] = v
-		}
-		resp, err := gw.Client.Do(req)
-		if err != nil {
-			done <- prof{err: err}
-			return
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err == nil && resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("GET /debug/pprof/%s: %s: %s", path, resp.Status, body)
-		}
-		done <- prof{data: body, err: err}
-	}
-	cpuDone, allocDone := make(chan prof, 1), make(chan prof, 1)
-	go fetch("profile", cpuDone)
-	go fetch("allocs", allocDone)
+	base := env.GatewayURL + "/debug/pprof/"
+	cpuDone, allocDone := make(chan fetched, 1), make(chan fetched, 1)
+	go fetchPprof(ctx, gw.Client, gw.Header, base+"profile", o.ProfileSeconds, cpuDone)
+	go fetchPprof(ctx, gw.Client, gw.Header, base+"allocs", o.ProfileSeconds, allocDone)
 	run := measureLoad(ctx, gw, procs, rep.Hz, c, 0, time.Duration(o.ProfileSeconds+3)*time.Second)
 	p, a := <-cpuDone, <-allocDone
 	if p.err != nil {
@@ -778,4 +759,55 @@ func profile(ctx context.Context, env *harness.Env, gw *measure.Target, procs []
 	pr.AllocRequests = int64(run.RPS * float64(o.ProfileSeconds))
 	rep.Profiles = append(rep.Profiles, pr)
 	return nil
+}
+
+// profileFloor runs the floor's load at concurrency c for ProfileSeconds+3 s
+// and takes a CPU profile of the floor proxy during it (from its debug
+// listener), so that the report can set the gateway's cost centers against
+// the floor's.
+func profileFloor(ctx context.Context, fp *floor.Proxy, bin string, ft *measure.Target, procs []measure.Proc, o options, rep *report, c int) error {
+	logf("profiling the floor proxy for %ds under its c=%d load", o.ProfileSeconds, c)
+	done := make(chan fetched, 1)
+	go fetchPprof(ctx, http.DefaultClient, nil, fp.DebugURL+"/debug/pprof/profile", o.ProfileSeconds, done)
+	run := measureLoad(ctx, ft, procs, rep.Hz, c, 0, time.Duration(o.ProfileSeconds+3)*time.Second)
+	p := <-done
+	if p.err != nil {
+		return p.err
+	}
+	pr := profileResult{Concurrency: c, Run: run, File: filepath.Join(o.OutDir, fmt.Sprintf("floorproxy-cpu-c%d.pprof", c))}
+	if err := os.WriteFile(pr.File, p.data, 0o644); err != nil {
+		return err
+	}
+	pr.TopCum, pr.TopFlat, pr.Groups, pr.Total = analyzeProfile(ctx, bin, pr.File)
+	rep.FloorProfile = &pr
+	return nil
+}
+
+type fetched struct {
+	data []byte
+	err  error
+}
+
+// fetchPprof waits a second into the load, then gets a profile of seconds
+// from url (a /debug/pprof/ endpoint) with client and header.
+func fetchPprof(ctx context.Context, client *http.Client, header http.Header, url string, seconds int, done chan<- fetched) {
+	if err := sleep(ctx, time.Second); err != nil {
+		done <- fetched{err: err}
+		return
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s?seconds=%d", url, seconds), nil)
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		done <- fetched{err: err}
+		return
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
+	}
+	done <- fetched{data: body, err: err}
 }

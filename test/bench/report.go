@@ -36,6 +36,9 @@ type report struct {
 	FirstLists []firstList
 
 	Profiles      []profileResult
+	// FloorProfile is the floor proxy's CPU profile at the throughput
+	// concurrency; nil without the floor or profiles.
+	FloorProfile *profileResult
 	ProfileBinary string
 }
 
@@ -403,6 +406,9 @@ func (r *report) markdown() string {
 			}
 			p("| %s | %.2f s | %.1f%% | %.0f |\n", g.Name, g.Seconds, g.Pct, g.Pct/100*perReq*1e6)
 		}
+		if fp := r.FloorProfile; fp != nil && fp.Concurrency == pf.Concurrency {
+			r.againstFloor(p, &pf, fp)
+		}
 		if i == 0 {
 			p("\nTop 15 by cumulative time (`go tool pprof -top -cum`):\n\n```\n%s```\n\n", measure.TrimPprof(pf.TopCum))
 		}
@@ -417,6 +423,29 @@ func (r *report) markdown() string {
 	}
 	p("Environment start-up %s; whole run %s.\n", r.EnvStartup.Round(time.Second), r.Total.Round(time.Second))
 	return b.String()
+}
+
+// againstFloor sets the gateway's profile groups against the floor proxy's,
+// each in µs per request of its own run at the same concurrency: the
+// difference is where the gateway spends more than any Go proxy must.
+func (r *report) againstFloor(p func(string, ...any), gw, fl *profileResult) {
+	gwPerReq, flPerReq := gw.Run.cpuPerReq("kube-gateway")*1e6, fl.Run.cpuPerReq(floor.Proc)*1e6
+	p("\nThe same groups in the floor proxy's profile, taken after the gateway's under its own c=%d load of %s (%.0f req/s, floor proxy CPU %.0f µs per request; `go tool pprof %s`: the profile carries its symbols). ",
+		fl.Concurrency, fl.Run.Elapsed.Round(100*time.Millisecond), fl.Run.RPS, flPerReq, fl.File)
+	p("Both in µs per request of their own run; the floor speaks HTTP/2 with the standard library's bundled copy, the gateway with golang.org/x/net/http2 (the groups count both).\n\n")
+	p("| group | gateway µs | floor µs | gateway − floor |\n|---|---:|---:|---:|\n")
+	floorUS := map[string]float64{}
+	for _, g := range fl.Groups {
+		floorUS[g.Name] = g.Pct / 100 * flPerReq
+	}
+	for _, g := range gw.Groups {
+		gu, fu := g.Pct/100*gwPerReq, floorUS[g.Name]
+		if gu < 0.5 && fu < 0.5 {
+			continue
+		}
+		p("| %s | %.0f | %.0f | %+.0f |\n", g.Name, gu, fu, gu-fu)
+	}
+	p("| all | %.0f | %.0f | %+.0f |\n\n", gwPerReq, flPerReq, gwPerReq-flPerReq)
 }
 
 func (r *report) hasFloor() bool {
