@@ -36,10 +36,11 @@ type report struct {
 	FirstLists []firstList
 
 	Profiles      []profileResult
+	ProfileBinary string
+
 	// FloorProfile is the floor proxy's CPU profile at the throughput
 	// concurrency; nil without the floor or profiles.
 	FloorProfile *profileResult
-	ProfileBinary string
 }
 
 // --- statistics ---
