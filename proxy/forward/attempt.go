@@ -41,6 +41,9 @@ type attempt struct {
 	// proxy.
 	client context.Context
 	cancel context.CancelFunc
+	// response is the header of the client's response, set by the reverse
+	// proxy: what the gateway's chain set on it before the member answered.
+	response http.Header
 
 	failed      bool
 	deferred    error // a retryable error, not written yet
@@ -57,6 +60,7 @@ func (a *attempt) upgrade(w *statusRecorder, req *http.Request) {
 	impersonate.StripInbound(out.Header)
 	out.Trailer = nil
 	withTraceContext(out.Context(), out.Header)
+	withAuditID(out.Context(), out.Header)
 	location := *a.endpoint.URL
 	location.Path = a.path
 	location.RawQuery = a.rawQuery

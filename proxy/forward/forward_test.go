@@ -29,6 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -160,6 +161,14 @@ func (m *member) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		_, _ = io.WriteString(w, "line 2\n")
+	case r.URL.Path == "/apiserver-headers": // as a kube-apiserver answers
+		id := r.Header.Get("Audit-Id")
+		if id == "" {
+			id = "generated-by-the-member"
+		}
+		w.Header().Set("Audit-Id", id)
+		w.Header().Set("Cache-Control", "no-cache, private")
+		_, _ = io.WriteString(w, "ok")
 	case r.URL.Path == "/deny-exec":
 		http.Error(w, "exec denied by the member", http.StatusForbidden)
 	case strings.HasSuffix(r.URL.Path, "/exec"):
@@ -1279,4 +1288,52 @@ func forwarderServer(t *testing.T, f *forward.Forwarder, c *cluster.Cluster, err
 	}))
 	t.Cleanup(gw.Close)
 	return gw
+}
+
+// Behind the apiserver's filters, which set Audit-ID and Cache-Control on
+// every response, the member receives the gateway's audit ID, and the client
+// gets each header once: the member's when it sends it, the gateway's when it
+// does not (or when its answer is refused).
+func TestServeResponseHeadersOnce(t *testing.T) {
+	m := newMember(t)
+	c := compile(t, m.caPEM, nil, m.URL)
+	errs := &errorRecorder{}
+	serve := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		rt := byPrefix(req)
+		testForwarder.Serve(w, req, forward.Request{Cluster: c, Path: rt.path, User: hubUser(), Errors: responseErrors{rec: errs, w: w}})
+	}))
+	g := httptest.NewServer(genericapifilters.WithAuditInit(genericapifilters.WithCacheControl(serve)))
+	t.Cleanup(g.Close)
+
+	for _, tc := range []struct {
+		path, wantCacheControl string
+		memberAnswers          bool
+	}{
+		{"/apiserver-headers", "no-cache, private", true},
+		{"/plain", "no-cache, private", false},
+		{"/redirect/302", "no-cache, private", false},
+	} {
+		for _, sent := range []string{"", "id-from-the-client"} {
+			req, _ := http.NewRequest(http.MethodGet, g.URL+proxyPrefix+tc.path, nil)
+			if sent != "" {
+				req.Header.Set("Audit-Id", sent)
+			}
+			resp, _ := do(t, req)
+			ids := resp.Header.Values("Audit-Id")
+			if len(ids) != 1 || ids[0] == "" {
+				t.Errorf("GET %s (Audit-Id %q): Audit-Id %q, want one", tc.path, sent, ids)
+				continue
+			}
+			if sent != "" && ids[0] != sent {
+				t.Errorf("GET %s: Audit-Id %q, want the client's %q", tc.path, ids[0], sent)
+			}
+			if got := resp.Header.Values("Cache-Control"); len(got) != 1 || got[0] != tc.wantCacheControl {
+				t.Errorf("GET %s: Cache-Control %q, want [%s]", tc.path, got, tc.wantCacheControl)
+			}
+			reqs := m.received()
+			if got := reqs[len(reqs)-1].header.Get("Audit-Id"); got != ids[0] {
+				t.Errorf("GET %s: the member received Audit-Id %q, the client got %q", tc.path, got, ids[0])
+			}
+		}
+	}
 }

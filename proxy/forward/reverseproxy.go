@@ -6,12 +6,15 @@ import (
 	"io"
 	"net/http"
 	"net/http/httputil"
+	"net/textproto"
 	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	auditinternal "k8s.io/apiserver/pkg/apis/audit"
+	"k8s.io/apiserver/pkg/audit"
 	"k8s.io/klog/v2"
 
 	"github.com/kubewharf/kube-gateway/proxy/impersonate"
@@ -46,7 +49,7 @@ func newReverseProxy(bufferSize int, stopping context.Context, headers *imperson
 		// in a buffer. Large responses are still streamed, never buffered whole.
 		FlushInterval:  -1,
 		BufferPool:     newBufferPool(bufferSize),
-		ModifyResponse: refuseRedirect,
+		ModifyResponse: modifyResponse,
 		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
 			attemptFrom(req.Context()).Error(w, req, err)
 		},
@@ -59,6 +62,7 @@ func (rp *reverseProxy) serve(w http.ResponseWriter, req *http.Request, a *attem
 	// One copy of the request carries the attempt and, with a header
 	// timeout, the context that cancels the request to the server.
 	a.client = req.Context()
+	a.response = w.Header()
 	ctx := context.WithValue(a.client, attemptKey{}, a)
 	if a.headerTimeout > 0 {
 		ctx, a.cancel = context.WithCancel(ctx)
@@ -90,6 +94,7 @@ func (rp *reverseProxy) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Header["User-Agent"] = []string{""} // not Go's default
 	}
 	withTraceContext(pr.Out.Context(), pr.Out.Header)
+	withAuditID(pr.Out.Context(), pr.Out.Header)
 	// The identity's headers; without an identity the request stays without
 	// them, and RoundTrip refuses it.
 	if out, err := rp.headers.Apply(pr.Out, a.identity); err == nil {
@@ -129,11 +134,41 @@ func (rp *reverseProxy) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// Canonical keys of the headers the gateway's chain sets on every response.
+var (
+	auditIDHeader      = textproto.CanonicalMIMEHeaderKey(auditinternal.HeaderAuditID)
+	cacheControlHeader = textproto.CanonicalMIMEHeaderKey("Cache-Control")
+)
+
+// withAuditID sets the request's audit ID in h, the header of the request to
+// the member: the gateway's (the hub's, or the client's, when it sent one),
+// so that the member's audit log and the gateway's name the request alike.
+func withAuditID(ctx context.Context, h http.Header) {
+	if id, ok := audit.AuditIDFrom(ctx); ok {
+		h[auditIDHeader] = []string{string(id)}
+	}
+}
+
+// modifyResponse refuses a redirect of the member, and lets the member's
+// Audit-ID (the gateway's, forwarded) and Cache-Control replace the ones the
+// gateway's chain set on the client's response: the reverse proxy adds the
+// member's headers to those already set, and the client would get each twice.
+func modifyResponse(resp *http.Response) error {
+	refuseRedirect(resp)
+	a := attemptFrom(resp.Request.Context())
+	for _, k := range []string{auditIDHeader, cacheControlHeader} {
+		if _, ok := resp.Header[k]; ok {
+			delete(a.response, k)
+		}
+	}
+	return nil
+}
+
 // refuseRedirect replaces a redirect of the member by a 502: following it, or
 // letting the client follow it, could send the request elsewhere.
-func refuseRedirect(resp *http.Response) error {
+func refuseRedirect(resp *http.Response) {
 	if resp.StatusCode < 300 || resp.StatusCode > 399 || resp.Header.Get("Location") == "" {
-		return nil
+		return
 	}
 	_ = resp.Body.Close()
 	const msg = "the backend attempted to redirect this request, which is not permitted"
@@ -145,7 +180,6 @@ func refuseRedirect(resp *http.Response) error {
 		ContentLength: int64(len(msg)),
 		Request:       resp.Request,
 	}
-	return nil
 }
 
 // bufferPool hands the reverse proxy copy buffers of one size.

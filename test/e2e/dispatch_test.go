@@ -372,3 +372,66 @@ func TestInvalidPolicyIsRejected(t *testing.T) {
 		}
 	}
 }
+
+// A proxied request carries the hub's audit ID to the member, whose audit log
+// names it alike, and its response names that one ID: the gateway lets the
+// member's Audit-ID and Cache-Control replace its own instead of adding a
+// second copy (the hub's aggregator adds one of its own).
+func TestAuditIDReachesTheMember(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	resp, body := rawGet(ctx, t, harness.UserAdmin, harness.MemberB, "/api/v1/namespaces/default/configmaps/audit-id-e2e")
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("GET of a ConfigMap that does not exist: %s %s", resp.Status, body)
+	}
+	ids := resp.Header.Values("Audit-Id")
+	if len(ids) == 0 || len(ids) > 2 {
+		t.Fatalf("Audit-Id %q: want the hub's and the member's, at most two", ids)
+	}
+	for _, id := range ids {
+		if id != ids[0] {
+			t.Fatalf("Audit-Id %q: the hub and the member name the request differently", ids)
+		}
+	}
+	if cc := resp.Header.Values("Cache-Control"); len(cc) > 2 {
+		t.Errorf("Cache-Control %q: the gateway added its own to the member's", cc)
+	}
+	waitAudited(t, ids[0])
+
+	// Straight to the gateway with the front-proxy certificate, as the hub's
+	// aggregator connects: the gateway makes the audit ID, and the client gets
+	// it once.
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, env.GatewayURL+harness.ProxyPath(harness.MemberB)+"/api/v1/namespaces/default/configmaps/audit-id-e2e", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = http.Header{"X-Remote-User": {harness.UserAdmin}, "X-Remote-Group": {"system:masters"}}
+	c := gatewayClient(t, true)
+	defer c.CloseIdleConnections()
+	resp, err = c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("GET through the gateway alone: %s", resp.Status)
+	}
+	if ids = resp.Header.Values("Audit-Id"); len(ids) != 1 {
+		t.Fatalf("through the gateway alone: Audit-Id %q, want one", ids)
+	}
+	if cc := resp.Header.Values("Cache-Control"); len(cc) != 1 {
+		t.Errorf("through the gateway alone: Cache-Control %q, want one", cc)
+	}
+	waitAudited(t, ids[0])
+}
+
+// waitAudited waits until member-b's audit log names audit ID id.
+func waitAudited(t *testing.T, id string) {
+	t.Helper()
+	server := env.Members[harness.MemberB].Servers[0]
+	eventually(t, 30*time.Second, func(context.Context) error {
+		if !auditMentions(t, server, `"auditID":"`+id+`"`) {
+			return errorf("member-b has not logged audit ID %s", id)
+		}
+		return nil
+	})
+}
