@@ -60,7 +60,6 @@ func (a *attempt) upgrade(w *statusRecorder, req *http.Request) {
 	impersonate.StripInbound(out.Header)
 	out.Trailer = nil
 	withTraceContext(out.Context(), out.Header)
-	withAuditID(out.Context(), out.Header)
 	location := *a.endpoint.URL
 	location.Path = a.path
 	location.RawQuery = a.rawQuery

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -374,9 +375,9 @@ func TestInvalidPolicyIsRejected(t *testing.T) {
 }
 
 // A proxied request carries the hub's audit ID to the member, whose audit log
-// names it alike, and its response names that one ID: the gateway lets the
-// member's Audit-ID and Cache-Control replace its own instead of adding a
-// second copy (the hub's aggregator adds one of its own).
+// names it alike, and its response names that one ID: the gateway does not add
+// a second copy of the member's Audit-ID or Cache-Control to its own (the
+// hub's aggregator adds one of its own).
 func TestAuditIDReachesTheMember(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	resp, body := rawGet(ctx, t, harness.UserAdmin, harness.MemberB, "/api/v1/namespaces/default/configmaps/audit-id-e2e")
@@ -397,14 +398,14 @@ func TestAuditIDReachesTheMember(t *testing.T) {
 	}
 	waitAudited(t, ids[0])
 
-	// Straight to the gateway with the front-proxy certificate, as the hub's
-	// aggregator connects: the gateway makes the audit ID, and the client gets
-	// it once.
+	// Straight to the gateway with the front-proxy certificate and an audit
+	// ID, as the hub's aggregator sends them: the client gets that ID once.
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, env.GatewayURL+harness.ProxyPath(harness.MemberB)+"/api/v1/namespaces/default/configmaps/audit-id-e2e", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header = http.Header{"X-Remote-User": {harness.UserAdmin}, "X-Remote-Group": {"system:masters"}}
+	sent := "audit-id-e2e-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	req.Header = http.Header{"X-Remote-User": {harness.UserAdmin}, "X-Remote-Group": {"system:masters"}, "Audit-Id": {sent}}
 	c := gatewayClient(t, true)
 	defer c.CloseIdleConnections()
 	resp, err = c.Do(req)
@@ -415,8 +416,8 @@ func TestAuditIDReachesTheMember(t *testing.T) {
 	if resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("GET through the gateway alone: %s", resp.Status)
 	}
-	if ids = resp.Header.Values("Audit-Id"); len(ids) != 1 {
-		t.Fatalf("through the gateway alone: Audit-Id %q, want one", ids)
+	if ids = resp.Header.Values("Audit-Id"); len(ids) != 1 || ids[0] != sent {
+		t.Fatalf("through the gateway alone: Audit-Id %q, want [%s]", ids, sent)
 	}
 	if cc := resp.Header.Values("Cache-Control"); len(cc) != 1 {
 		t.Errorf("through the gateway alone: Cache-Control %q, want one", cc)
