@@ -17,6 +17,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -436,6 +437,25 @@ func grantClusterOperator(ctx context.Context, t *testing.T, hub kubernetes.Inte
 		Subjects:   subjects,
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	// The hub's authorizer learns of new bindings from its informers: wait
+	// until it allows what the test does next.
+	for _, attrs := range []authorizationv1.ResourceAttributes{
+		{Verb: "create", Resource: "secrets", Namespace: secretNs},
+		{Verb: "create", Group: harness.UpstreamClusterGVR.Group, Resource: "upstreamclusters"},
+	} {
+		eventually(t, 30*time.Second, func(ctx context.Context) error {
+			sar, err := hub.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &attrs},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			if !sar.Status.Allowed {
+				return errorf("%s may not %s %s yet", user, attrs.Verb, attrs.Resource)
+			}
+			return nil
+		})
 	}
 }
 
