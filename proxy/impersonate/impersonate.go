@@ -217,12 +217,10 @@ func (h *Headers) Apply(req *http.Request, id transport.ImpersonationConfig) (*h
 		}
 	}
 	if len(id.Extra) > 0 && (h == nil || !h.learn(id.Extra)) {
-		var out *http.Request
-		_, _ = transport.NewImpersonatingRoundTripper(id, capture{&out}).RoundTrip(req)
-		if out == nil {
-			return nil, fmt.Errorf("impersonation headers could not be set")
+		if out := throughClientGo(req, id); out != nil {
+			return out, nil
 		}
-		return out, nil
+		return nil, fmt.Errorf("impersonation headers could not be set")
 	}
 	// What client-go's round tripper sets. The values are shared with id,
 	// clipped: a later Add appends to a copy, never into id's arrays.
@@ -267,8 +265,11 @@ func (h *Headers) learn(extra map[string][]string) bool {
 		if _, ok := learned[k]; ok {
 			continue
 		}
+		if len(learned) == maxExtraNames {
+			return false
+		}
 		name, ok := extraHeaderName(k)
-		if !ok || len(learned) == maxExtraNames {
+		if !ok {
 			return false
 		}
 		learned[k] = name
@@ -291,9 +292,8 @@ func knowsAll(names map[string]string, extra map[string][]string) bool {
 // extraHeaderName returns the header name client-go's round tripper gives
 // the extra key k.
 func extraHeaderName(k string) (string, bool) {
-	var out *http.Request
 	id := transport.ImpersonationConfig{UserName: "-", Extra: map[string][]string{k: {"-"}}}
-	_, _ = transport.NewImpersonatingRoundTripper(id, capture{&out}).RoundTrip(&http.Request{Header: http.Header{}})
+	out := throughClientGo(&http.Request{Header: http.Header{}}, id)
 	if out == nil {
 		return "", false
 	}
@@ -303,6 +303,14 @@ func extraHeaderName(k string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// throughClientGo returns the copy of req client-go's impersonating round
+// tripper makes for id, or nil if it made none.
+func throughClientGo(req *http.Request, id transport.ImpersonationConfig) *http.Request {
+	var out *http.Request
+	_, _ = transport.NewImpersonatingRoundTripper(id, capture{&out}).RoundTrip(req)
+	return out
 }
 
 // ErrNoIdentity refuses a request that would reach a member with the gateway's

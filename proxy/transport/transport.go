@@ -118,7 +118,7 @@ type Builder struct {
 	tlsConfig  *tls.Config // cloned by each pooled transport: HTTP/2 set-up edits it
 	upgradeTLS *tls.Config // shared: http.Transport clones it per connection
 	dial       dialFunc
-	hasToken   bool
+	bearer     string // the Authorization value with a token, "" with a client certificate
 }
 
 // NewBuilder checks cfg and builds what its transports share.
@@ -156,7 +156,11 @@ func NewBuilder(cfg Config) (*Builder, error) {
 	}
 	upgradeTLS := tlsConfig.Clone()
 	upgradeTLS.NextProtos = []string{"http/1.1"}
-	return &Builder{cfg: cfg, tlsConfig: tlsConfig, upgradeTLS: upgradeTLS, dial: dial, hasToken: hasToken}, nil
+	b := &Builder{cfg: cfg, tlsConfig: tlsConfig, upgradeTLS: upgradeTLS, dial: dial}
+	if hasToken {
+		b.bearer = "Bearer " + cfg.BearerToken
+	}
+	return b, nil
 }
 
 // Config is the configuration b was built from.
@@ -218,15 +222,13 @@ func (b *Builder) New() *Transports {
 	// for upgrades on the request written to the dialed connection.
 	withIdentity := func(rt http.RoundTripper) http.RoundTripper {
 		rt = impersonate.NewRoundTripper(rt)
-		if b.hasToken {
+		if b.bearer != "" {
 			rt = transport.NewBearerAuthRoundTripper(b.cfg.BearerToken, rt)
 		}
 		return rt
 	}
 	probe := http.RoundTripper(probeTransport)
-	bearer := ""
-	if b.hasToken {
-		bearer = "Bearer " + b.cfg.BearerToken
+	if b.bearer != "" {
 		probe = transport.NewBearerAuthRoundTripper(b.cfg.BearerToken, probeTransport)
 	}
 	return &Transports{
@@ -237,7 +239,7 @@ func (b *Builder) New() *Transports {
 		pooled:       pooled,
 		upgrade:      upgrade,
 		probe:        probeTransport,
-		bearer:       bearer,
+		bearer:       b.bearer,
 	}
 }
 
