@@ -15,7 +15,6 @@ package fanout
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -155,12 +154,12 @@ func (h *Handler) Serve(w http.ResponseWriter, req *http.Request, name, path str
 		return
 	}
 	table := wantsTable(req.Header.Get("Accept"))
-	var obj map[string]any
+	var merged *mergedList
 	var warnings []string
 	if mq.limit > 0 || page != nil {
-		obj, warnings, err = h.page(inner, members, path, table, mq, page)
+		merged, warnings, err = h.page(inner, members, path, table, mq, page)
 	} else {
-		obj, warnings, err = merge(h.ask(inner, members, path, table), mq.strict)
+		merged, warnings, err = merge(h.ask(inner, members, path, table), mq.strict)
 	}
 	for _, msg := range warnings {
 		warning.AddWarning(req.Context(), "", msg)
@@ -169,14 +168,7 @@ func (h *Handler) Serve(w http.ResponseWriter, req *http.Request, name, path str
 		fail(err)
 		return
 	}
-	out, err := json.Marshal(obj)
-	if err != nil {
-		fail(err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(out)
+	responsewriters.SerializeObject("application/json", listEncoder{}, w, req, http.StatusOK, mergedObject{merged})
 }
 
 // parseSelector reads the name segment: "*" or a label selector.
@@ -358,6 +350,18 @@ type result struct {
 	warnings []string
 	// err is set when the member did not answer in time.
 	err error
+
+	// list and parseErr are what parse read in body.
+	list     *memberList
+	parseErr error
+}
+
+// parse reads the list in the answer's body, once.
+func (r *result) parse() (*memberList, error) {
+	if r.list == nil && r.parseErr == nil {
+		r.list, r.parseErr = parseList(r.body)
+	}
+	return r.list, r.parseErr
 }
 
 // ask sends the list to every member, Parallel at a time, each bounded by
@@ -410,6 +414,9 @@ func (h *Handler) askOne(req *http.Request, name, path, accept string, timeout t
 	r.warnings = append(r.warnings, memberWarnings(c.header)...)
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		r.err = fmt.Errorf("no complete answer within %s", timeout)
+	}
+	if r.err == nil && r.code == http.StatusOK {
+		_, _ = r.parse() // here, where members are read in parallel; merge reports the error
 	}
 	return r
 }

@@ -1,8 +1,10 @@
 package fanout
 
 import (
+	"compress/gzip"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -328,5 +330,42 @@ func TestMemberWarningsArePassedOn(t *testing.T) {
 	rec := do(h, "*", "/api/v1/pods", "", nil)
 	if w := rec.Header().Values("Warning"); len(w) != 1 || w[0] != `299 - "upstream cluster \"c\": v1 pods are deprecated"` {
 		t.Errorf("warnings %q", w)
+	}
+}
+
+// TestLargeListIsCompressed: a merged list is compressed as the apiserver
+// compresses its own lists, when the client accepts gzip and the list is
+// large.
+func TestLargeListIsCompressed(t *testing.T) {
+	h, _ := newHandler(nil)
+	list := configMapList(1000) // about 640 KB
+	h.Member = func(w http.ResponseWriter, _ *http.Request, _, _ string) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(list)
+	}
+	for _, c := range []struct {
+		acceptEncoding, wantEncoding string
+	}{{"gzip", "gzip"}, {"", ""}} {
+		rec := do(h, "*", "/api/v1/configmaps", "", http.Header{"Accept-Encoding": {c.acceptEncoding}})
+		if rec.Code != http.StatusOK || rec.Header().Get("Content-Encoding") != c.wantEncoding {
+			t.Fatalf("Accept-Encoding %q: %d, Content-Encoding %q, want %q", c.acceptEncoding, rec.Code, rec.Header().Get("Content-Encoding"), c.wantEncoding)
+		}
+		body := io.Reader(rec.Body)
+		if c.wantEncoding == "gzip" {
+			zr, err := gzip.NewReader(rec.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body = zr
+		}
+		var got struct {
+			Items []metav1.PartialObjectMetadata
+		}
+		if err := json.NewDecoder(body).Decode(&got); err != nil {
+			t.Fatalf("Accept-Encoding %q: %v", c.acceptEncoding, err)
+		}
+		if len(got.Items) != 3000 || got.Items[2999].Annotations[ClusterAnnotation] != "c" || got.Items[2999].Name != "cm-00999" {
+			t.Errorf("Accept-Encoding %q: %d items, want 3000, the last cm-00999 of c", c.acceptEncoding, len(got.Items))
+		}
 	}
 }

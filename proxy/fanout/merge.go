@@ -68,24 +68,19 @@ func wantsTable(accept string) bool {
 	return err == nil && params["as"] == "Table" && params["g"] == "meta.k8s.io"
 }
 
-// answer is a member's decoded list.
-type answer struct {
-	cluster string
-	obj     map[string]any
-}
-
 // merge makes one List (or Table) of the members' answers. A member that
 // failed, or answered something else than the others, is left out with a
 // warning; with strict, or when no member answered, the merge fails.
-func merge(results []result, strict bool) (out map[string]any, warnings []string, err error) {
-	var answers []answer
+func merge(results []result, strict bool) (out *mergedList, warnings []string, err error) {
+	var parts []part
 	var failures []string
 	fail := func(cluster, cause string) {
 		failures = append(failures, fmt.Sprintf("%q: %s", cluster, cause))
 		warnings = append(warnings, fmt.Sprintf("upstream cluster %q: %s", cluster, cause))
 	}
 	codes := map[int]bool{}
-	for _, r := range results {
+	for i := range results {
+		r := &results[i]
 		for _, w := range r.warnings {
 			warnings = append(warnings, fmt.Sprintf("upstream cluster %q: %s", r.cluster, w))
 		}
@@ -99,23 +94,23 @@ func merge(results []result, strict bool) (out map[string]any, warnings []string
 			codes[r.code] = true
 			continue
 		}
-		obj, err := decode(r.body)
+		l, err := r.parse()
 		if err != nil {
 			fail(r.cluster, "its answer is not a JSON list: "+err.Error())
 			codes[http.StatusBadGateway] = true
 			continue
 		}
-		if len(answers) > 0 {
-			if why := differs(answers[0], obj); why != "" {
+		if len(parts) > 0 {
+			if why := differs(parts[0], l); why != "" {
 				fail(r.cluster, why)
 				codes[http.StatusBadGateway] = true
 				continue
 			}
 		}
-		answers = append(answers, answer{cluster: r.cluster, obj: obj})
+		parts = append(parts, part{cluster: r.cluster, list: l})
 	}
 	switch {
-	case len(answers) == 0:
+	case len(parts) == 0:
 		code := http.StatusServiceUnavailable
 		if len(codes) == 1 { // e.g. every member forbids, or none serves the resource
 			for c := range codes {
@@ -127,7 +122,12 @@ func merge(results []result, strict bool) (out map[string]any, warnings []string
 		return nil, warnings, failed(http.StatusServiceUnavailable, fmt.Sprintf("%d of %d upstream clusters failed the list (%s=true): %s",
 			len(failures), len(results), StrictParam, strings.Join(failures, "; ")))
 	}
-	return combine(answers), warnings, nil
+	versions := make(map[string]string, len(parts))
+	for _, p := range parts {
+		versions[p.cluster] = p.list.meta.ResourceVersion
+	}
+	first := parts[0].list
+	return &mergedList{apiVersion: first.apiVersion, kind: first.kind, parts: parts, versions: versions}, warnings, nil
 }
 
 func failed(code int, msg string) error {
@@ -164,101 +164,16 @@ func statusCause(cluster string, code int, body []byte) string {
 	return fmt.Sprintf("%d %s", code, text)
 }
 
-// decode reads a list or a Table, keeping numbers as they are.
-func decode(body []byte) (map[string]any, error) {
-	d := json.NewDecoder(bytes.NewReader(body))
-	d.UseNumber()
-	var obj map[string]any
-	if err := d.Decode(&obj); err != nil {
-		return nil, err
+// differs tells why l cannot be merged with first: another kind, or a Table
+// with other columns.
+func differs(first part, l *memberList) string {
+	if first.list.kind != l.kind || first.list.apiVersion != l.apiVersion {
+		return fmt.Sprintf("left out: it answered %s %s, not %s %s as %q", l.apiVersion, l.kind, first.list.apiVersion, first.list.kind, first.cluster)
 	}
-	kind, _ := obj["kind"].(string)
-	if kind == "Table" {
-		if _, ok := obj["columnDefinitions"].([]any); !ok {
-			return nil, fmt.Errorf("a Table without columnDefinitions")
-		}
-		return obj, nil
-	}
-	if !strings.HasSuffix(kind, "List") {
-		return nil, fmt.Errorf("kind %q", kind)
-	}
-	if _, ok := obj["items"].([]any); !ok && obj["items"] != nil {
-		return nil, fmt.Errorf("items is not an array")
-	}
-	return obj, nil
-}
-
-// differs tells why obj cannot be merged with first: another kind, or a
-// Table with other columns.
-func differs(first answer, obj map[string]any) string {
-	if first.obj["kind"] != obj["kind"] || first.obj["apiVersion"] != obj["apiVersion"] {
-		return fmt.Sprintf("left out: it answered %v %v, not %v %v as %q", obj["apiVersion"], obj["kind"], first.obj["apiVersion"], first.obj["kind"], first.cluster)
-	}
-	if obj["kind"] == "Table" && !slices.Equal(columnNames(first.obj), columnNames(obj)) {
-		return fmt.Sprintf("left out: its table columns %v differ from those of %q %v", columnNames(obj), first.cluster, columnNames(first.obj))
+	if l.isTable() && !slices.Equal(first.list.columnNames, l.columnNames) {
+		return fmt.Sprintf("left out: its table columns %v differ from those of %q %v", l.columnNames, first.cluster, first.list.columnNames)
 	}
 	return ""
-}
-
-func columnNames(table map[string]any) []string {
-	cols, _ := table["columnDefinitions"].([]any)
-	names := make([]string, 0, len(cols))
-	for _, c := range cols {
-		m, _ := c.(map[string]any)
-		name, _ := m["name"].(string)
-		names = append(names, name)
-	}
-	return names
-}
-
-// clusterColumn is the first column of a merged Table.
-var clusterColumn = map[string]any{
-	"name": "Cluster", "type": "string", "format": "", "priority": 0,
-	"description": "The upstream cluster the object is in.",
-}
-
-// combine merges answers (at least one, all of one kind) into one object:
-// the items, or the Table rows with a first Cluster column, each annotated
-// with its cluster, under a composite resourceVersion.
-func combine(answers []answer) map[string]any {
-	first := answers[0].obj
-	versions := make(map[string]string, len(answers))
-	out := map[string]any{"apiVersion": first["apiVersion"], "kind": first["kind"]}
-	table := first["kind"] == "Table"
-	all := []any{}
-	for _, a := range answers {
-		md, _ := a.obj["metadata"].(map[string]any)
-		rv, _ := md["resourceVersion"].(string)
-		versions[a.cluster] = rv
-		if table {
-			rows, _ := a.obj["rows"].([]any)
-			for _, row := range rows {
-				r, ok := row.(map[string]any)
-				if !ok {
-					continue
-				}
-				cells, _ := r["cells"].([]any)
-				r["cells"] = append([]any{a.cluster}, cells...)
-				annotate(r["object"], a.cluster)
-				all = append(all, r)
-			}
-			continue
-		}
-		items, _ := a.obj["items"].([]any)
-		for _, item := range items {
-			annotate(item, a.cluster)
-			all = append(all, item)
-		}
-	}
-	out["metadata"] = map[string]any{"resourceVersion": CompositeResourceVersion(versions)}
-	if table {
-		cols, _ := first["columnDefinitions"].([]any)
-		out["columnDefinitions"] = append([]any{clusterColumn}, cols...)
-		out["rows"] = all
-	} else {
-		out["items"] = all
-	}
-	return out
 }
 
 // annotate sets the cluster annotation on an object (an item, or a row's

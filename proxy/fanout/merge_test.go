@@ -1,10 +1,12 @@
 package fanout
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -185,12 +187,122 @@ func TestWantsTable(t *testing.T) {
 	}
 }
 
-// mergeJSON is merge with its object encoded, as the client receives it.
+// mergeJSON is merge with its list written, as the client receives it.
 func mergeJSON(results []result, strict bool) ([]byte, []string, error) {
-	obj, warnings, err := merge(results, strict)
+	merged, warnings, err := merge(results, strict)
 	if err != nil {
 		return nil, warnings, err
 	}
-	out, err := json.Marshal(obj)
-	return out, warnings, err
+	var out bytes.Buffer
+	err = merged.writeTo(&out)
+	return out.Bytes(), warnings, err
+}
+
+// TestMergeAnnotates checks how the cluster annotation is set on items the
+// merge copies without decoding: everything else of the item stays as it
+// was.
+func TestMergeAnnotates(t *testing.T) {
+	for _, c := range []struct {
+		name, item string
+		// want is the item after the merge, compared as decoded JSON.
+		want string
+	}{
+		{"annotations", `{"metadata":{"name":"x","annotations":{"k":"v"}},"spec":{"n":12345678901234567890}}`,
+			`{"metadata":{"name":"x","annotations":{"k":"v","gateway.kubewharf.io/cluster":"a"}},"spec":{"n":12345678901234567890}}`},
+		{"no annotations", `{"metadata":{"name":"x"}}`,
+			`{"metadata":{"name":"x","annotations":{"gateway.kubewharf.io/cluster":"a"}}}`},
+		{"the member's own value replaced", `{"metadata":{"annotations":{"gateway.kubewharf.io/cluster":"forged","k":"v"}}}`,
+			`{"metadata":{"annotations":{"k":"v","gateway.kubewharf.io/cluster":"a"}}}`},
+		{"null annotations", `{"metadata":{"name":"x","annotations":null}}`,
+			`{"metadata":{"name":"x","annotations":{"gateway.kubewharf.io/cluster":"a"}}}`},
+		{"null metadata", `{"kind":"X","metadata":null}`,
+			`{"kind":"X","metadata":{"annotations":{"gateway.kubewharf.io/cluster":"a"}}}`},
+		{"no metadata", `{"kind":"X"}`,
+			`{"kind":"X","metadata":{"annotations":{"gateway.kubewharf.io/cluster":"a"}}}`},
+		{"escaped names", `{"metad\u0061ta":{"annot\u0061tions":{"k":"\u003cv\u003e"}}}`,
+			`{"metadata":{"annotations":{"k":"<v>","gateway.kubewharf.io/cluster":"a"}}}`},
+		{"not an object", `"text"`, `"text"`},
+		{"annotations not an object", `{"metadata":{"annotations":[1]}}`, `{"metadata":{"annotations":[1]}}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, _, err := mergeJSON([]result{ok("a", `{"kind":"XList","apiVersion":"v1","metadata":{},"items":[`+c.item+`]}`)}, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var list struct{ Items []json.RawMessage }
+			if err := json.Unmarshal(out, &list); err != nil || len(list.Items) != 1 {
+				t.Fatalf("merged %s: %v", out, err)
+			}
+			if got := list.Items[0]; !jsonEqual(t, got, []byte(c.want)) {
+				t.Errorf("merged item %s, want %s", got, c.want)
+			}
+			if n := strings.Count(string(list.Items[0]), ClusterAnnotation); n > 1 {
+				t.Errorf("merged item %s names %s %d times", list.Items[0], ClusterAnnotation, n)
+			}
+		})
+	}
+}
+
+// jsonEqual compares two JSON texts as values, numbers as written.
+func jsonEqual(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	var va, vb any
+	for _, x := range []struct {
+		text []byte
+		v    *any
+	}{{a, &va}, {b, &vb}} {
+		d := json.NewDecoder(bytes.NewReader(x.text))
+		d.UseNumber()
+		if err := d.Decode(x.v); err != nil {
+			t.Fatalf("%s: %v", x.text, err)
+		}
+	}
+	return reflect.DeepEqual(va, vb)
+}
+
+func TestMergeTableRows(t *testing.T) {
+	table := `{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{},"columnDefinitions":[{"name":"Name"}],"rows":[
+		{"object":{"metadata":{"name":"no-cells"}}},
+		{"cells":null,"object":{"metadata":{"name":"null-cells"}}},
+		"not a row",
+		{"cells":["x"],"conditions":[{"type":"Completed"}]}]}`
+	out, _, err := mergeJSON([]result{ok("a", table)}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"apiVersion":"meta.k8s.io/v1","kind":"Table","metadata":{"resourceVersion":"eyJhIjoiIn0"},
+		"columnDefinitions":[` + clusterColumn + `,{"name":"Name"}],"rows":[
+		{"object":{"metadata":{"name":"no-cells","annotations":{"gateway.kubewharf.io/cluster":"a"}}},"cells":["a"]},
+		{"cells":["a"],"object":{"metadata":{"name":"null-cells","annotations":{"gateway.kubewharf.io/cluster":"a"}}}},
+		{"cells":["a","x"],"conditions":[{"type":"Completed"}]}]}`
+	if !jsonEqual(t, out, []byte(want)) {
+		t.Errorf("merged\n%s\nwant\n%s", out, want)
+	}
+}
+
+// TestMergeLeavesOutBrokenAnswers: a member whose answer is not a list of
+// valid JSON is left out before anything is written, so that the merged list
+// never breaks off in the middle.
+func TestMergeLeavesOutBrokenAnswers(t *testing.T) {
+	for _, c := range []struct{ body, why string }{
+		{`{"kind":"PodList","apiVersion":"v1","items":[{"metadata":{}},{"a":}]}`, `missing value after object name within "/items/1/a"`},
+		{`{"kind":"PodList","apiVersion":"v1","items":{}}`, "items is not an array"},
+		{`{"kind":"PodList","apiVersion":"v1","items":[{"metadata":{"name":"` + "\xff" + `"}}]}`, "invalid UTF-8"},
+		{`{"kind":"Pod","apiVersion":"v1"}`, `kind "Pod"`},
+		{`{"kind":"Table","apiVersion":"meta.k8s.io/v1","rows":[]}`, "without columnDefinitions"},
+		{`[]`, "not a JSON object"},
+		{`{"kind":"PodList","apiVersion":"v1","items":[]`, "EOF"},
+	} {
+		out, warnings, err := mergeJSON([]result{ok("a", podListA), ok("b", c.body)}, false)
+		if err != nil {
+			t.Fatalf("%s: %v", c.body, err)
+		}
+		if len(warnings) != 1 || !strings.HasPrefix(warnings[0], `upstream cluster "b": its answer is not a JSON list: `) || !strings.Contains(warnings[0], c.why) {
+			t.Errorf("%s: warnings %q, want b left out because of %q", c.body, warnings, c.why)
+		}
+		var list struct{ Items []json.RawMessage }
+		if err := json.Unmarshal(out, &list); err != nil || len(list.Items) != 2 {
+			t.Errorf("%s: merged %s (%v), want a's two items", c.body, out, err)
+		}
+	}
 }

@@ -44,7 +44,7 @@ func parseContinue(s string) (*continueToken, error) {
 // in name order, each with the limit that is left, until limit items are in
 // the page; the continue token names the member (and its own token) where
 // the next page starts. A member that fails is skipped with a warning.
-func (h *Handler) page(req *http.Request, members []member, path string, table bool, cq clientQuery, tok *continueToken) (map[string]any, []string, error) {
+func (h *Handler) page(req *http.Request, members []member, path string, table bool, cq clientQuery, tok *continueToken) (*mergedList, []string, error) {
 	versions := map[string]string{}
 	start, memberCont := 0, ""
 	if tok != nil {
@@ -74,7 +74,7 @@ func (h *Handler) page(req *http.Request, members []member, path string, table b
 	remaining := cq.limit
 	var results []result
 	var next *continueToken
-	var remainingCount any
+	var remainingCount *int64
 	for i := start; i < len(members); i++ {
 		q := url.Values{}
 		for k, v := range base {
@@ -98,21 +98,19 @@ func (h *Handler) page(req *http.Request, members []member, path string, table b
 		if r.err != nil || r.code != http.StatusOK {
 			continue // merge warns
 		}
-		obj, err := decode(r.body)
+		l, err := r.parse()
 		if err != nil {
 			continue
 		}
-		n := len(itemsOf(obj))
-		md, _ := obj["metadata"].(map[string]any)
-		if c, _ := md["continue"].(string); c != "" {
+		if c := l.meta.Continue; c != "" {
 			next = &continueToken{Cluster: r.cluster, Continue: c}
 			if i == len(members)-1 {
-				remainingCount = md["remainingItemCount"]
+				remainingCount = l.meta.RemainingItemCount
 			}
 			break
 		}
 		if remaining > 0 {
-			if remaining -= int64(n); remaining <= 0 {
+			if remaining -= int64(l.count); remaining <= 0 {
 				if i+1 < len(members) {
 					next = &continueToken{Cluster: members[i+1].name}
 				}
@@ -127,29 +125,16 @@ func (h *Handler) page(req *http.Request, members []member, path string, table b
 	if err != nil {
 		return nil, warnings, err
 	}
-	md := out["metadata"].(map[string]any)
 	// merge recorded the versions of this page's members: add the earlier pages'.
-	current, _ := ParseCompositeResourceVersion(md["resourceVersion"].(string))
-	for c, rv := range current {
-		versions[c] = rv
-	}
-	md["resourceVersion"] = CompositeResourceVersion(versions)
-	if next != nil {
-		next.Versions = versions
-		md["continue"] = next.encode()
-		if remainingCount != nil {
-			md["remainingItemCount"] = remainingCount
+	for c, rv := range versions {
+		if _, ok := out.versions[c]; !ok {
+			out.versions[c] = rv
 		}
 	}
-	return out, warnings, nil
-}
-
-// itemsOf is a list's items or a Table's rows.
-func itemsOf(obj map[string]any) []any {
-	if obj["kind"] == "Table" {
-		rows, _ := obj["rows"].([]any)
-		return rows
+	if next != nil {
+		next.Versions = out.versions
+		out.cont = next.encode()
+		out.remaining = remainingCount
 	}
-	items, _ := obj["items"].([]any)
-	return items
+	return out, warnings, nil
 }

@@ -417,7 +417,7 @@ func (t *tableColumns) rewrite(cluster string, table map[string]any) {
 		if t.sent {
 			delete(table, "columnDefinitions")
 		} else {
-			table["columnDefinitions"] = append([]any{clusterColumn}, cols...)
+			table["columnDefinitions"] = append([]any{json.RawMessage(clusterColumn)}, cols...)
 			t.sent = true
 		}
 	}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"compress/gzip"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -230,6 +232,61 @@ func TestFanOutList(t *testing.T) {
 			if code != http.StatusMethodNotAllowed || !strings.Contains(status.Message, c.want) {
 				t.Errorf("%s %v: %d %q, want 405 saying %q", c.path, c.params, code, status.Message, c.want)
 			}
+		}
+	})
+
+	t.Run("a large list is compressed", func(t *testing.T) {
+		// One ConfigMap of 200 KiB per member, in a namespace of its own: the
+		// merged list is larger than the 128 KiB above which the apiserver
+		// compresses, and the gateway compresses as it does.
+		big := ns + "-big"
+		value := strings.Repeat("0123456789abcdef", 200<<10/16)
+		for _, m := range []string{harness.MemberA, harness.MemberB} {
+			cs := kubernetes.NewForConfigOrDie(env.Members[m].Config(harness.UserAdmin, 0))
+			if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: big}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cs.CoreV1().Namespaces().Delete(context.Background(), big, metav1.DeleteOptions{}) })
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "big-" + m}, Data: map[string]string{"value": value}}
+			if _, err := cs.CoreV1().ConfigMaps(big).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		client, err := rest.HTTPClientFor(env.HubConfig(harness.UserAdmin))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, env.HubConfig(harness.UserAdmin).Host+fanOutPath("*")+"/api/v1/namespaces/"+big+"/configmaps", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Set by hand, the transport leaves the answer compressed.
+		req.Header.Set("Accept-Encoding", "gzip")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Encoding") != "gzip" {
+			t.Fatalf("%s, Content-Encoding %q: want a gzip-compressed list", resp.Status, resp.Header.Get("Content-Encoding"))
+		}
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var list corev1.ConfigMapList
+		if err := json.NewDecoder(zr).Decode(&list); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, cm := range list.Items {
+			if cm.Data["value"] != value {
+				t.Errorf("%s: its value changed on the way (%d bytes, want %d)", cm.Name, len(cm.Data["value"]), len(value))
+			}
+			got[cm.Name] = cm.Annotations["gateway.kubewharf.io/cluster"]
+		}
+		if len(got) != 2 || got["big-member-a"] != harness.MemberA || got["big-member-b"] != harness.MemberB {
+			t.Errorf("items and their clusters %v, want big-member-a on %s and big-member-b on %s", got, harness.MemberA, harness.MemberB)
 		}
 	})
 
