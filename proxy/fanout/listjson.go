@@ -2,7 +2,6 @@ package fanout
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,7 +46,7 @@ func (l *memberList) isTable() bool { return l.kind == "Table" }
 // parseList reads a member's answer to a list: a JSON object whose kind ends
 // in List, or a Table. Its items are checked to be valid JSON, not decoded.
 func parseList(body []byte) (*memberList, error) {
-	dec := jsontext.NewDecoder(bytes.NewBuffer(body), jsontext.AllowDuplicateNames(true))
+	dec := newDecoder(body)
 	if tok, err := dec.ReadToken(); err != nil {
 		return nil, err
 	} else if tok.Kind() != '{' {
@@ -178,17 +177,13 @@ type mergedList struct {
 // clusterColumn is the first column of a merged Table.
 const clusterColumn = `{"name":"Cluster","type":"string","format":"","description":"The upstream cluster the object is in.","priority":0}`
 
-// annotationPath leads from an object to the map the cluster annotation is
-// set in.
-var annotationPath = [...]string{"metadata", "annotations"}
-
 // writeTo writes the merged list as JSON to w.
 func (m *mergedList) writeTo(w io.Writer) error {
 	meta, err := json.Marshal(listMeta{ResourceVersion: CompositeResourceVersion(m.versions), Continue: m.cont, RemainingItemCount: m.remaining})
 	if err != nil {
 		return err
 	}
-	c := &copier{enc: jsontext.NewEncoder(w, jsontext.AllowDuplicateNames(true))}
+	c := newCopier(w)
 	c.token(jsontext.BeginObject)
 	c.token(jsontext.String("apiVersion"))
 	c.token(jsontext.String(m.apiVersion))
@@ -208,210 +203,16 @@ func (m *mergedList) writeTo(w io.Writer) error {
 	}
 	c.token(jsontext.BeginArray)
 	for _, p := range m.parts {
-		copyItem := func(dec *jsontext.Decoder) error { return c.copyAnnotated(dec, p.cluster, 0) }
+		edit := &metaEdit{cluster: p.cluster}
+		copyItem := func(dec *jsontext.Decoder) error { return c.copyObject(dec, edit) }
 		if p.list.isTable() {
-			copyItem = func(dec *jsontext.Decoder) error { return c.copyRow(dec, p.cluster) }
+			copyItem = func(dec *jsontext.Decoder) error { return c.copyRow(dec, edit) }
 		}
 		c.elements(p.list.items, copyItem)
 	}
 	c.token(jsontext.EndArray)
 	c.token(jsontext.EndObject)
 	return c.err
-}
-
-// copier copies JSON from decoders to its encoder; the first error sticks
-// and ends the copy.
-type copier struct {
-	enc *jsontext.Encoder
-	err error
-}
-
-func (c *copier) token(t jsontext.Token) {
-	if c.err == nil {
-		c.err = c.enc.WriteToken(t)
-	}
-}
-
-func (c *copier) value(v jsontext.Value) {
-	if c.err == nil {
-		c.err = c.enc.WriteValue(v)
-	}
-}
-
-// elements calls each with a decoder at each element of the raw array a
-// (nil: none).
-func (c *copier) elements(a jsontext.Value, each func(*jsontext.Decoder) error) {
-	if c.err != nil || a == nil {
-		return
-	}
-	dec := jsontext.NewDecoder(bytes.NewBuffer(a), jsontext.AllowDuplicateNames(true))
-	if _, c.err = dec.ReadToken(); c.err != nil {
-		return
-	}
-	for c.err == nil && dec.PeekKind() != ']' {
-		if err := each(dec); c.err == nil {
-			c.err = err
-		}
-	}
-}
-
-// copyValue copies the next value of dec unchanged.
-func (c *copier) copyValue(dec *jsontext.Decoder) error {
-	v, err := dec.ReadValue()
-	if err != nil {
-		return err
-	}
-	c.value(v)
-	return nil
-}
-
-// copyAnnotated copies the next value of dec, found at depth along
-// annotationPath (0: an item), setting the cluster annotation: it replaces
-// one the member set, and a missing or null metadata or annotations is
-// added. A value that is neither an object nor null is copied unchanged.
-func (c *copier) copyAnnotated(dec *jsontext.Decoder, cluster string, depth int) error {
-	switch kind := dec.PeekKind(); {
-	case kind == 'n' && depth > 0:
-		if _, err := dec.ReadToken(); err != nil {
-			return err
-		}
-		c.token(jsontext.BeginObject)
-		c.writeAnnotation(cluster, depth)
-		c.token(jsontext.EndObject)
-		return nil
-	case kind != '{':
-		return c.copyValue(dec)
-	}
-	tok, err := dec.ReadToken()
-	if err != nil {
-		return err
-	}
-	c.token(tok)
-	found := false
-	for c.err == nil && dec.PeekKind() != '}' {
-		name, err := dec.ReadToken()
-		if err != nil {
-			return err
-		}
-		switch key := name.String(); {
-		case depth == len(annotationPath) && key == ClusterAnnotation:
-			// the member's own value: the gateway's is written below
-			if err := dec.SkipValue(); err != nil {
-				return err
-			}
-		case depth < len(annotationPath) && key == annotationPath[depth] && !found:
-			found = true
-			c.token(name)
-			if err := c.copyAnnotated(dec, cluster, depth+1); err != nil {
-				return err
-			}
-		default:
-			c.token(name)
-			if err := c.copyValue(dec); err != nil {
-				return err
-			}
-		}
-	}
-	if depth == len(annotationPath) || !found {
-		c.writeAnnotation(cluster, depth)
-	}
-	if _, err := dec.ReadToken(); err != nil {
-		return err
-	}
-	c.token(jsontext.EndObject)
-	return nil
-}
-
-// writeAnnotation writes the members of an object at depth along
-// annotationPath that set the cluster annotation.
-func (c *copier) writeAnnotation(cluster string, depth int) {
-	if depth == len(annotationPath) {
-		c.token(jsontext.String(ClusterAnnotation))
-		c.token(jsontext.String(cluster))
-		return
-	}
-	c.token(jsontext.String(annotationPath[depth]))
-	c.token(jsontext.BeginObject)
-	c.writeAnnotation(cluster, depth+1)
-	c.token(jsontext.EndObject)
-}
-
-// copyRow copies the next value of dec, a Table row, with the cluster as its
-// first cell and annotated in its object. A row that is not an object is
-// left out.
-func (c *copier) copyRow(dec *jsontext.Decoder, cluster string) error {
-	if dec.PeekKind() != '{' {
-		return dec.SkipValue()
-	}
-	tok, err := dec.ReadToken()
-	if err != nil {
-		return err
-	}
-	c.token(tok)
-	cells := false
-	for c.err == nil && dec.PeekKind() != '}' {
-		name, err := dec.ReadToken()
-		if err != nil {
-			return err
-		}
-		c.token(name)
-		switch name.String() {
-		case "cells":
-			cells = true
-			err = c.copyCells(dec, cluster)
-		case "object":
-			err = c.copyAnnotated(dec, cluster, 0)
-		default:
-			err = c.copyValue(dec)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	if !cells {
-		c.token(jsontext.String("cells"))
-		c.token(jsontext.BeginArray)
-		c.token(jsontext.String(cluster))
-		c.token(jsontext.EndArray)
-	}
-	if _, err := dec.ReadToken(); err != nil {
-		return err
-	}
-	c.token(jsontext.EndObject)
-	return nil
-}
-
-// copyCells copies a row's cells (an array; null is none) after a first cell
-// holding cluster.
-func (c *copier) copyCells(dec *jsontext.Decoder, cluster string) error {
-	switch dec.PeekKind() {
-	case '[':
-	case 'n':
-		if _, err := dec.ReadToken(); err != nil {
-			return err
-		}
-		c.token(jsontext.BeginArray)
-		c.token(jsontext.String(cluster))
-		c.token(jsontext.EndArray)
-		return nil
-	default:
-		return c.copyValue(dec)
-	}
-	if _, err := dec.ReadToken(); err != nil {
-		return err
-	}
-	c.token(jsontext.BeginArray)
-	c.token(jsontext.String(cluster))
-	for c.err == nil && dec.PeekKind() != ']' {
-		if err := c.copyValue(dec); err != nil {
-			return err
-		}
-	}
-	if _, err := dec.ReadToken(); err != nil {
-		return err
-	}
-	c.token(jsontext.EndArray)
-	return nil
 }
 
 // mergedObject carries a merged list through

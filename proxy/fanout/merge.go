@@ -176,26 +176,6 @@ func differs(first part, l *memberList) string {
 	return ""
 }
 
-// annotate sets the cluster annotation on an object (an item, or a row's
-// object) that has metadata.
-func annotate(obj any, cluster string) {
-	m, ok := obj.(map[string]any)
-	if !ok {
-		return
-	}
-	md, ok := m["metadata"].(map[string]any)
-	if !ok {
-		md = map[string]any{}
-		m["metadata"] = md
-	}
-	ann, ok := md["annotations"].(map[string]any)
-	if !ok {
-		ann = map[string]any{}
-		md["annotations"] = ann
-	}
-	ann[ClusterAnnotation] = cluster
-}
-
 // CompositeResourceVersion is the resourceVersion of a fan-out list: opaque
 // to clients, it records each member's list resourceVersion (base64url of
 // the JSON object {cluster: resourceVersion}) so that a later watch can

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -223,7 +224,14 @@ func (s *streamWriter) Flush() {}
 type event struct {
 	cluster string
 	typ     string
-	object  map[string]any
+	// object is the event's object as the member sent it; what the merge
+	// needs of it is read into the fields below.
+	object          jsontext.Value
+	kind            string
+	apiVersion      string
+	resourceVersion string
+	// initialEnd: a bookmark marking the end of the member's initial events.
+	initialEnd bool
 	// fatal ends the merged watch with this Status as an ERROR event.
 	fatal *metav1.Status
 }
@@ -329,7 +337,7 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 			pendingInitial[s.cluster] = true
 		}
 	}
-	enc := json.NewEncoder(w)
+	c := newCopier(w)
 	table := tableColumns{}
 	for {
 		var ev event
@@ -339,44 +347,67 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 		case ev = <-events:
 		}
 		if ev.fatal != nil {
-			_ = enc.Encode(map[string]any{"type": "ERROR", "object": ev.fatal})
+			_ = json.NewEncoder(w).Encode(map[string]any{"type": "ERROR", "object": ev.fatal})
 			flush()
 			return nil
 		}
-		md, _ := ev.object["metadata"].(map[string]any)
-		if rv, _ := md["resourceVersion"].(string); rv != "" {
-			versions[ev.cluster] = rv
+		if ev.resourceVersion != "" {
+			versions[ev.cluster] = ev.resourceVersion
 		}
 		if ev.typ == "BOOKMARK" {
-			if isInitialEnd(md) {
+			if ev.initialEnd {
 				delete(pendingInitial, ev.cluster)
 				if !initialEvents || len(pendingInitial) > 0 {
 					continue
 				}
 				// The end of every member's initial events: one bookmark.
 				// It names no cluster: it marks every member's.
-				ev.object = map[string]any{"kind": ev.object["kind"], "apiVersion": ev.object["apiVersion"], "metadata": map[string]any{
-					"annotations": map[string]any{metav1.InitialEventsAnnotationKey: "true"},
-				}}
+				ev.object = initialEventsEnd(ev.kind, ev.apiVersion)
 				ev.cluster = ""
 				initialEvents = false
 			} else if !wq.bookmarks {
 				continue
 			}
 		}
-		switch {
-		case ev.cluster == "":
-		case ev.object["kind"] == "Table":
-			table.rewrite(ev.cluster, ev.object)
-		default:
-			annotate(ev.object, ev.cluster)
-		}
-		setResourceVersion(ev.object, CompositeResourceVersion(versions))
-		if err := enc.Encode(map[string]any{"type": ev.typ, "object": ev.object}); err != nil {
+		if err := c.writeEvent(&ev, CompositeResourceVersion(versions), &table); err != nil {
 			return nil
 		}
 		flush()
 	}
+}
+
+// initialEventsEnd is the object of the bookmark that ends the initial events
+// of a merged watch.
+func initialEventsEnd(kind, apiVersion string) jsontext.Value {
+	b, _ := json.Marshal(map[string]any{"kind": kind, "apiVersion": apiVersion, "metadata": map[string]any{
+		"annotations": map[string]string{metav1.InitialEventsAnnotationKey: "true"},
+	}})
+	return b
+}
+
+// writeEvent writes one event of the merged watch: the member's object with
+// its cluster (none for the gateway's own bookmark) and the composite
+// resourceVersion rv.
+func (c *copier) writeEvent(ev *event, rv string, table *tableColumns) error {
+	c.token(jsontext.BeginObject)
+	c.token(jsontext.String("type"))
+	c.token(jsontext.String(ev.typ))
+	c.token(jsontext.String("object"))
+	dec := newDecoder(ev.object)
+	var err error
+	switch {
+	case ev.cluster == "":
+		err = c.copyObject(dec, &metaEdit{resourceVersion: rv})
+	case ev.kind == "Table":
+		err = c.copyTable(dec, &metaEdit{cluster: ev.cluster}, rv, table)
+	default:
+		err = c.copyObject(dec, &metaEdit{cluster: ev.cluster, resourceVersion: rv})
+	}
+	c.token(jsontext.EndObject)
+	if c.err != nil {
+		return c.err
+	}
+	return err
 }
 
 // transient tells whether a member that failed to open a watch may open it
@@ -393,42 +424,73 @@ func stopAll(streams []*memberStream) {
 	}
 }
 
-func isInitialEnd(md map[string]any) bool {
-	ann, _ := md["annotations"].(map[string]any)
-	return ann[metav1.InitialEventsAnnotationKey] == "true"
-}
-
-func setResourceVersion(obj map[string]any, rv string) {
-	md, ok := obj["metadata"].(map[string]any)
-	if !ok {
-		md = map[string]any{}
-		obj["metadata"] = md
-	}
-	md["resourceVersion"] = rv
-}
-
-// tableColumns rewrites the Table objects of a watch for kubectl get --watch:
-// a member sends its columns with its first event only; the merged stream
-// sends them once, with the Cluster column first.
+// tableColumns keeps the state of the Table objects of a watch for kubectl
+// get --watch: a member sends its columns with its first event only; the
+// merged stream sends them once, with the Cluster column first.
 type tableColumns struct{ sent bool }
 
-func (t *tableColumns) rewrite(cluster string, table map[string]any) {
-	if cols, ok := table["columnDefinitions"].([]any); ok && len(cols) > 0 {
-		if t.sent {
-			delete(table, "columnDefinitions")
-		} else {
-			table["columnDefinitions"] = append([]any{json.RawMessage(clusterColumn)}, cols...)
-			t.sent = true
-		}
+// copyTable copies a Table of a watch event: its columns, the first time
+// only, after the Cluster column; its rows with their cluster (e); its own
+// resourceVersion replaced by rv.
+func (c *copier) copyTable(dec *jsontext.Decoder, e *metaEdit, rv string, t *tableColumns) error {
+	if dec.PeekKind() != '{' {
+		return c.copyValue(dec)
 	}
-	rows, _ := table["rows"].([]any)
-	for _, row := range rows {
-		if r, ok := row.(map[string]any); ok {
-			cells, _ := r["cells"].([]any)
-			r["cells"] = append([]any{cluster}, cells...)
-			annotate(r["object"], cluster)
+	meta := false
+	return c.object(dec, func(name jsontext.Token, key string) (bool, error) {
+		// name is valid until dec reads on: written late, it is written anew.
+		switch key {
+		case "columnDefinitions":
+			cols, err := dec.ReadValue()
+			if err != nil || cols.Kind() != '[' || isEmptyArray(cols) {
+				if err == nil {
+					c.token(jsontext.String(key))
+					c.value(cols)
+				}
+				return true, err
+			}
+			if !t.sent {
+				t.sent = true
+				c.token(jsontext.String(key))
+				c.token(jsontext.BeginArray)
+				c.value(jsontext.Value(clusterColumn))
+				c.elements(cols, c.copyValue)
+				c.token(jsontext.EndArray)
+			}
+			return true, nil
+		case "rows":
+			rows, err := dec.ReadValue()
+			if err != nil {
+				return true, err
+			}
+			c.token(jsontext.String(key))
+			if rows.Kind() != '[' {
+				c.value(rows)
+				return true, nil
+			}
+			c.token(jsontext.BeginArray)
+			c.elements(rows, func(dec *jsontext.Decoder) error { return c.copyRow(dec, e) })
+			c.token(jsontext.EndArray)
+			return true, nil
+		case "metadata":
+			meta = true
+			c.token(name)
+			return true, c.copyMetadata(dec, &metaEdit{resourceVersion: rv})
 		}
-	}
+		return false, nil
+	}, func() {
+		if !meta {
+			c.token(jsontext.String("metadata"))
+			c.writeMetadata(&metaEdit{resourceVersion: rv})
+		}
+	})
+}
+
+// isEmptyArray tells whether a, an array, has no elements.
+func isEmptyArray(a jsontext.Value) bool {
+	dec := newDecoder(a)
+	_, _ = dec.ReadToken()
+	return dec.PeekKind() == ']'
 }
 
 // followMember reads a member's events into events until ctx ends. A watch
@@ -482,22 +544,23 @@ func (h *Handler) followMember(ctx context.Context, req *http.Request, path stri
 // whether the merged watch ends (a 410 ERROR event, or the client is gone),
 // and how many events it passed on.
 func (h *Handler) readEvents(ctx context.Context, s *memberStream, last *string, initialDone *bool, send func(event) bool) (ended bool, delivered int) {
-	d := json.NewDecoder(s.body)
-	d.UseNumber()
+	d := jsontext.NewDecoder(s.body, jsontext.AllowDuplicateNames(true))
 	for {
-		var raw struct {
-			Type   string          `json:"type"`
-			Object json.RawMessage `json:"object"`
-		}
-		if err := d.Decode(&raw); err != nil {
+		line, err := d.ReadValue()
+		if err != nil {
 			return ctx.Err() != nil, delivered
 		}
-		if raw.Type == "ERROR" {
+		ev, err := parseEvent(bytes.Clone(line)) // line is d's until the next read
+		if err != nil {
+			klog.FromContext(ctx).V(2).Info("Fan-out member watch sent an event that is not one; re-opening it", "upstreamcluster", s.cluster, "err", err)
+			return ctx.Err() != nil, delivered // a broken stream: re-open
+		}
+		if ev.typ == "ERROR" {
 			var st metav1.Status
-			_ = json.Unmarshal(raw.Object, &st)
+			_ = json.Unmarshal(ev.object, &st)
 			msg := st.Message
 			if msg == "" {
-				msg = string(raw.Object)
+				msg = string(ev.object)
 			}
 			if st.Code != http.StatusGone && st.Reason != metav1.StatusReasonExpired && st.Reason != metav1.StatusReasonGone {
 				// Any other error ends this member's watch only (e.g. a
@@ -508,24 +571,114 @@ func (h *Handler) readEvents(ctx context.Context, s *memberStream, last *string,
 			send(event{fatal: memberStatus(s.cluster, http.StatusGone, metav1.StatusReasonExpired, msg)})
 			return true, delivered
 		}
-		od := json.NewDecoder(bytes.NewReader(raw.Object))
-		od.UseNumber()
-		var obj map[string]any
-		if err := od.Decode(&obj); err != nil {
-			return ctx.Err() != nil, delivered // a broken stream: re-open
+		if ev.resourceVersion != "" {
+			*last = ev.resourceVersion
 		}
-		md, _ := obj["metadata"].(map[string]any)
-		if rv, _ := md["resourceVersion"].(string); rv != "" {
-			*last = rv
-		}
-		if raw.Type == "BOOKMARK" && isInitialEnd(md) {
+		if ev.initialEnd {
 			*initialDone = true
 		}
-		if !send(event{cluster: s.cluster, typ: raw.Type, object: obj}) {
+		ev.cluster = s.cluster
+		if !send(ev) {
 			return true, delivered
 		}
 		delivered++
 	}
+}
+
+// parseEvent reads a watch event, {"type": ..., "object": {...}}, as far as
+// the merge needs: its type, where its object is, and the object's kind,
+// apiVersion, resourceVersion and initial-events marker.
+func parseEvent(b []byte) (event, error) {
+	var ev event
+	dec := newDecoder(b)
+	if tok, err := dec.ReadToken(); err != nil {
+		return ev, err
+	} else if tok.Kind() != '{' {
+		return ev, errors.New("not a JSON object")
+	}
+	for dec.PeekKind() != '}' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			return ev, err
+		}
+		switch name.String() {
+		case "type":
+			err = readString(dec, "type", &ev.typ)
+		case "object":
+			if dec.PeekKind() != '{' {
+				return ev, errors.New("object is not a JSON object")
+			}
+			start := dec.InputOffset() // after the name: the colon and the value follow
+			err = readObject(dec, &ev)
+			ev.object = bytes.TrimLeft(b[start:dec.InputOffset()], " \t\r\n:")
+		default:
+			err = dec.SkipValue()
+		}
+		if err != nil {
+			return ev, err
+		}
+	}
+	if ev.typ == "" || ev.object == nil {
+		return ev, errors.New("no type or no object")
+	}
+	return ev, nil
+}
+
+// readObject reads an event's object into ev: its kind, apiVersion,
+// resourceVersion and initial-events marker.
+func readObject(dec *jsontext.Decoder, ev *event) error {
+	return eachMember(dec, func(key string) error {
+		switch key {
+		case "kind":
+			return readString(dec, key, &ev.kind)
+		case "apiVersion":
+			return readString(dec, key, &ev.apiVersion)
+		case "metadata":
+			if dec.PeekKind() != '{' {
+				return dec.SkipValue()
+			}
+			return eachMember(dec, func(key string) error {
+				switch key {
+				case "resourceVersion":
+					return readString(dec, key, &ev.resourceVersion)
+				case "annotations":
+					if dec.PeekKind() != '{' {
+						return dec.SkipValue()
+					}
+					return eachMember(dec, func(key string) error {
+						if key != metav1.InitialEventsAnnotationKey {
+							return dec.SkipValue()
+						}
+						var v string
+						err := readString(dec, key, &v)
+						ev.initialEnd = v == "true"
+						return err
+					})
+				}
+				return dec.SkipValue()
+			})
+		}
+		return dec.SkipValue()
+	})
+}
+
+// eachMember reads the object at dec's next token, calling member with each
+// member's name; member reads the value.
+func eachMember(dec *jsontext.Decoder, member func(key string) error) error {
+	if _, err := dec.ReadToken(); err != nil {
+		return err
+	}
+	for dec.PeekKind() != '}' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			return err
+		}
+		if err := member(name.String()); err != nil {
+			return err
+		}
+	}
+	_, err := dec.ReadToken()
+	return err
 }
 
 func memberStatus(cluster string, code int, reason metav1.StatusReason, msg string) *metav1.Status {

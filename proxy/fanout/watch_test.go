@@ -1,12 +1,14 @@
 package fanout
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -14,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -530,5 +533,60 @@ func TestWatchMemberWarnings(t *testing.T) {
 	c := startWatch(t, watchServer(t, h), "*", "watch=true")
 	if w := c.resp.Header.Values("Warning"); len(w) != 1 || w[0] != `299 - "upstream cluster \"c\": v1 pods are deprecated"` {
 		t.Errorf("warnings %q", w)
+	}
+}
+
+func TestParseEvent(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		want event // object: the raw object expected
+		err  string
+	}{
+		{line: `{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","resourceVersion":"7"},"spec":{"n":12345678901234567890}}}`,
+			want: event{typ: "ADDED", kind: "Pod", apiVersion: "v1", resourceVersion: "7",
+				object: jsontext.Value(`{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","resourceVersion":"7"},"spec":{"n":12345678901234567890}}`)}},
+		{line: "{ \"object\" :\n {\"metadata\":{\"resourceVersion\":\"9\",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}}} , \"type\":\"BOOKMARK\"}",
+			want: event{typ: "BOOKMARK", resourceVersion: "9", initialEnd: true,
+				object: jsontext.Value(`{"metadata":{"resourceVersion":"9","annotations":{"k8s.io/initial-events-end":"true"}}}`)}},
+		{line: `{"type":"BOOKMARK","object":{"metadata":{"annotations":{"k8s.io/initial-events-end":"false"}}}}`,
+			want: event{typ: "BOOKMARK", object: jsontext.Value(`{"metadata":{"annotations":{"k8s.io/initial-events-end":"false"}}}`)}},
+		{line: `{"type":"ADDED","object":"text"}`, err: "object is not a JSON object"},
+		{line: `{"type":"ADDED"}`, err: "no type or no object"},
+		{line: `{"type":1,"object":{}}`, err: "type is not a string"},
+		{line: `{"type":"ADDED","object":{"metadata":{"resourceVersion":5}}}`, err: "resourceVersion is not a string"},
+		{line: `{"type":"ADDED","object":{"a":}}`, err: "invalid character"},
+	} {
+		got, err := parseEvent([]byte(c.line))
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s: error %v, want %q", c.line, err, c.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", c.line, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s:\ngot  %+v (object %s)\nwant %+v (object %s)", c.line, got, got.object, c.want, c.want.object)
+		}
+	}
+}
+
+// TestWatchEventKeepsTheObject: an event's object reaches the client as the
+// member sent it, but for its cluster annotation and its resourceVersion.
+func TestWatchEventKeepsTheObject(t *testing.T) {
+	ev, err := parseEvent([]byte(`{"type":"MODIFIED","object":{"kind":"Pod","metadata":{"name":"p","resourceVersion":"7","annotations":{"k":"\u003cv\u003e","gateway.kubewharf.io/cluster":"forged"}},"spec":{"n":12345678901234567890}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.cluster = "a"
+	var out bytes.Buffer
+	if err := newCopier(&out).writeEvent(&ev, "composite", &tableColumns{}); err != nil {
+		t.Fatal(err)
+	}
+	want := `{"type":"MODIFIED","object":{"kind":"Pod","metadata":{"name":"p","annotations":{"k":"<v>","gateway.kubewharf.io/cluster":"a"},"resourceVersion":"composite"},"spec":{"n":12345678901234567890}}}` + "\n"
+	if out.String() != want {
+		t.Errorf("wrote\n%s\nwant\n%s", out.String(), want)
 	}
 }

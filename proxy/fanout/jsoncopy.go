@@ -1,0 +1,273 @@
+package fanout
+
+import (
+	"bytes"
+	"io"
+
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// copier copies JSON values from decoders to its encoder, changing only what
+// a merge must change: the cluster annotation and the resourceVersion in an
+// object's metadata, the cells of a Table's rows. Everything else is copied
+// as it is, never decoded. The first error sticks and ends the copy.
+type copier struct {
+	enc *jsontext.Encoder
+	err error
+}
+
+// newCopier writes to w. Member objects are written as they came, duplicate
+// names included: checking names would cost a set per object.
+func newCopier(w io.Writer) *copier {
+	return &copier{enc: jsontext.NewEncoder(w, jsontext.AllowDuplicateNames(true))}
+}
+
+// newDecoder reads JSON from b without a copy.
+func newDecoder(b []byte) *jsontext.Decoder {
+	return jsontext.NewDecoder(bytes.NewBuffer(b), jsontext.AllowDuplicateNames(true))
+}
+
+func (c *copier) token(t jsontext.Token) {
+	if c.err == nil {
+		c.err = c.enc.WriteToken(t)
+	}
+}
+
+func (c *copier) value(v jsontext.Value) {
+	if c.err == nil {
+		c.err = c.enc.WriteValue(v)
+	}
+}
+
+// elements calls each with a decoder at each element of the raw array a
+// (nil: none).
+func (c *copier) elements(a jsontext.Value, each func(*jsontext.Decoder) error) {
+	if c.err != nil || a == nil {
+		return
+	}
+	dec := newDecoder(a)
+	if _, c.err = dec.ReadToken(); c.err != nil {
+		return
+	}
+	for c.err == nil && dec.PeekKind() != ']' {
+		if err := each(dec); c.err == nil {
+			c.err = err
+		}
+	}
+}
+
+// copyValue copies the next value of dec unchanged.
+func (c *copier) copyValue(dec *jsontext.Decoder) error {
+	v, err := dec.ReadValue()
+	if err != nil {
+		return err
+	}
+	c.value(v)
+	return nil
+}
+
+// object copies the next value of dec, an object, member by member. member
+// is called with each member's name, before its value is read: it either
+// copies or drops the member itself and returns true, or returns false to
+// have it copied unchanged. tail writes members to add at the end.
+func (c *copier) object(dec *jsontext.Decoder, member func(name jsontext.Token, key string) (bool, error), tail func()) error {
+	tok, err := dec.ReadToken()
+	if err != nil {
+		return err
+	}
+	c.token(tok)
+	for c.err == nil && dec.PeekKind() != '}' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			return err
+		}
+		if done, err := member(name, name.String()); err != nil {
+			return err
+		} else if done {
+			continue
+		}
+		c.token(name)
+		if err := c.copyValue(dec); err != nil {
+			return err
+		}
+	}
+	if tail != nil {
+		tail()
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return err
+	}
+	c.token(jsontext.EndObject)
+	return nil
+}
+
+// metaEdit is what a merge sets in an object's metadata.
+type metaEdit struct {
+	// cluster is set as the cluster annotation; "": none is set.
+	cluster string
+	// resourceVersion replaces metadata.resourceVersion; "": it is kept.
+	resourceVersion string
+}
+
+// copyObject copies the next value of dec with e applied to its metadata,
+// which it adds when it is missing or null. A value that is not an object is
+// copied unchanged.
+func (c *copier) copyObject(dec *jsontext.Decoder, e *metaEdit) error {
+	if dec.PeekKind() != '{' {
+		return c.copyValue(dec)
+	}
+	found := false
+	return c.object(dec, func(name jsontext.Token, key string) (bool, error) {
+		if key != "metadata" || found {
+			return false, nil
+		}
+		found = true
+		c.token(name)
+		return true, c.copyMetadata(dec, e)
+	}, func() {
+		if !found {
+			c.token(jsontext.String("metadata"))
+			c.writeMetadata(e)
+		}
+	})
+}
+
+// copyMetadata copies an object's metadata with e applied. Metadata that is
+// neither an object nor null is copied unchanged.
+func (c *copier) copyMetadata(dec *jsontext.Decoder, e *metaEdit) error {
+	switch dec.PeekKind() {
+	case '{':
+	case 'n':
+		if _, err := dec.ReadToken(); err != nil {
+			return err
+		}
+		c.writeMetadata(e)
+		return nil
+	default:
+		return c.copyValue(dec)
+	}
+	annotations := false
+	return c.object(dec, func(name jsontext.Token, key string) (bool, error) {
+		switch {
+		case key == "annotations" && e.cluster != "" && !annotations:
+			annotations = true
+			c.token(name)
+			return true, c.copyAnnotations(dec, e.cluster)
+		case key == "resourceVersion" && e.resourceVersion != "":
+			return true, dec.SkipValue() // written at the end
+		}
+		return false, nil
+	}, func() { c.writeMetadataMembers(e, !annotations) })
+}
+
+// writeMetadata writes metadata holding only what e sets.
+func (c *copier) writeMetadata(e *metaEdit) {
+	c.token(jsontext.BeginObject)
+	c.writeMetadataMembers(e, true)
+	c.token(jsontext.EndObject)
+}
+
+func (c *copier) writeMetadataMembers(e *metaEdit, annotations bool) {
+	if annotations && e.cluster != "" {
+		c.token(jsontext.String("annotations"))
+		c.token(jsontext.BeginObject)
+		c.writeClusterAnnotation(e.cluster)
+		c.token(jsontext.EndObject)
+	}
+	if e.resourceVersion != "" {
+		c.token(jsontext.String("resourceVersion"))
+		c.token(jsontext.String(e.resourceVersion))
+	}
+}
+
+// copyAnnotations copies an object's annotations with the cluster
+// annotation set; one the member set is replaced. Annotations that are
+// neither an object nor null are copied unchanged.
+func (c *copier) copyAnnotations(dec *jsontext.Decoder, cluster string) error {
+	switch dec.PeekKind() {
+	case '{':
+	case 'n':
+		if _, err := dec.ReadToken(); err != nil {
+			return err
+		}
+		c.token(jsontext.BeginObject)
+		c.writeClusterAnnotation(cluster)
+		c.token(jsontext.EndObject)
+		return nil
+	default:
+		return c.copyValue(dec)
+	}
+	return c.object(dec, func(_ jsontext.Token, key string) (bool, error) {
+		if key != ClusterAnnotation {
+			return false, nil
+		}
+		return true, dec.SkipValue() // the gateway's is written at the end
+	}, func() { c.writeClusterAnnotation(cluster) })
+}
+
+func (c *copier) writeClusterAnnotation(cluster string) {
+	c.token(jsontext.String(ClusterAnnotation))
+	c.token(jsontext.String(cluster))
+}
+
+// copyRow copies the next value of dec, a Table row, with the cluster of e
+// as its first cell and e applied to its object. A row that is not an object
+// is left out.
+func (c *copier) copyRow(dec *jsontext.Decoder, e *metaEdit) error {
+	if dec.PeekKind() != '{' {
+		return dec.SkipValue()
+	}
+	cells := false
+	return c.object(dec, func(name jsontext.Token, key string) (bool, error) {
+		switch key {
+		case "cells":
+			cells = true
+			c.token(name)
+			return true, c.copyCells(dec, e.cluster)
+		case "object":
+			c.token(name)
+			return true, c.copyObject(dec, e)
+		}
+		return false, nil
+	}, func() {
+		if !cells {
+			c.token(jsontext.String("cells"))
+			c.token(jsontext.BeginArray)
+			c.token(jsontext.String(e.cluster))
+			c.token(jsontext.EndArray)
+		}
+	})
+}
+
+// copyCells copies a row's cells (an array; null is none) after a first cell
+// holding cluster.
+func (c *copier) copyCells(dec *jsontext.Decoder, cluster string) error {
+	switch dec.PeekKind() {
+	case '[':
+	case 'n':
+		if _, err := dec.ReadToken(); err != nil {
+			return err
+		}
+		c.token(jsontext.BeginArray)
+		c.token(jsontext.String(cluster))
+		c.token(jsontext.EndArray)
+		return nil
+	default:
+		return c.copyValue(dec)
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return err
+	}
+	c.token(jsontext.BeginArray)
+	c.token(jsontext.String(cluster))
+	for c.err == nil && dec.PeekKind() != ']' {
+		if err := c.copyValue(dec); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return err
+	}
+	c.token(jsontext.EndArray)
+	return nil
+}
