@@ -92,7 +92,7 @@ type Cluster struct {
 	tunnel       *konnectivity.Dialer
 	tunnelConfig konnectivity.Config
 
-	// Health checks the endpoints; Run it for the life of the cluster.
+	// Health checks the endpoints; Start it for the life of the cluster.
 	Health *health.Checker
 	// servers lists spec.servers in order, for status: enabled ones point to
 	// their endpoint.

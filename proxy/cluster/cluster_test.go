@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/transport"
+	"k8s.io/utils/clock"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
@@ -754,9 +755,11 @@ func TestServersUnknownUntilJudged(t *testing.T) {
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { c.Health.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	sched := health.NewScheduler(clock.RealClock{})
+	scheduling := make(chan struct{})
+	go func() { sched.Run(ctx); close(scheduling) }()
+	c.Health.Start(ctx, sched)
+	defer func() { cancel(); <-scheduling; <-c.Health.Done() }()
 	select {
 	case h := <-judged:
 		if h.Endpoint != member.URL || !h.Healthy || h.Reason != health.ReasonProbeSucceeded {

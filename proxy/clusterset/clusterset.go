@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
@@ -66,6 +67,8 @@ type Controller struct {
 	queue    workqueue.TypedRateLimitingInterface[string]
 	state    atomic.Pointer[map[string]*entry]
 	hooks    Hooks
+	// probes paces the health probes of every compiled cluster.
+	probes *health.Scheduler
 	// ClusterOptions apply to every cluster compiled. Set them before Run.
 	ClusterOptions cluster.Options
 }
@@ -76,7 +79,8 @@ const secretIndex = "secret"
 // Secrets through secrets (an informer restricted to the credential namespace).
 func NewController(clusterSource cache.ListerWatcher, secrets cache.SharedIndexInformer, hooks Hooks) (*Controller, error) {
 	c := &Controller{
-		hooks: hooks,
+		hooks:  hooks,
+		probes: health.NewScheduler(clock.RealClock{}),
 		clusters: cache.NewSharedIndexInformer(clusterSource, &gatewayv1alpha1.UpstreamCluster{}, 0, cache.Indexers{
 			secretIndex: func(obj interface{}) ([]string, error) {
 				cc := obj.(*gatewayv1alpha1.UpstreamCluster).Spec.ClientConfig
@@ -146,6 +150,7 @@ func (c *Controller) Run(ctx context.Context) {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
 	go c.clusters.RunWithContext(ctx)
+	go c.probes.Run(ctx)
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.clusters.HasSynced, c.secrets.HasSynced) {
 		return
 	}
@@ -266,7 +271,7 @@ func (c *Controller) sync(ctx context.Context, name string) {
 		var stop context.CancelFunc
 		healthCtx, stop = context.WithCancel(ctx)
 		next.stopHealth = stop
-		go next.cluster.Health.Run(healthCtx)
+		next.cluster.Health.Start(healthCtx, c.probes)
 	}
 	c.swap(name, next)
 	if next.cluster != nil && c.hooks.Observed != nil {

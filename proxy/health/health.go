@@ -10,6 +10,10 @@
 // answers or a failure streak takes it out: the first answer is a change too.
 // Every change is recorded on the endpoint (balance.Endpoint.SetHealthy), where
 // the balancer reads it, and handed to a callback, which writes status.
+//
+// One Scheduler paces the probes of every checker of the gateway, so that an
+// idle cluster holds no goroutine: a probe, and the delivery of transitions,
+// run on a goroutine of their own only while they are under way.
 package health
 
 import (
@@ -156,11 +160,11 @@ type ServerHealth struct {
 // Checker probes the endpoints of one compiled cluster and takes passive
 // reports from the data plane.
 //
-// Callbacks: onTransition is called on Run's goroutine, one call at a time, in
-// the order in which the changes happened, with no lock of the checker held. A
-// slow callback delays later callbacks and the start of probes, never requests;
-// Run does not return before the callback in progress returns. Transitions still
-// queued when Run's context ends are dropped.
+// Callbacks: onTransition is called one call at a time, in the order in which
+// the changes happened, with no lock of the checker held, on a goroutine that
+// runs only while transitions are queued. A slow callback delays later
+// callbacks, never probes or requests. Transitions still queued when the
+// checker stops are dropped.
 type Checker struct {
 	cfg          Config
 	clk          clock.Clock
@@ -170,17 +174,28 @@ type Checker struct {
 	byPtr     map[*balance.Endpoint]*endpointState // read only after NewChecker
 
 	started atomic.Bool
-	stopped atomic.Bool // set when Run returns: reports are ignored from then on
+	stopped atomic.Bool // set when Start's context ends: reports are ignored from then on
 
-	qmu    sync.Mutex
-	queue  []ServerHealth
-	signal chan struct{} // capacity 1: the queue is not empty
+	mu sync.Mutex
+	// ctx and sched are Start's, set under mu before any goroutine of the
+	// checker starts.
+	ctx   context.Context
+	sched *Scheduler
+	// busy counts the probe and delivery goroutines running; ended is set
+	// when ctx ends; done is closed once both are so.
+	busy  int
+	ended bool
+	done  chan struct{}
+	// queue holds the transitions to deliver; draining is set while a
+	// goroutine delivers them.
+	queue    []ServerHealth
+	draining bool
 
-	// probed, when set (by tests, before Run), is called by the probe goroutine
+	// probed, when set (by tests, before Start), is called by the probe goroutine
 	// after the result of every probe has been recorded.
 	probed func(e *balance.Endpoint, ok bool)
-	// scheduled, when set (by tests, before Run), is called by Run with the
-	// time the next probe of e is due, after each probe.
+	// scheduled, when set (by tests, before Start), is called with the time
+	// the next probe of e is due, after each probe.
 	scheduled func(e *balance.Endpoint, at time.Time)
 }
 
@@ -196,21 +211,25 @@ type endpointState struct {
 	successes int          // consecutive successful probes, under mu
 	judged    bool         // a transition of this checker said how e is, under mu
 
-	probes int // probes started, by Run's goroutine only
+	// next is the endpoint's place in the scheduler; probes counts the
+	// probes started. Only one probe of an endpoint is under way or
+	// scheduled at a time, and it owns both.
+	next   *dueProbe
+	probes int
 }
 
 // NewChecker returns a checker of endpoints, the servers of one cluster. probe returns what
 // carries the probes of an endpoint (its transports' Probe: the gateway's
 // credential, no impersonation, the endpoint's pooled connections);
 // clk paces them; onTransition (may be nil) is told of every change of health,
-// see Checker. Nothing runs before Run.
+// see Checker. Nothing runs before Start.
 func NewChecker(endpoints []*balance.Endpoint, probe func(*balance.Endpoint) http.RoundTripper, cfg Config, clk clock.Clock, onTransition func(ServerHealth)) *Checker {
 	c := &Checker{
 		cfg:          cfg.normalized(),
 		clk:          clk,
 		onTransition: onTransition,
 		byPtr:        make(map[*balance.Endpoint]*endpointState, len(endpoints)),
-		signal:       make(chan struct{}, 1),
+		done:         make(chan struct{}),
 	}
 	for _, e := range endpoints {
 		if e == nil || c.byPtr[e] != nil {
@@ -219,84 +238,103 @@ func NewChecker(endpoints []*balance.Endpoint, probe func(*balance.Endpoint) htt
 		u := *e.URL
 		u.Path = strings.TrimSuffix(u.Path, "/") + c.cfg.Path
 		u.RawPath, u.RawQuery, u.Fragment, u.User = "", "", "", nil
-		s := &endpointState{e: e, name: e.URL.String(), probeURL: u.String(), probe: probe(e)}
-		c.endpoints = append(c.endpoints, s)
-		c.byPtr[e] = s
+		st := &endpointState{e: e, name: e.URL.String(), probeURL: u.String(), probe: probe(e)}
+		st.next = &dueProbe{c: c, s: st, index: -1}
+		c.endpoints = append(c.endpoints, st)
+		c.byPtr[e] = st
 	}
 	return c
 }
 
-// Run probes every endpoint every Interval, the first time at once, until ctx
-// ends, and delivers transitions. It returns when every goroutine it started has
-// ended; from then on reports are ignored. Call it once.
-//
-// Run's goroutine schedules the probes and delivers the transitions; a probe
-// has a goroutine of its own only while it is in flight, so that an idle
-// cluster holds one goroutine rather than one per server.
-func (c *Checker) Run(ctx context.Context) {
+// Start has sched probe every endpoint every Interval, the first time at
+// once, until ctx ends, and delivers transitions. It returns at once; Done
+// tells when the checker has stopped. Call it once.
+func (c *Checker) Start(ctx context.Context, sched *Scheduler) {
 	if !c.started.CompareAndSwap(false, true) {
-		panic("health: Checker.Run called twice")
+		panic("health: Checker.Start called twice")
 	}
-	defer c.stopped.Store(true)
-
-	type finished struct {
-		s          *endpointState
-		start, end time.Time
+	c.mu.Lock()
+	c.ctx, c.sched = ctx, sched
+	deliver := c.startDelivery() // reports made before Start
+	c.mu.Unlock()
+	if deliver {
+		go c.deliver()
 	}
-	done := make(chan finished, len(c.endpoints)) // never blocks: one probe per endpoint at a time
-	due := make(map[*endpointState]time.Time, len(c.endpoints))
 	now := c.clk.Now()
 	for _, s := range c.endpoints {
-		due[s] = now
+		sched.add(s.next, now)
 	}
-	inFlight := 0
-	timer := c.clk.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		now = c.clk.Now()
-		var next time.Time
-		for s, at := range due {
-			if at.After(now) {
-				if next.IsZero() || at.Before(next) {
-					next = at
-				}
-				continue
-			}
-			delete(due, s)
-			s.probes++
-			inFlight++
-			go func() {
-				start := c.clk.Now()
-				c.probeOnce(ctx, s)
-				done <- finished{s, start, c.clk.Now()}
-			}()
-		}
-		timer.Stop()
-		if !next.IsZero() {
-			timer.Reset(next.Sub(now))
-			// The timer counts from its Reset: if the clock passed next since
-			// now was read, start those probes instead of waiting another round.
-			if !c.clk.Now().Before(next) {
-				continue
-			}
-		}
+	context.AfterFunc(ctx, c.stop)
+}
+
+// Done is closed when Start's context has ended and every probe and delivery
+// of the checker has returned.
+func (c *Checker) Done() <-chan struct{} { return c.done }
+
+// stop ends the checker when Start's context ends: no probe starts from now
+// on, reports are ignored, and done closes once the probes and the delivery
+// under way return.
+func (c *Checker) stop() {
+	c.stopped.Store(true)
+	c.sched.remove(c.endpoints)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ended = true
+	c.closeIfDone()
+}
+
+// closeIfDone closes done once the checker has stopped and nothing of it
+// runs. With c.mu held.
+func (c *Checker) closeIfDone() {
+	if c.ended && c.busy == 0 {
 		select {
-		case <-ctx.Done():
-			for ; inFlight > 0; inFlight-- {
-				<-done
-			}
-			return
-		case f := <-done:
-			inFlight--
-			due[f.s] = c.nextProbe(f.s, f.start, f.end)
-			if c.scheduled != nil {
-				c.scheduled(f.s.e, due[f.s])
-			}
-		case <-timer.C():
-		case <-c.signal:
-			c.deliver(ctx)
+		case <-c.done:
+		default:
+			close(c.done)
 		}
 	}
+}
+
+// begin counts a goroutine of the checker about to start; false when the
+// checker has stopped.
+func (c *Checker) begin() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		return false
+	}
+	c.busy++
+	return true
+}
+
+// end uncounts a goroutine of the checker that returns.
+func (c *Checker) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.busy--
+	c.closeIfDone()
+}
+
+// startProbe starts the probe of s that the scheduler found due, on a
+// goroutine of its own, which schedules the next one when it ends.
+func (c *Checker) startProbe(s *endpointState) {
+	if !c.begin() {
+		return
+	}
+	s.probes++
+	go func() {
+		defer c.end()
+		start := c.clk.Now()
+		c.probeOnce(c.ctx, s)
+		if c.ctx.Err() != nil {
+			return
+		}
+		at := c.nextProbe(s, start, c.clk.Now())
+		if c.scheduled != nil {
+			c.scheduled(s.e, at)
+		}
+		c.sched.add(s.next, at)
+	}()
 }
 
 // nextProbe is when the probe of s after the one from start to end is due:
@@ -384,26 +422,46 @@ func (c *Checker) enqueue(t ServerHealth) {
 	if c.onTransition == nil {
 		return
 	}
-	c.qmu.Lock()
+	c.mu.Lock()
 	c.queue = append(c.queue, t)
-	c.qmu.Unlock()
-	select {
-	case c.signal <- struct{}{}:
-	default:
+	deliver := c.startDelivery()
+	c.mu.Unlock()
+	if deliver {
+		go c.deliver()
 	}
 }
 
-// deliver hands the queued transitions to onTransition.
-func (c *Checker) deliver(ctx context.Context) {
-	c.qmu.Lock()
-	batch := c.queue
-	c.queue = nil
-	c.qmu.Unlock()
-	for _, t := range batch {
-		if ctx.Err() != nil {
+// startDelivery tells whether a goroutine must start to deliver the queue,
+// and counts it. With c.mu held.
+func (c *Checker) startDelivery() bool {
+	if c.draining || c.ended || c.sched == nil || len(c.queue) == 0 {
+		return false
+	}
+	c.draining = true
+	c.busy++
+	return true
+}
+
+// deliver hands the queued transitions to onTransition, one at a time, until
+// the queue is empty or the checker stops.
+func (c *Checker) deliver() {
+	defer c.end()
+	for {
+		c.mu.Lock()
+		batch := c.queue
+		c.queue = nil
+		if len(batch) == 0 || c.ended || c.ctx.Err() != nil {
+			c.draining = false
+			c.mu.Unlock()
 			return
 		}
-		c.onTransition(t)
+		c.mu.Unlock()
+		for _, t := range batch {
+			if c.ctx.Err() != nil {
+				break
+			}
+			c.onTransition(t)
+		}
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/clock"
 	testclock "k8s.io/utils/clock/testing"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
@@ -140,8 +141,9 @@ type harness struct {
 	tr      *http.Transport
 	probes  chan probeEvent
 	trans   chan ServerHealth
+	sched   *Scheduler
 	cancel  context.CancelFunc
-	done    chan struct{}
+	done    <-chan struct{}
 }
 
 var testConfig = Config{Path: "/readyz", Interval: 5 * time.Second, Timeout: 2 * time.Second, HealthyThreshold: 1, UnhealthyThreshold: 2}
@@ -155,7 +157,6 @@ func newHarness(t *testing.T, cfg Config, members ...*member) *harness {
 		members: members,
 		probes:  make(chan probeEvent, 100),
 		trans:   make(chan ServerHealth, 100),
-		done:    make(chan struct{}),
 	}
 	// One client transport trusting every member's certificate (all httptest
 	// servers share the same one).
@@ -177,15 +178,28 @@ func (h *harness) start() {
 	h.expectConfirmed(h.awaitProbes(len(h.members)))
 }
 
-// run runs the checker until the test ends.
+// run runs the checker, on a scheduler of its own, until the test ends.
 func (h *harness) run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
-	go func() {
-		defer close(h.done)
-		h.c.Run(ctx)
-	}()
+	h.sched, h.done = runChecker(ctx, h.c, h.clk)
 	h.t.Cleanup(h.stop)
+}
+
+// runChecker starts c on a new scheduler of clk until ctx ends; the channel
+// is closed when both have stopped.
+func runChecker(ctx context.Context, c *Checker, clk clock.Clock) (*Scheduler, <-chan struct{}) {
+	sched := NewScheduler(clk)
+	done := make(chan struct{})
+	scheduling := make(chan struct{})
+	go func() { sched.Run(ctx); close(scheduling) }()
+	c.Start(ctx, sched)
+	go func() {
+		<-scheduling
+		<-c.Done()
+		close(done)
+	}()
+	return sched, done
 }
 
 // expectConfirmed takes one ProbeSucceeded transition, in any order, for each
@@ -211,14 +225,14 @@ func (h *harness) expectConfirmed(results map[string]bool) {
 	}
 }
 
-// stop cancels Run and waits for it to return.
+// stop cancels the checker and its scheduler and waits for them to stop.
 func (h *harness) stop() {
 	h.t.Helper()
 	h.cancel()
 	select {
 	case <-h.done:
 	case <-time.After(wait):
-		h.t.Fatal("Run did not return after cancel")
+		h.t.Fatal("the checker did not stop after cancel")
 	}
 	h.tr.CloseIdleConnections()
 }
@@ -620,7 +634,7 @@ func TestProbeTimeout(t *testing.T) {
 	}
 }
 
-func TestRunReturnsWithProbeInFlight(t *testing.T) {
+func TestStopWithProbeInFlight(t *testing.T) {
 	before := runtime.NumGoroutine()
 	func() {
 		slow, fast := newMember(t), newMember(t)
@@ -628,22 +642,19 @@ func TestRunReturnsWithProbeInFlight(t *testing.T) {
 		h := newHarness(t, testConfig, slow, fast)
 		ctx, cancel := context.WithCancel(context.Background())
 		h.cancel = cancel
-		go func() {
-			defer close(h.done)
-			h.c.Run(ctx)
-		}()
+		h.sched, h.done = runChecker(ctx, h.c, h.clk)
 		slow.waitHit()
 		h.awaitProbes(1)
-		h.stop() // cancel; Run returns although slow's probe was in flight
+		h.stop() // cancel; the checker stops although slow's probe was in flight
 		if slow.ep.Healthy() != true {
 			t.Error("the probe canceled by shutdown counted")
 		}
-		// Reports after Run returned are ignored.
+		// Reports after the checker stopped are ignored.
 		for range 5 {
 			h.c.ReportFailure(fast.ep, errors.New("boom"))
 		}
 		if !fast.ep.Healthy() {
-			t.Error("report after Run returned changed health")
+			t.Error("report after the checker stopped changed health")
 		}
 		slow.unblock()
 		slow.srv.Close()
@@ -758,8 +769,7 @@ func TestSpreadProbes(t *testing.T) {
 	scheduled := make(chan due, 2*len(eps))
 	c.scheduled = func(e *balance.Endpoint, at time.Time) { scheduled <- due{e, at} }
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
+	_, done := runChecker(ctx, c, clk)
 	defer func() { cancel(); <-done }()
 
 	next := func() due {
@@ -814,31 +824,38 @@ func maxTime(a, b time.Time) time.Time {
 	return a
 }
 
-// Between probes a checker holds one goroutine, whatever its number of servers:
-// a thousand idle clusters should not cost a goroutine stack per server.
-func TestIdleCheckerHoldsOneGoroutine(t *testing.T) {
+// Between probes a checker holds no goroutine, whatever its number of
+// servers: a thousand idle clusters cost one goroutine, the scheduler's.
+func TestIdleCheckersHoldNoGoroutine(t *testing.T) {
 	var ms []*member
 	for range 5 {
 		ms = append(ms, newMember(t))
 	}
 	h := newHarness(t, testConfig, ms...)
+	other := NewChecker([]*balance.Endpoint{ms[0].ep}, func(*balance.Endpoint) http.RoundTripper { return bearer{h.tr} }, testConfig, h.clk, nil)
 	h.start()
+	ctx, cancel := context.WithCancel(context.Background())
+	other.Start(ctx, h.sched)
+	defer func() { cancel(); <-other.Done() }()
 	h.round()
 	deadline := time.Now().Add(wait)
 	for {
 		buf := make([]byte, 1<<20)
 		stacks := string(buf[:runtime.Stack(buf, true)])
-		n := 0
+		checkers, schedulers := 0, 0
 		for _, g := range strings.Split(stacks, "\n\n") {
-			if strings.Contains(g, "health.(*Checker)") {
-				n++
+			switch {
+			case strings.Contains(g, "health.(*Checker)"):
+				checkers++
+			case strings.Contains(g, "health.(*Scheduler).Run"):
+				schedulers++
 			}
 		}
-		if n == 1 {
+		if checkers == 0 && schedulers == 1 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines of the checker between probes, want 1:\n%s", n, stacks)
+			t.Fatalf("%d goroutines of the checkers and %d of the scheduler between probes, want 0 and 1:\n%s", checkers, schedulers, stacks)
 		}
 		time.Sleep(10 * time.Millisecond) // polling interval, bounded by the deadline
 	}
