@@ -112,13 +112,17 @@ type metaEdit struct {
 // copyObject copies the next value of dec with e applied to its metadata,
 // which it adds when it is missing or null. A value that is not an object is
 // copied unchanged.
+//
+// A name that appears twice in an object is edited both times: a client
+// decoding the result keeps one of them, usually the last, and must find the
+// gateway's cluster annotation there, not one a member wrote.
 func (c *copier) copyObject(dec *jsontext.Decoder, e *metaEdit) error {
 	if dec.PeekKind() != '{' {
 		return c.copyValue(dec)
 	}
 	found := false
 	return c.object(dec, func(name jsontext.Token, key string) (bool, error) {
-		if key != "metadata" || found {
+		if key != "metadata" {
 			return false, nil
 		}
 		found = true
@@ -149,7 +153,7 @@ func (c *copier) copyMetadata(dec *jsontext.Decoder, e *metaEdit) error {
 	annotations := false
 	return c.object(dec, func(name jsontext.Token, key string) (bool, error) {
 		switch {
-		case key == "annotations" && e.cluster != "" && !annotations:
+		case key == "annotations" && e.cluster != "":
 			annotations = true
 			c.token(name)
 			return true, c.copyAnnotations(dec, e.cluster)

@@ -1,0 +1,87 @@
+package fanout
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// FuzzCopyObject checks the copier against a statement of the edit on
+// decoded JSON: whatever valid JSON a member sends as an item (or an event's
+// object), the client decoding what the gateway wrote finds the member's
+// value with the cluster annotation set (and the resourceVersion replaced),
+// and nothing else changed.
+func FuzzCopyObject(f *testing.F) {
+	for _, seed := range []string{
+		`{"metadata":{"name":"x","annotations":{"k":"v"}},"spec":{"n":12345678901234567890}}`,
+		`{"metadata":{"annotations":{"gateway.kubewharf.io/cluster":"forged"}},"metadata":{"name":"twice"}}`,
+		`{"metadata":null}`, `{"metadata":{"annotations":null,"resourceVersion":"5"}}`, `{"kind":"X"}`,
+		`{"metad\u0061ta":{"annotations":[1]}}`, `"text"`, `[{"metadata":{}}]`, `{"metadata":"text"}`, `1e2`,
+	} {
+		f.Add(seed, false)
+		f.Add(seed, true)
+	}
+	f.Fuzz(func(t *testing.T, item string, setVersion bool) {
+		if !jsontext.Value(item).IsValid(jsontext.AllowDuplicateNames(true)) {
+			return // not what a member's answer can hold: parseList refuses it
+		}
+		e := &metaEdit{cluster: "member-a"}
+		if setVersion {
+			e.resourceVersion = "composite"
+		}
+		var out bytes.Buffer
+		c := newCopier(&out)
+		if err := c.copyObject(newDecoder([]byte(item)), e); err != nil || c.err != nil {
+			t.Fatalf("%s: %v %v", item, err, c.err)
+		}
+		got, want := decodeJSON(t, out.Bytes()), editDecoded(decodeJSON(t, []byte(item)), e)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s\nwrote %s", item, out.Bytes())
+		}
+	})
+}
+
+func decodeJSON(t *testing.T, b []byte) any {
+	t.Helper()
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	return v
+}
+
+// editDecoded is the edit on a decoded value: an object's metadata, missing
+// or null, becomes an object; in an object metadata the annotations, missing
+// or null, become an object, which gets the cluster annotation, and the
+// resourceVersion is replaced. Values of another type are left as they are.
+func editDecoded(v any, e *metaEdit) any {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return v
+	}
+	md, ok := obj["metadata"].(map[string]any)
+	switch {
+	case obj["metadata"] == nil:
+		md = map[string]any{}
+		obj["metadata"] = md
+	case !ok:
+		return v
+	}
+	if e.cluster != "" {
+		switch ann := md["annotations"].(type) {
+		case nil:
+			md["annotations"] = map[string]any{ClusterAnnotation: e.cluster}
+		case map[string]any:
+			ann[ClusterAnnotation] = e.cluster
+		}
+	}
+	if e.resourceVersion != "" {
+		md["resourceVersion"] = e.resourceVersion
+	}
+	return v
+}
