@@ -47,16 +47,22 @@ func BenchmarkMerge(b *testing.B) {
 }
 
 // BenchmarkWatchEvent passes one event of a Pod of about 2.5 KB through a
-// merged watch of 10 members: read from the member's stream, written with its
-// cluster and the composite resourceVersion.
+// merged watch of 10 and of 100 members: read from the member's stream,
+// written with its cluster and the composite resourceVersion.
 func BenchmarkWatchEvent(b *testing.B) {
+	for _, members := range []int{10, 100} {
+		b.Run(fmt.Sprintf("members=%d", members), func(b *testing.B) { benchmarkWatchEvent(b, members) })
+	}
+}
+
+func benchmarkWatchEvent(b *testing.B, members int) {
 	pod := `{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","namespace":"n","uid":"u","resourceVersion":"12345","labels":{"a":"b"},"annotations":{"x":"y"},` +
 		`"managedFields":[{"manager":"m","operation":"Update","apiVersion":"v1","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{"f:containers":{}}}}]},` +
 		`"spec":{"containers":[{"name":"c","image":"i","args":["` + strings.Repeat("a", 2000) + `"]}]},"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}`
 	line := []byte(`{"type":"MODIFIED","object":` + pod + "}\n")
-	versions := map[string]string{}
-	for i := range 10 {
-		versions[fmt.Sprint("member-", i)] = "123456"
+	versions := &versionSet{}
+	for i := range members {
+		versions.set(fmt.Sprint("member-", i), "123456")
 	}
 	c := newCopier(io.Discard)
 	b.SetBytes(int64(len(line)))
@@ -71,8 +77,8 @@ func BenchmarkWatchEvent(b *testing.B) {
 			b.Fatal(err)
 		}
 		ev.cluster = "member-1"
-		versions[ev.cluster] = ev.resourceVersion
-		if err := c.writeEvent(&ev, CompositeResourceVersion(versions), &tableColumns{}); err != nil {
+		versions.set(ev.cluster, ev.resourceVersion)
+		if err := c.writeEvent(&ev, versions.composite(), &tableColumns{}); err != nil {
 			b.Fatal(err)
 		}
 	}

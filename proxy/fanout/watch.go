@@ -324,9 +324,9 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 	defer readers.Wait()
 	defer cancel()
 
-	versions := map[string]string{}
+	versions := &versionSet{}
 	for c, rv := range wq.resume {
-		versions[c] = rv
+		versions.set(c, rv)
 	}
 	// The members' initial events are pending until each sent its bookmark;
 	// wq is shared with the members' goroutines, so this is a copy.
@@ -352,7 +352,7 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 			return nil
 		}
 		if ev.resourceVersion != "" {
-			versions[ev.cluster] = ev.resourceVersion
+			versions.set(ev.cluster, ev.resourceVersion)
 		}
 		if ev.typ == "BOOKMARK" {
 			if ev.initialEnd {
@@ -369,7 +369,7 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 				continue
 			}
 		}
-		if err := c.writeEvent(&ev, CompositeResourceVersion(versions), &table); err != nil {
+		if err := c.writeEvent(&ev, versions.composite(), &table); err != nil {
 			return nil
 		}
 		flush()
@@ -687,6 +687,44 @@ func memberStatus(cluster string, code int, reason metav1.StatusReason, msg stri
 		Status:   metav1.StatusFailure, Code: int32(code), Reason: reason,
 		Message: fmt.Sprintf("upstream cluster %q: %s", cluster, strings.TrimPrefix(msg, fmt.Sprintf("upstream cluster %q: ", cluster))),
 	}
+}
+
+// versionSet holds each member's resourceVersion in a merged watch and
+// encodes them as a CompositeResourceVersion for every event. Each member's
+// part is encoded when it changes, not for every event: encoding the whole
+// map each time cost more than the event itself with 100 members.
+type versionSet struct {
+	names []string          // sorted, as json.Marshal sorts a map's keys
+	parts map[string][]byte // a member's "name":"resourceVersion"
+	buf   []byte
+}
+
+func (v *versionSet) set(cluster, rv string) {
+	part, known := v.parts[cluster]
+	part, _ = jsontext.AppendQuote(part[:0], cluster) // valid UTF-8: names and resourceVersions are
+	part = append(part, ':')
+	part, _ = jsontext.AppendQuote(part, rv)
+	if !known {
+		if v.parts == nil {
+			v.parts = map[string][]byte{}
+		}
+		i, _ := slices.BinarySearch(v.names, cluster)
+		v.names = slices.Insert(v.names, i, cluster)
+	}
+	v.parts[cluster] = part
+}
+
+// composite is the CompositeResourceVersion of the set.
+func (v *versionSet) composite() string {
+	b := append(v.buf[:0], '{')
+	for i, name := range v.names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, v.parts[name]...)
+	}
+	v.buf = append(b, '}')
+	return base64.RawURLEncoding.EncodeToString(v.buf)
 }
 
 // ParseCompositeResourceVersion reads a CompositeResourceVersion.

@@ -590,3 +590,27 @@ func TestWatchEventKeepsTheObject(t *testing.T) {
 		t.Errorf("wrote\n%s\nwant\n%s", out.String(), want)
 	}
 }
+
+// TestVersionSet: the composite a watch keeps up to date event by event reads
+// back as the members' resourceVersions, and is the one CompositeResourceVersion
+// makes of them.
+func TestVersionSet(t *testing.T) {
+	v := &versionSet{}
+	want := map[string]string{}
+	for i, c := range []struct{ cluster, rv string }{
+		{"member-b", "10"}, {"member-a", "7"}, {"member-c", "3"}, {"member-a", "8"}, {"member-b", "11"},
+	} {
+		v.set(c.cluster, c.rv)
+		want[c.cluster] = c.rv
+		got := v.composite()
+		if got != CompositeResourceVersion(want) {
+			t.Errorf("after %d sets: %s, want %s", i+1, got, CompositeResourceVersion(want))
+		}
+	}
+	// A member's resourceVersion is opaque: whatever it holds reads back.
+	v.set("member-d", "a\"b\\c<d>\u00e9\n")
+	want["member-d"] = "a\"b\\c<d>\u00e9\n"
+	if got, err := ParseCompositeResourceVersion(v.composite()); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("read back %v (%v), want %v", got, err, want)
+	}
+}
