@@ -47,10 +47,10 @@ func BenchmarkMerge(b *testing.B) {
 }
 
 // BenchmarkWatchEvent passes one event of a Pod of about 2.5 KB through a
-// merged watch of 10 and of 100 members: read from the member's stream,
+// merged watch of 10, 100 and 1,000 members: read from the member's stream,
 // written with its cluster and the composite resourceVersion.
 func BenchmarkWatchEvent(b *testing.B) {
-	for _, members := range []int{10, 100} {
+	for _, members := range []int{10, 100, 1000} {
 		b.Run(fmt.Sprintf("members=%d", members), func(b *testing.B) { benchmarkWatchEvent(b, members) })
 	}
 }

@@ -311,7 +311,9 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 	flush := func() { _ = http.NewResponseController(w).Flush() }
 	flush()
 
-	events := make(chan event)
+	// Buffered, so that a burst of events (one change seen by many members)
+	// is written before the stream is flushed once.
+	events := make(chan event, eventBuffer)
 	var readers sync.WaitGroup
 	for _, s := range append(open, retry...) {
 		readers.Add(1)
@@ -339,17 +341,10 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 	}
 	c := newCopier(w)
 	table := tableColumns{}
-	for {
-		var ev event
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev = <-events:
-		}
+	relay(ctx, events, func(ev *event) (wrote, done bool) {
 		if ev.fatal != nil {
 			_ = json.NewEncoder(w).Encode(map[string]any{"type": "ERROR", "object": ev.fatal})
-			flush()
-			return nil
+			return true, true
 		}
 		if ev.resourceVersion != "" {
 			versions.set(ev.cluster, ev.resourceVersion)
@@ -358,7 +353,7 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 			if ev.initialEnd {
 				delete(pendingInitial, ev.cluster)
 				if !initialEvents || len(pendingInitial) > 0 {
-					continue
+					return false, false
 				}
 				// The end of every member's initial events: one bookmark.
 				// It names no cluster: it marks every member's.
@@ -366,15 +361,47 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 				ev.cluster = ""
 				initialEvents = false
 			} else if !wq.bookmarks {
-				continue
+				return false, false
 			}
 		}
-		if err := c.writeEvent(&ev, versions.composite(), &table); err != nil {
-			return nil
+		if err := c.writeEvent(ev, versions.composite(), &table); err != nil {
+			return false, true // the client is gone
 		}
-		flush()
+		return true, false
+	}, flush)
+	return nil
+}
+
+// relay hands each event to handle until ctx ends or handle is done, and
+// flushes what handle wrote once no event waits: a burst of events (one
+// change seen by many members) is flushed once, and an event that is not
+// passed on (a bookmark) never holds back those written before it.
+func relay(ctx context.Context, events <-chan event, handle func(*event) (wrote, done bool), flush func()) {
+	unflushed := false
+	for {
+		if unflushed && len(events) == 0 {
+			flush()
+			unflushed = false
+		}
+		var ev event
+		select {
+		case <-ctx.Done():
+			return
+		case ev = <-events:
+		}
+		wrote, done := handle(&ev)
+		unflushed = unflushed || wrote
+		if done {
+			if unflushed {
+				flush()
+			}
+			return
+		}
 	}
 }
+
+// eventBuffer is how many member events may wait for the merged stream.
+const eventBuffer = 64
 
 // initialEventsEnd is the object of the bookmark that ends the initial events
 // of a merged watch.

@@ -614,3 +614,44 @@ func TestVersionSet(t *testing.T) {
 		t.Errorf("read back %v (%v), want %v", got, err, want)
 	}
 }
+
+// TestRelayFlushes: a burst of events waiting is written, then flushed once;
+// an event followed by one that is not passed on (a bookmark the client did
+// not ask for) is flushed all the same.
+func TestRelayFlushes(t *testing.T) {
+	events := make(chan event, 8)
+	for _, typ := range []string{"ADDED", "ADDED", "ADDED", "BOOKMARK"} {
+		events <- event{typ: typ}
+	}
+	type call struct {
+		flush bool
+		typ   string
+	}
+	calls := make(chan call, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		relay(ctx, events, func(ev *event) (bool, bool) {
+			calls <- call{typ: ev.typ}
+			return ev.typ != "BOOKMARK", false
+		}, func() { calls <- call{flush: true} })
+	}()
+	defer func() { cancel(); <-done }()
+	var got []string
+	for len(got) < 5 {
+		select {
+		case c := <-calls:
+			if c.flush {
+				got = append(got, "flush")
+			} else {
+				got = append(got, c.typ)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("calls %v, then nothing: what was written is not flushed", got)
+		}
+	}
+	if want := []string{"ADDED", "ADDED", "ADDED", "BOOKMARK", "flush"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("calls %v, want %v", got, want)
+	}
+}

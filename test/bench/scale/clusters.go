@@ -57,6 +57,8 @@ type clusterResult struct {
 	// LIST and WATCH through the hub.
 	UpstreamClusters, ConfigMaps listStat
 	Series                       []point
+	// FanOut lists and watches over every registered cluster.
+	FanOut *fanOutResult
 }
 
 // idle is a steady-state window.
@@ -211,6 +213,11 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 	logf("clusters: LIST through the hub: UpstreamClusters %s, ConfigMaps %s; WATCH: %s, %s",
 		measure.Dur(medianDur(res.UpstreamClusters.List)), measure.Dur(medianDur(res.ConfigMaps.List)),
 		measure.Dur(medianDur(res.UpstreamClusters.Watch)), measure.Dur(medianDur(res.ConfigMaps.Watch)))
+
+	logf("clusters: fan-out LIST and WATCH over the %d clusters", o.Clusters+2)
+	res.FanOut = fanOutPhase(ctx, s, o.Clusters+2, o.ListRepeats, res.AfterIdle.GatewayCPU, filepath.Join(o.OutDir, "kube-gateway-cpu-fanout.pprof"))
+	logf("clusters: fan-out LIST %s; WATCH open in %s, %d events in %s%s", measure.Dur(medianDur(res.FanOut.List)),
+		measure.Dur(res.FanOut.WatchOpen), res.FanOut.Events, measure.Dur(res.FanOut.EventsTook), firstErr(res.FanOut.Err))
 	return res, nil
 }
 

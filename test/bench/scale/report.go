@@ -245,6 +245,9 @@ func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
 		}
 	}
 	p("\nOver time (every %s, no forced GC; the count is Ready clusters): `%s` and `%s`.\n\n", o.SampleInterval, filepath.Join(o.OutDir, "clusters.csv"), filepath.Join(o.OutDir, "clusters.png"))
+	if c.FanOut != nil {
+		r.fanOutSection(p, c.FanOut)
+	}
 }
 
 func fmtEnds(m map[string]int) string {

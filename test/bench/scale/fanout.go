@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubewharf/kube-gateway/test/bench/internal/measure"
+	"github.com/kubewharf/kube-gateway/test/harness"
+)
+
+// fanOutNS is the namespace of member-a and member-b that the fan-out phase
+// lists and watches. Every cluster of the burst is member-a, so one change
+// on each member is one event per registered cluster in the merged watch.
+const fanOutNS = "bench-fanout"
+
+// fanOutBase is a fan-out over every UpstreamCluster, through the hub.
+const fanOutBase = ucPath + "/*/proxy/api/v1/namespaces/" + fanOutNS + "/configmaps"
+
+// fanOutResult is one LIST and one WATCH over every registered cluster.
+type fanOutResult struct {
+	Members   int // UpstreamClusters selected: the burst's and the harness's
+	List      []time.Duration
+	ListBytes int64
+	ListCPU   []float64 // the gateway's CPU seconds per LIST, net of IdleCPU
+	IdleCPU   float64   // the idle gateway's CPU seconds per second with the clusters
+	// WatchOpen is the time until the merged watch answered: every member's
+	// watch is open by then. WatchGoroutines are the gateway's goroutines
+	// more while it is open.
+	WatchOpen       time.Duration
+	WatchGoroutines float64
+	// Events of one ConfigMap created on each member: one per cluster is
+	// expected; EventsTook runs from the creates to the last event,
+	// EventsCPU is the gateway's CPU seconds meanwhile, net of IdleCPU.
+	Events     int
+	EventsTook time.Duration
+	EventsCPU  float64
+	// CPUFile is the gateway's CPU profile while the events pass, CPUTop
+	// pprof's top functions in it.
+	CPUFile, CPUTop string
+	Err             string
+}
+
+// fanOutPhase LISTs and WATCHes a namespace of the members over every
+// registered cluster through the hub, after the cluster phase registered
+// them.
+//
+// The gateway's CPU figures are net of idleCPU (seconds per second), what it
+// spends meanwhile on the clusters' health probes.
+func fanOutPhase(ctx context.Context, s *scene, members, repeats int, idleCPU float64, cpuFile string) *fanOutResult {
+	res := &fanOutResult{Members: members, IdleCPU: idleCPU}
+	net := func(ticks int64, hz float64, d time.Duration) float64 {
+		return max(0, float64(ticks)/hz-idleCPU*d.Seconds())
+	}
+	var memberClients []kubernetes.Interface
+	for _, m := range []string{harness.MemberA, harness.MemberB} {
+		cs, err := kubernetes.NewForConfig(s.env.Members[m].Config(harness.UserAdmin, 0))
+		if err == nil {
+			_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fanOutNS}}, metav1.CreateOptions{})
+		}
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			res.Err = fmt.Sprintf("namespace %s on %s: %v", fanOutNS, m, err)
+			return res
+		}
+		memberClients = append(memberClients, cs)
+	}
+	hz, _ := measure.ClockTicks()
+	for i := 0; i < repeats && ctx.Err() == nil; i++ {
+		cpu0, _ := measure.CPUTicks(s.gatewayPID)
+		t0 := time.Now()
+		r, err := s.hubRoot.Do(ctx, fanOutBase+"?"+strictParam)
+		took := time.Since(t0)
+		cpu1, _ := measure.CPUTicks(s.gatewayPID)
+		if err != nil {
+			res.Err = "LIST: " + err.Error()
+			return res
+		}
+		res.List = append(res.List, took)
+		res.ListCPU = append(res.ListCPU, net(cpu1-cpu0, hz, took))
+		res.ListBytes = r.Bytes
+	}
+
+	before := s.take(ctx, "before the fan-out watch", false)
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	body, err := openWatch(wctx, s.hubRoot, fanOutBase+"?watch=1")
+	if err != nil {
+		res.Err = "WATCH: " + err.Error()
+		return res
+	}
+	defer body.Close()
+	res.WatchOpen = time.Since(t0)
+	open := s.take(ctx, "with the fan-out watch open", false)
+	res.WatchGoroutines = (open.Goroutines - before.Goroutines) / float64(members)
+
+	profiled := make(chan error, 1)
+	go func() { profiled <- s.cpuProfile(ctx, 3*time.Second, cpuFile) }()
+	cpu0, _ := measure.CPUTicks(s.gatewayPID)
+	t0 = time.Now()
+	for _, cs := range memberClients {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "fanout-"}}
+		if _, err := cs.CoreV1().ConfigMaps(fanOutNS).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			res.Err = "creating the ConfigMaps: " + err.Error()
+			return res
+		}
+	}
+	dec := json.NewDecoder(body)
+	seen := map[string]bool{}
+	for len(seen) < members {
+		var ev struct {
+			Type   string
+			Object metav1.PartialObjectMetadata
+		}
+		if err := dec.Decode(&ev); err != nil {
+			res.Err = fmt.Sprintf("WATCH: %d of %d events: %v", len(seen), members, err)
+			break
+		}
+		if ev.Type == "ADDED" {
+			seen[ev.Object.Annotations["gateway.kubewharf.io/cluster"]] = true
+		}
+	}
+	res.Events = len(seen)
+	res.EventsTook = time.Since(t0)
+	cpu1, _ := measure.CPUTicks(s.gatewayPID)
+	res.EventsCPU = net(cpu1-cpu0, hz, res.EventsTook)
+	if err := <-profiled; err != nil {
+		logf("clusters: fan-out CPU profile: %v", err)
+	} else {
+		bin, _ := harness.GatewayBinary(s.env.BinDir)
+		res.CPUFile, res.CPUTop = cpuFile, measure.Pprof(ctx, bin, cpuFile, "-top", "-nodecount=15")
+	}
+	return res
+}
+
+// strictParam makes a fan-out LIST fail when a member fails, so that a
+// member left out cannot make it look faster.
+const strictParam = "gateway.kubewharf.io/strict=true"
+
+func (r *report) fanOutSection(p func(string, ...any), f *fanOutResult) {
+	p("### Fan-out over the %d clusters\n\n", f.Members)
+	p("Through the hub, `upstreamclusters/*/proxy/api/v1/namespaces/%s/configmaps`: a LIST (strict, median of %d) and a WATCH over every registered cluster; then one ConfigMap created on member-a and one on member-b, which every cluster of the burst (all member-a) and the harness's two see: one ADDED event per cluster in the merged watch.\n\n", fanOutNS, len(f.List))
+	n := float64(f.Members)
+	p("The gateway's CPU figures are net of what the idle gateway spends meanwhile on the clusters' health probes (%.1f ms/s).\n\n", 1e3*f.IdleCPU)
+	p("| fan-out over %d clusters | total | per cluster |\n|---|---:|---:|\n", f.Members)
+	if len(f.List) > 0 {
+		cpu := measure.Median(f.ListCPU)
+		p("| LIST time | %s | %s |\n", measure.Dur(medianDur(f.List)), measure.Dur(time.Duration(float64(medianDur(f.List))/n)))
+		p("| gateway CPU per LIST | %s | %s |\n", measure.Dur(time.Duration(cpu*1e9)), measure.Dur(time.Duration(cpu*1e9/n)))
+		p("| LIST body (as received) | %s | |\n", measure.KiB(float64(f.ListBytes)))
+	}
+	if f.WatchOpen > 0 {
+		p("| WATCH: until every member's watch is open | %s | |\n", measure.Dur(f.WatchOpen))
+		p("| gateway goroutines with the WATCH open | | %.2f |\n", f.WatchGoroutines)
+	}
+	if f.Events > 0 {
+		p("| events of one change per member: received / expected | %d / %d | |\n", f.Events, f.Members)
+		p("| until the last event | %s | |\n", measure.Dur(f.EventsTook))
+		p("| gateway CPU for the events | %s | %s per event |\n", measure.Dur(time.Duration(f.EventsCPU*1e9)), measure.Dur(time.Duration(f.EventsCPU*1e9/float64(f.Events))))
+	}
+	if f.Err != "" {
+		p("\nNot measured: %s.\n", f.Err)
+	}
+	p("\n")
+	if f.CPUFile != "" {
+		p("The gateway's CPU while the events pass (a profile of 2 s from just before the creates, `%s`; `go tool pprof -top`):\n\n```\n%s```\n\n", f.CPUFile, measure.TrimPprof(f.CPUTop))
+	}
+}
