@@ -2,6 +2,8 @@ package fanout
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"io"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -98,6 +100,41 @@ func (c *copier) object(dec *jsontext.Decoder, member func(name jsontext.Token, 
 		return err
 	}
 	c.token(jsontext.EndObject)
+	return nil
+}
+
+// eachMember reads the object at dec's next token, calling member with each
+// member's name; member reads the value.
+func eachMember(dec *jsontext.Decoder, member func(key string) error) error {
+	if tok, err := dec.ReadToken(); err != nil {
+		return err
+	} else if tok.Kind() != '{' {
+		return errors.New("not a JSON object")
+	}
+	for dec.PeekKind() != '}' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			return err
+		}
+		if err := member(name.String()); err != nil {
+			return err
+		}
+	}
+	_, err := dec.ReadToken()
+	return err
+}
+
+// readString reads the next value of dec, a string, into s; field names it
+// in the error.
+func readString(dec *jsontext.Decoder, field string, s *string) error {
+	tok, err := dec.ReadToken()
+	if err != nil {
+		return err
+	}
+	if tok.Kind() != '"' {
+		return fmt.Errorf("%s is not a string", field)
+	}
+	*s = tok.String()
 	return nil
 }
 
@@ -236,11 +273,16 @@ func (c *copier) copyRow(dec *jsontext.Decoder, e *metaEdit) error {
 	}, func() {
 		if !cells {
 			c.token(jsontext.String("cells"))
-			c.token(jsontext.BeginArray)
-			c.token(jsontext.String(e.cluster))
-			c.token(jsontext.EndArray)
+			c.writeCells(e.cluster)
 		}
 	})
+}
+
+// writeCells writes cells holding only cluster.
+func (c *copier) writeCells(cluster string) {
+	c.token(jsontext.BeginArray)
+	c.token(jsontext.String(cluster))
+	c.token(jsontext.EndArray)
 }
 
 // copyCells copies a row's cells (an array; null is none) after a first cell
@@ -252,9 +294,7 @@ func (c *copier) copyCells(dec *jsontext.Decoder, cluster string) error {
 		if _, err := dec.ReadToken(); err != nil {
 			return err
 		}
-		c.token(jsontext.BeginArray)
-		c.token(jsontext.String(cluster))
-		c.token(jsontext.EndArray)
+		c.writeCells(cluster)
 		return nil
 	default:
 		return c.copyValue(dec)

@@ -47,43 +47,33 @@ func (l *memberList) isTable() bool { return l.kind == "Table" }
 // in List, or a Table. Its items are checked to be valid JSON, not decoded.
 func parseList(body []byte) (*memberList, error) {
 	dec := newDecoder(body)
-	if tok, err := dec.ReadToken(); err != nil {
-		return nil, err
-	} else if tok.Kind() != '{' {
-		return nil, errors.New("not a JSON object")
-	}
 	l := &memberList{}
 	var items, rows jsontext.Value
 	var nItems, nRows int
-	for dec.PeekKind() != '}' {
-		name, err := dec.ReadToken()
-		if err != nil {
-			return nil, err
-		}
-		switch field := name.String(); field {
+	err := eachMember(dec, func(key string) (err error) {
+		switch key {
 		case "kind":
-			err = readString(dec, field, &l.kind)
+			return readString(dec, key, &l.kind)
 		case "apiVersion":
-			err = readString(dec, field, &l.apiVersion)
+			return readString(dec, key, &l.apiVersion)
 		case "metadata":
-			var v jsontext.Value
-			if v, err = dec.ReadValue(); err == nil && v.Kind() == '{' {
-				err = json.Unmarshal(v, &l.meta)
+			v, err := dec.ReadValue()
+			if err != nil || v.Kind() != '{' {
+				return err
 			}
+			return json.Unmarshal(v, &l.meta)
 		case "columnDefinitions":
-			l.columns, _, err = readArray(dec, body, field)
+			l.columns, _, err = readArray(dec, body, key)
 		case "items":
-			items, nItems, err = readArray(dec, body, field)
+			items, nItems, err = readArray(dec, body, key)
 		case "rows":
-			rows, nRows, err = readArray(dec, body, field)
+			rows, nRows, err = readArray(dec, body, key)
 		default:
 			err = dec.SkipValue()
 		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	if _, err := dec.ReadToken(); err != nil {
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	switch {
@@ -107,18 +97,6 @@ func parseList(body []byte) (*memberList, error) {
 		return nil, fmt.Errorf("kind %q", l.kind)
 	}
 	return l, nil
-}
-
-func readString(dec *jsontext.Decoder, field string, s *string) error {
-	tok, err := dec.ReadToken()
-	if err != nil {
-		return err
-	}
-	if tok.Kind() != '"' {
-		return fmt.Errorf("%s is not a string", field)
-	}
-	*s = tok.String()
-	return nil
 }
 
 // readArray reads the next value of dec, which reads body: an array, whose

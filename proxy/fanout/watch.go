@@ -618,32 +618,23 @@ func (h *Handler) readEvents(ctx context.Context, s *memberStream, last *string,
 func parseEvent(b []byte) (event, error) {
 	var ev event
 	dec := newDecoder(b)
-	if tok, err := dec.ReadToken(); err != nil {
-		return ev, err
-	} else if tok.Kind() != '{' {
-		return ev, errors.New("not a JSON object")
-	}
-	for dec.PeekKind() != '}' {
-		name, err := dec.ReadToken()
-		if err != nil {
-			return ev, err
-		}
-		switch name.String() {
+	err := eachMember(dec, func(key string) error {
+		switch key {
 		case "type":
-			err = readString(dec, "type", &ev.typ)
+			return readString(dec, key, &ev.typ)
 		case "object":
 			if dec.PeekKind() != '{' {
-				return ev, errors.New("object is not a JSON object")
+				return errors.New("object is not a JSON object")
 			}
 			start := dec.InputOffset() // after the name: the colon and the value follow
-			err = readObject(dec, &ev)
+			err := readObject(dec, &ev)
 			ev.object = bytes.TrimLeft(b[start:dec.InputOffset()], " \t\r\n:")
-		default:
-			err = dec.SkipValue()
+			return err
 		}
-		if err != nil {
-			return ev, err
-		}
+		return dec.SkipValue()
+	})
+	if err != nil {
+		return ev, err
 	}
 	if ev.typ == "" || ev.object == nil {
 		return ev, errors.New("no type or no object")
@@ -687,25 +678,6 @@ func readObject(dec *jsontext.Decoder, ev *event) error {
 		}
 		return dec.SkipValue()
 	})
-}
-
-// eachMember reads the object at dec's next token, calling member with each
-// member's name; member reads the value.
-func eachMember(dec *jsontext.Decoder, member func(key string) error) error {
-	if _, err := dec.ReadToken(); err != nil {
-		return err
-	}
-	for dec.PeekKind() != '}' {
-		name, err := dec.ReadToken()
-		if err != nil {
-			return err
-		}
-		if err := member(name.String()); err != nil {
-			return err
-		}
-	}
-	_, err := dec.ReadToken()
-	return err
 }
 
 func memberStatus(cluster string, code int, reason metav1.StatusReason, msg string) *metav1.Status {
