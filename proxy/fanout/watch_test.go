@@ -480,10 +480,11 @@ func TestMemberAnswerBreaksOff(t *testing.T) {
 // kubectl get --watch asks for Tables: so are members.
 func TestWatchAsksMembersForTables(t *testing.T) {
 	h, _ := newHandler(nil)
-	var accept atomic.Value
+	var accept, encoding atomic.Value
 	m := newWatchMembers("a", "b", "c")
 	h.Member = func(w http.ResponseWriter, req *http.Request, name, path string) {
 		accept.Store(req.Header.Get("Accept"))
+		encoding.Store(req.Header.Get("Accept-Encoding"))
 		m.serve(w, req, name, path)
 	}
 	srv := watchServer(t, h)
@@ -496,6 +497,10 @@ func TestWatchAsksMembersForTables(t *testing.T) {
 	defer resp.Body.Close()
 	if a, _ := accept.Load().(string); !strings.HasPrefix(a, "application/json;as=Table;v=v1;g=meta.k8s.io") {
 		t.Errorf("members asked with Accept %q, want a Table", a)
+	}
+	// Not compressed: a decompressor per member watch would hold ~40 KiB.
+	if e, _ := encoding.Load().(string); e != "identity" {
+		t.Errorf("members asked with Accept-Encoding %q, want identity", e)
 	}
 }
 

@@ -215,7 +215,8 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 		measure.Dur(medianDur(res.UpstreamClusters.Watch)), measure.Dur(medianDur(res.ConfigMaps.Watch)))
 
 	logf("clusters: fan-out LIST and WATCH over the %d clusters", o.Clusters+2)
-	res.FanOut = fanOutPhase(ctx, s, o.Clusters+2, o.ListRepeats, res.AfterIdle.GatewayCPU, filepath.Join(o.OutDir, "kube-gateway-cpu-fanout.pprof"))
+	res.FanOut = fanOutPhase(ctx, s, o.Clusters+2, o.ListRepeats, res.AfterIdle.GatewayCPU,
+		filepath.Join(o.OutDir, "kube-gateway-cpu-fanout.pprof"), filepath.Join(o.OutDir, "kube-gateway-heap-fanout.pprof"))
 	logf("clusters: fan-out LIST %s; WATCH open in %s, %d events in %s%s", measure.Dur(medianDur(res.FanOut.List)),
 		measure.Dur(res.FanOut.WatchOpen), res.FanOut.Events, measure.Dur(res.FanOut.EventsTook), firstErr(res.FanOut.Err))
 	return res, nil

@@ -31,10 +31,11 @@ type fanOutResult struct {
 	ListCPU   []float64 // the gateway's CPU seconds per LIST, net of IdleCPU
 	IdleCPU   float64   // the idle gateway's CPU seconds per second with the clusters
 	// WatchOpen is the time until the merged watch answered: every member's
-	// watch is open by then. WatchGoroutines are the gateway's goroutines
-	// more while it is open.
-	WatchOpen       time.Duration
-	WatchGoroutines float64
+	// watch is open by then. WatchGoroutines, WatchHeap and WatchStacks are
+	// the gateway's goroutines, heap and stack bytes more while it is open,
+	// per member.
+	WatchOpen                               time.Duration
+	WatchGoroutines, WatchHeap, WatchStacks float64
 	// Events of one ConfigMap created on each member: one per cluster is
 	// expected; EventsTook runs from the creates to the last event,
 	// EventsCPU is the gateway's CPU seconds meanwhile, net of IdleCPU.
@@ -42,9 +43,11 @@ type fanOutResult struct {
 	EventsTook time.Duration
 	EventsCPU  float64
 	// CPUFile is the gateway's CPU profile while the events pass, CPUTop
-	// pprof's top functions in it.
-	CPUFile, CPUTop string
-	Err             string
+	// pprof's top functions in it; HeapFile and HeapTop the heap profile
+	// while the watch is open.
+	CPUFile, CPUTop   string
+	HeapFile, HeapTop string
+	Err               string
 }
 
 // fanOutPhase LISTs and WATCHes a namespace of the members over every
@@ -53,7 +56,7 @@ type fanOutResult struct {
 //
 // The gateway's CPU figures are net of idleCPU (seconds per second), what it
 // spends meanwhile on the clusters' health probes.
-func fanOutPhase(ctx context.Context, s *scene, members, repeats int, idleCPU float64, cpuFile string) *fanOutResult {
+func fanOutPhase(ctx context.Context, s *scene, members, repeats int, idleCPU float64, cpuFile, heapFile string) *fanOutResult {
 	res := &fanOutResult{Members: members, IdleCPU: idleCPU}
 	net := func(ticks int64, hz float64, d time.Duration) float64 {
 		return max(0, float64(ticks)/hz-idleCPU*d.Seconds())
@@ -86,7 +89,7 @@ func fanOutPhase(ctx context.Context, s *scene, members, repeats int, idleCPU fl
 		res.ListBytes = r.Bytes
 	}
 
-	before := s.take(ctx, "before the fan-out watch", false)
+	before := s.take(ctx, "before the fan-out watch", true)
 	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	t0 := time.Now()
@@ -97,8 +100,15 @@ func fanOutPhase(ctx context.Context, s *scene, members, repeats int, idleCPU fl
 	}
 	defer body.Close()
 	res.WatchOpen = time.Since(t0)
-	open := s.take(ctx, "with the fan-out watch open", false)
+	open := s.take(ctx, "with the fan-out watch open", true)
 	res.WatchGoroutines = (open.Goroutines - before.Goroutines) / float64(members)
+	res.WatchHeap = (open.HeapInuse - before.HeapInuse) / float64(members)
+	res.WatchStacks = (open.StackInuse - before.StackInuse) / float64(members)
+	if res.HeapTop, err = s.heapProfile(ctx, heapFile); err != nil {
+		logf("clusters: fan-out heap profile: %v", err)
+	} else {
+		res.HeapFile = heapFile
+	}
 
 	profiled := make(chan error, 1)
 	go func() { profiled <- s.cpuProfile(ctx, 3*time.Second, cpuFile) }()
@@ -158,6 +168,7 @@ func (r *report) fanOutSection(p func(string, ...any), f *fanOutResult) {
 	if f.WatchOpen > 0 {
 		p("| WATCH: until every member's watch is open | %s | |\n", measure.Dur(f.WatchOpen))
 		p("| gateway goroutines with the WATCH open | | %.2f |\n", f.WatchGoroutines)
+		p("| gateway heap / stacks with the WATCH open (after a GC) | | %s / %s |\n", measure.KiB(f.WatchHeap), measure.KiB(f.WatchStacks))
 	}
 	if f.Events > 0 {
 		p("| events of one change per member: received / expected | %d / %d | |\n", f.Events, f.Members)
@@ -168,6 +179,9 @@ func (r *report) fanOutSection(p func(string, ...any), f *fanOutResult) {
 		p("\nNot measured: %s.\n", f.Err)
 	}
 	p("\n")
+	if f.HeapFile != "" {
+		p("The gateway's heap in use with the WATCH open, by allocation site (`%s`; `go tool pprof -sample_index=inuse_space -top`):\n\n```\n%s```\n\n", f.HeapFile, measure.TrimPprof(f.HeapTop))
+	}
 	if f.CPUFile != "" {
 		p("The gateway's CPU while the events pass (a profile of 2 s from just before the creates, `%s`; `go tool pprof -top`):\n\n```\n%s```\n\n", f.CPUFile, measure.TrimPprof(f.CPUTop))
 	}
