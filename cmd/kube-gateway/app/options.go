@@ -26,6 +26,7 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/chain"
+	"github.com/kubewharf/kube-gateway/proxy/fanout"
 	"github.com/kubewharf/kube-gateway/proxy/forward"
 	"github.com/kubewharf/kube-gateway/proxy/frontproxy"
 	"github.com/kubewharf/kube-gateway/proxy/longrunning"
@@ -76,6 +77,11 @@ type Options struct {
 	// SplitLimitsAcrossReplicas divides every flow-control limit among the live
 	// gateway replicas, which announce themselves with Leases in SecretNamespace.
 	SplitLimitsAcrossReplicas bool
+	// FanOutParallel bounds the members a fan-out list asks at once;
+	// FanOutMemberTimeout bounds each member's answer (and the opening of
+	// each member's watch).
+	FanOutParallel      int
+	FanOutMemberTimeout time.Duration
 
 	scheme *runtime.Scheme
 	codecs serializer.CodecFactory
@@ -99,6 +105,8 @@ func NewOptions() *Options {
 		MaxLongRunningPerUser:       10000,
 		MemberResponseHeaderTimeout: forward.DefaultResponseHeaderTimeout,
 		SplitLimitsAcrossReplicas:   true,
+		FanOutParallel:              fanout.DefaultParallel,
+		FanOutMemberTimeout:         fanout.DefaultMemberTimeout,
 		scheme:                      scheme,
 		codecs:                      codecs,
 	}
@@ -149,6 +157,10 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"Most long-running proxied requests (watches, log streams, exec, attach, port-forward) one hub user may hold open through this gateway process, over all upstream clusters; past it the gateway answers 429. Users are told apart by name: the replicas of a controller that share a service account share one budget. Neither the hub's priority and fairness nor --max-requests-inflight counts these requests, and each open watch costs the gateway about 38 KiB: the limit bounds what one user can take. 0 means no limit.")
 	gw.BoolVar(&o.SplitLimitsAcrossReplicas, SplitLimitsFlag, o.SplitLimitsAcrossReplicas,
 		"Divide every flow-control limit of the UpstreamClusters among the live gateway replicas, so that a schema's qps, burst and max in-flight hold for the whole gateway rather than for each replica. Each replica keeps a hub Lease, in --secret-namespace, labeled "+replicas.LabelReplicaOf+"=<--status-lease-name>, and counts those of the others; one that cannot read or write them enforces whole limits. Off: every replica enforces whole limits.")
+	gw.IntVar(&o.FanOutParallel, "fan-out-parallel", o.FanOutParallel,
+		"Most members a fan-out list (a proxy path whose cluster name is * or a label selector) asks at once. Every member is asked once whatever this is; it bounds the gateway's concurrent work for one list, and the list's time when members are far away: about members / this × the members' round trip. A fan-out watch opens every member's watch at once.")
+	gw.DurationVar(&o.FanOutMemberTimeout, "fan-out-member-timeout", o.FanOutMemberTimeout,
+		"How long a fan-out list waits for each member's complete answer, and a fan-out watch for each member's watch to open. A member that takes longer is left out with a warning (or fails the request with gateway.kubewharf.io/strict=true).")
 	o.Recommended.Etcd.AddFlags(fss.FlagSet("etcd"))
 	o.Recommended.SecureServing.AddFlags(fss.FlagSet("secure serving"))
 	o.Recommended.Authentication.AddFlags(fss.FlagSet("authentication"))
@@ -198,6 +210,7 @@ func (o *Options) Validate() error {
 	if o.MaxLongRunningPerUser < 0 {
 		errs = append(errs, fmt.Errorf("--%s %d: must be 0 (no limit) or more", longrunning.Flag, o.MaxLongRunningPerUser))
 	}
+	errs = append(errs, o.validateFanOut()...)
 	for _, msg := range validation.IsDNS1123Subdomain(o.StatusLeaseName) {
 		errs = append(errs, fmt.Errorf("--status-lease-name %q: %s", o.StatusLeaseName, msg))
 	}
@@ -208,6 +221,17 @@ func (o *Options) Validate() error {
 		}
 	}
 	return utilerrors.NewAggregate(errs)
+}
+
+func (o *Options) validateFanOut() []error {
+	var errs []error
+	if o.FanOutParallel < 1 {
+		errs = append(errs, fmt.Errorf("--fan-out-parallel %d: must be 1 or more", o.FanOutParallel))
+	}
+	if o.FanOutMemberTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--fan-out-member-timeout %s: must be positive", o.FanOutMemberTimeout))
+	}
+	return errs
 }
 
 // Config builds the server configuration from the options.
@@ -262,6 +286,8 @@ func (o *Options) Config() (*Config, error) {
 			MemberResponseHeaderTimeout: o.MemberResponseHeaderTimeout,
 			ProbeWithNewConnections:     o.ProbeWithNewConnections,
 			SplitLimitsAcrossReplicas:   o.SplitLimitsAcrossReplicas,
+			FanOutParallel:              o.FanOutParallel,
+			FanOutMemberTimeout:         o.FanOutMemberTimeout,
 		},
 	}, nil
 }

@@ -63,6 +63,10 @@ type ExtraConfig struct {
 	LongRunning *longrunning.Limiter
 	// SplitLimitsAcrossReplicas: see Options.
 	SplitLimitsAcrossReplicas bool
+	// FanOutParallel and FanOutMemberTimeout: see Options; 0 takes
+	// package fanout's defaults.
+	FanOutParallel      int
+	FanOutMemberTimeout time.Duration
 	// ConnectAdmissionPlugins are the enabled admission plugins whose
 	// configuration objects decide whether CONNECT admission can refuse a proxy
 	// request (upstreamcluster.ConnectAdmissionGate); nil: always run it.
@@ -165,7 +169,8 @@ func (c CompletedConfig) New() (*Server, error) {
 	proxyHandler := upstreamcluster.NewProxyHandler(proxyREST, c.generic.AdmissionControl, admissionGate, c.extra.Scheme, c.extra.Codecs)
 	c.generic.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
 		// "*" and label selectors in the name segment fan out (proxy/fanout).
-		fan := &fanout.Handler{Member: proxyHandler.ServeProxy, Clusters: storage.UpstreamCluster, Authorizer: gc.Authorization.Authorizer, Serializer: c.extra.Codecs}
+		fan := &fanout.Handler{Member: proxyHandler.ServeProxy, Clusters: storage.UpstreamCluster, Authorizer: gc.Authorization.Authorizer, Serializer: c.extra.Codecs,
+			Parallel: c.extra.FanOutParallel, MemberTimeout: c.extra.FanOutMemberTimeout}
 		serve := chain.ProxyFunc(fan.Wrap(proxyHandler.ServeProxy))
 		return chain.New(genericapiserver.DefaultBuildHandlerChain(apiHandler, gc), serve, gc, chain.Options{Tracing: c.extra.Tracing, Entry: c.extra.Entry})
 	}
