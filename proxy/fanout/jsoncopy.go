@@ -25,8 +25,12 @@ func newCopier(w io.Writer) *copier {
 }
 
 // newDecoder reads JSON from b without a copy.
-func newDecoder(b []byte) *jsontext.Decoder {
-	return jsontext.NewDecoder(bytes.NewBuffer(b), jsontext.AllowDuplicateNames(true))
+func newDecoder(b []byte) *jsontext.Decoder { return newStreamDecoder(bytes.NewBuffer(b)) }
+
+// newStreamDecoder reads JSON from r. Names are not checked for duplicates,
+// as the copier writes them (see newCopier).
+func newStreamDecoder(r io.Reader) *jsontext.Decoder {
+	return jsontext.NewDecoder(r, jsontext.AllowDuplicateNames(true))
 }
 
 func (c *copier) token(t jsontext.Token) {
@@ -66,6 +70,24 @@ func (c *copier) copyValue(dec *jsontext.Decoder) error {
 	}
 	c.value(v)
 	return nil
+}
+
+// otherThan handles the next value of dec when it is not of kind want: a
+// null is replaced by what replace writes, anything else is copied
+// unchanged. handled is false when the value is of kind want: the caller
+// copies it.
+func (c *copier) otherThan(dec *jsontext.Decoder, want jsontext.Kind, replace func()) (handled bool, err error) {
+	switch dec.PeekKind() {
+	case want:
+		return false, nil
+	case 'n':
+		if _, err := dec.ReadToken(); err != nil {
+			return true, err
+		}
+		replace()
+		return true, nil
+	}
+	return true, c.copyValue(dec)
 }
 
 // object copies the next value of dec, an object, member by member. member
@@ -124,6 +146,15 @@ func eachMember(dec *jsontext.Decoder, member func(key string) error) error {
 	return err
 }
 
+// eachMemberIfObject is eachMember for a value that may be of another
+// kind: that one is skipped.
+func eachMemberIfObject(dec *jsontext.Decoder, member func(key string) error) error {
+	if dec.PeekKind() != '{' {
+		return dec.SkipValue()
+	}
+	return eachMember(dec, member)
+}
+
 // readString reads the next value of dec, a string, into s; field names it
 // in the error.
 func readString(dec *jsontext.Decoder, field string, s *string) error {
@@ -176,16 +207,8 @@ func (c *copier) copyObject(dec *jsontext.Decoder, e *metaEdit) error {
 // copyMetadata copies an object's metadata with e applied. Metadata that is
 // neither an object nor null is copied unchanged.
 func (c *copier) copyMetadata(dec *jsontext.Decoder, e *metaEdit) error {
-	switch dec.PeekKind() {
-	case '{':
-	case 'n':
-		if _, err := dec.ReadToken(); err != nil {
-			return err
-		}
-		c.writeMetadata(e)
-		return nil
-	default:
-		return c.copyValue(dec)
+	if handled, err := c.otherThan(dec, '{', func() { c.writeMetadata(e) }); handled {
+		return err
 	}
 	annotations := false
 	return c.object(dec, func(name jsontext.Token, key string) (bool, error) {
@@ -211,9 +234,7 @@ func (c *copier) writeMetadata(e *metaEdit) {
 func (c *copier) writeMetadataMembers(e *metaEdit, annotations bool) {
 	if annotations && e.cluster != "" {
 		c.token(jsontext.String("annotations"))
-		c.token(jsontext.BeginObject)
-		c.writeClusterAnnotation(e.cluster)
-		c.token(jsontext.EndObject)
+		c.writeAnnotations(e.cluster)
 	}
 	if e.resourceVersion != "" {
 		c.token(jsontext.String("resourceVersion"))
@@ -225,18 +246,8 @@ func (c *copier) writeMetadataMembers(e *metaEdit, annotations bool) {
 // annotation set; one the member set is replaced. Annotations that are
 // neither an object nor null are copied unchanged.
 func (c *copier) copyAnnotations(dec *jsontext.Decoder, cluster string) error {
-	switch dec.PeekKind() {
-	case '{':
-	case 'n':
-		if _, err := dec.ReadToken(); err != nil {
-			return err
-		}
-		c.token(jsontext.BeginObject)
-		c.writeClusterAnnotation(cluster)
-		c.token(jsontext.EndObject)
-		return nil
-	default:
-		return c.copyValue(dec)
+	if handled, err := c.otherThan(dec, '{', func() { c.writeAnnotations(cluster) }); handled {
+		return err
 	}
 	return c.object(dec, func(_ jsontext.Token, key string) (bool, error) {
 		if key != ClusterAnnotation {
@@ -244,6 +255,13 @@ func (c *copier) copyAnnotations(dec *jsontext.Decoder, cluster string) error {
 		}
 		return true, dec.SkipValue() // the gateway's is written at the end
 	}, func() { c.writeClusterAnnotation(cluster) })
+}
+
+// writeAnnotations writes annotations holding only the cluster annotation.
+func (c *copier) writeAnnotations(cluster string) {
+	c.token(jsontext.BeginObject)
+	c.writeClusterAnnotation(cluster)
+	c.token(jsontext.EndObject)
 }
 
 func (c *copier) writeClusterAnnotation(cluster string) {
@@ -288,24 +306,24 @@ func (c *copier) writeCells(cluster string) {
 // copyCells copies a row's cells (an array; null is none) after a first cell
 // holding cluster.
 func (c *copier) copyCells(dec *jsontext.Decoder, cluster string) error {
-	switch dec.PeekKind() {
-	case '[':
-	case 'n':
-		if _, err := dec.ReadToken(); err != nil {
-			return err
-		}
-		c.writeCells(cluster)
-		return nil
-	default:
-		return c.copyValue(dec)
+	if handled, err := c.otherThan(dec, '[', func() { c.writeCells(cluster) }); handled {
+		return err
 	}
+	return c.array(dec, func() { c.token(jsontext.String(cluster)) }, c.copyValue)
+}
+
+// array copies the next value of dec, an array, with each copying each
+// element, after the elements head writes (head may be nil).
+func (c *copier) array(dec *jsontext.Decoder, head func(), each func(*jsontext.Decoder) error) error {
 	if _, err := dec.ReadToken(); err != nil {
 		return err
 	}
 	c.token(jsontext.BeginArray)
-	c.token(jsontext.String(cluster))
+	if head != nil {
+		head()
+	}
 	for c.err == nil && dec.PeekKind() != ']' {
-		if err := c.copyValue(dec); err != nil {
+		if err := each(dec); err != nil {
 			return err
 		}
 	}

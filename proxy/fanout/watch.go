@@ -489,19 +489,11 @@ func (c *copier) copyTable(dec *jsontext.Decoder, e *metaEdit, rv string, t *tab
 			}
 			return true, nil
 		case "rows":
-			rows, err := dec.ReadValue()
-			if err != nil {
+			c.token(name)
+			if handled, err := c.otherThan(dec, '[', func() { c.token(jsontext.Null) }); handled {
 				return true, err
 			}
-			c.token(jsontext.String(key))
-			if rows.Kind() != '[' {
-				c.value(rows)
-				return true, nil
-			}
-			c.token(jsontext.BeginArray)
-			c.elements(rows, func(dec *jsontext.Decoder) error { return c.copyRow(dec, e) })
-			c.token(jsontext.EndArray)
-			return true, nil
+			return true, c.array(dec, nil, func(dec *jsontext.Decoder) error { return c.copyRow(dec, e) })
 		case "metadata":
 			meta = true
 			c.token(name)
@@ -574,7 +566,7 @@ func (h *Handler) followMember(ctx context.Context, req *http.Request, path stri
 // whether the merged watch ends (a 410 ERROR event, or the client is gone),
 // and how many events it passed on.
 func (h *Handler) readEvents(ctx context.Context, s *memberStream, last *string, initialDone *bool, send func(event) bool) (ended bool, delivered int) {
-	d := jsontext.NewDecoder(s.body, jsontext.AllowDuplicateNames(true))
+	d := newStreamDecoder(s.body)
 	for {
 		line, err := d.ReadValue()
 		if err != nil {
@@ -655,32 +647,29 @@ func readObject(dec *jsontext.Decoder, ev *event) error {
 		case "apiVersion":
 			return readString(dec, key, &ev.apiVersion)
 		case "metadata":
-			if dec.PeekKind() != '{' {
-				return dec.SkipValue()
-			}
-			return eachMember(dec, func(key string) error {
-				switch key {
-				case "resourceVersion":
-					return readString(dec, key, &ev.resourceVersion)
-				case "annotations":
-					if dec.PeekKind() != '{' {
-						return dec.SkipValue()
-					}
-					return eachMember(dec, func(key string) error {
-						if key != metav1.InitialEventsAnnotationKey {
-							return dec.SkipValue()
-						}
-						var v string
-						err := readString(dec, key, &v)
-						ev.initialEnd = v == "true"
-						return err
-					})
-				}
-				return dec.SkipValue()
-			})
+			return eachMemberIfObject(dec, func(key string) error { return readMetadata(dec, key, ev) })
 		}
 		return dec.SkipValue()
 	})
+}
+
+// readMetadata reads the member key of an event object's metadata into ev.
+func readMetadata(dec *jsontext.Decoder, key string, ev *event) error {
+	switch key {
+	case "resourceVersion":
+		return readString(dec, key, &ev.resourceVersion)
+	case "annotations":
+		return eachMemberIfObject(dec, func(key string) error {
+			if key != metav1.InitialEventsAnnotationKey {
+				return dec.SkipValue()
+			}
+			var v string
+			err := readString(dec, key, &v)
+			ev.initialEnd = v == "true"
+			return err
+		})
+	}
+	return dec.SkipValue()
 }
 
 func memberStatus(cluster string, code int, reason metav1.StatusReason, msg string) *metav1.Status {

@@ -4,8 +4,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/kubewharf/kube-gateway/proxy/fanout"
 )
 
 func TestValidateFanOut(t *testing.T) {
@@ -20,11 +18,5 @@ func TestValidateFanOut(t *testing.T) {
 		if len(errs) != 1 || !strings.Contains(errs[0].Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", c.o, errs, c.want)
 		}
-	}
-	// NewOptions registers feature gates: it can be called once per process,
-	// and other tests do. The defaults are fanout's.
-	defaults := Options{FanOutParallel: fanout.DefaultParallel, FanOutMemberTimeout: fanout.DefaultMemberTimeout}
-	if errs := defaults.validateFanOut(); len(errs) != 0 {
-		t.Errorf("the defaults are refused: %v", errs)
 	}
 }
