@@ -54,6 +54,10 @@ const StrictParam = "gateway.kubewharf.io/strict"
 const (
 	DefaultParallel      = 8
 	DefaultMemberTimeout = 30 * time.Second
+	// DefaultListMemory is the gateway's default bound of ListMemory, a
+	// quantity: a quarter of the chart's memory limit, with the buffers'
+	// slack half of it.
+	DefaultListMemory = "256Mi"
 )
 
 // MemberFunc serves one request for one member cluster, as a request naming
@@ -82,6 +86,9 @@ type Handler struct {
 	Parallel int
 	// MemberTimeout bounds each member's answer; 0: DefaultMemberTimeout.
 	MemberTimeout time.Duration
+	// ListMemory bounds the member answers that fan-out lists hold; nil: no
+	// bound.
+	ListMemory *ListMemory
 }
 
 // IsFanOut tells whether a name segment selects many clusters: "*", or a
@@ -153,13 +160,25 @@ func (h *Handler) Serve(w http.ResponseWriter, req *http.Request, name, path str
 		}
 		return
 	}
-	table := wantsTable(req.Header.Get("Accept"))
+	// The members' answers are held until the merged list is written; a
+	// list that goes over the memory bound cancels its member requests.
+	ctx, cancel := context.WithCancel(req.Context())
+	defer cancel()
+	c := &listCall{req: inner.WithContext(ctx), path: path, accept: "application/json", timeout: h.memberTimeout(), memory: h.ListMemory.newHold(cancel)}
+	defer c.memory.release()
+	if wantsTable(req.Header.Get("Accept")) {
+		c.accept = tableAccept
+	}
 	var merged *mergedList
 	var warnings []string
 	if mq.limit > 0 || page != nil {
-		merged, warnings, err = h.page(inner, members, path, table, mq, page)
+		merged, warnings, err = h.page(c, members, mq, page)
 	} else {
-		merged, warnings, err = merge(h.ask(inner, members, path, table), mq.strict)
+		merged, warnings, err = merge(h.ask(c, members), mq.strict)
+	}
+	if err := c.memory.failed(); err != nil {
+		fail(err) // the members' failures are the bound's doing
+		return
 	}
 	for _, msg := range warnings {
 		warning.AddWarning(req.Context(), "", msg)
@@ -169,6 +188,17 @@ func (h *Handler) Serve(w http.ResponseWriter, req *http.Request, name, path str
 		return
 	}
 	responsewriters.SerializeObject("application/json", listEncoder{}, w, req, http.StatusOK, mergedObject{merged})
+}
+
+// listCall is one fan-out list being served: what each member is asked.
+type listCall struct {
+	// req is the client's request with the members' query; its context
+	// ends when the list fails.
+	req     *http.Request
+	path    string
+	accept  string
+	timeout time.Duration
+	memory  *hold
 }
 
 // parseSelector reads the name segment: "*" or a label selector.
@@ -366,17 +396,10 @@ func (r *result) parse() (*memberList, error) {
 
 // ask sends the list to every member, Parallel at a time, each bounded by
 // MemberTimeout, and returns the answers in members' order.
-func (h *Handler) ask(req *http.Request, members []member, path string, table bool) []result {
-	parallel, timeout := h.Parallel, h.MemberTimeout
+func (h *Handler) ask(c *listCall, members []member) []result {
+	parallel := h.Parallel
 	if parallel <= 0 {
 		parallel = DefaultParallel
-	}
-	if timeout <= 0 {
-		timeout = DefaultMemberTimeout
-	}
-	accept := "application/json"
-	if table {
-		accept = tableAccept
 	}
 	results := make([]result, len(members))
 	slots := make(chan struct{}, parallel)
@@ -386,34 +409,35 @@ func (h *Handler) ask(req *http.Request, members []member, path string, table bo
 		wg.Add(1)
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			results[i] = h.askOne(req, m.name, path, accept, timeout)
+			results[i] = h.askOne(c, c.req, m.name)
 		}()
 	}
 	wg.Wait()
 	return results
 }
 
-func (h *Handler) askOne(req *http.Request, name, path, accept string, timeout time.Duration) result {
-	ctx, cancel := context.WithTimeout(req.Context(), timeout)
+// askOne sends req, the list of call c, to one member.
+func (h *Handler) askOne(c *listCall, req *http.Request, name string) result {
+	ctx, cancel := context.WithTimeout(req.Context(), c.timeout)
 	defer cancel()
 	// Warnings of this member's request (e.g. from admission) are collected
 	// here, not written concurrently into the client's headers.
 	rec := &recorder{}
 	ctx = warning.WithWarningRecorder(ctx, rec)
 	inner := req.Clone(ctx)
-	inner.Header.Set("Accept", accept)
+	inner.Header.Set("Accept", c.accept)
 	// The gateway decodes the answer: let the transport handle compression.
 	inner.Header.Del("Accept-Encoding")
-	c := newCapture()
-	if h.serveMember(c, inner, name, path) {
-		c.status = http.StatusBadGateway
-		c.body.Reset()
-		c.body.WriteString("its answer broke off")
+	w := newCapture(c.memory)
+	if h.serveMember(w, inner, name, c.path) {
+		w.status = http.StatusBadGateway
+		w.body.Reset()
+		w.body.WriteString("its answer broke off")
 	}
-	r := result{cluster: name, code: c.code(), body: c.body.Bytes(), warnings: rec.texts}
-	r.warnings = append(r.warnings, memberWarnings(c.header)...)
+	r := result{cluster: name, code: w.code(), body: w.body.Bytes(), warnings: rec.texts}
+	r.warnings = append(r.warnings, memberWarnings(w.header)...)
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		r.err = fmt.Errorf("no complete answer within %s", timeout)
+		r.err = fmt.Errorf("no complete answer within %s", c.timeout)
 	}
 	if r.err == nil && r.code == http.StatusOK {
 		_, _ = r.parse() // here, where members are read in parallel; merge reports the error

@@ -20,9 +20,10 @@ type capture struct {
 	header http.Header
 	status int
 	body   bytes.Buffer
+	memory *hold
 }
 
-func newCapture() *capture { return &capture{header: http.Header{}} }
+func newCapture(memory *hold) *capture { return &capture{header: http.Header{}, memory: memory} }
 
 func (c *capture) Header() http.Header { return c.header }
 
@@ -35,6 +36,9 @@ func (c *capture) WriteHeader(code int) {
 func (c *capture) Write(b []byte) (int, error) {
 	if c.status == 0 {
 		c.status = http.StatusOK
+	}
+	if err := c.memory.take(len(b)); err != nil {
+		return 0, err
 	}
 	return c.body.Write(b)
 }

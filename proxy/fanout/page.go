@@ -44,7 +44,7 @@ func parseContinue(s string) (*continueToken, error) {
 // in name order, each with the limit that is left, until limit items are in
 // the page; the continue token names the member (and its own token) where
 // the next page starts. A member that fails is skipped with a warning.
-func (h *Handler) page(req *http.Request, members []member, path string, table bool, cq clientQuery, tok *continueToken) (*mergedList, []string, error) {
+func (h *Handler) page(c *listCall, members []member, cq clientQuery, tok *continueToken) (*mergedList, []string, error) {
 	versions := map[string]string{}
 	start, memberCont := 0, ""
 	if tok != nil {
@@ -60,16 +60,12 @@ func (h *Handler) page(req *http.Request, members []member, path string, table b
 			memberCont = tok.Continue
 		}
 	}
-	base, _ := url.ParseQuery(req.URL.RawQuery)
+	base, _ := url.ParseQuery(c.req.URL.RawQuery)
 	if tok != nil {
 		// Kubernetes refuses a resourceVersion with continue; members joined
 		// in a later page are listed at their most recent state.
 		base.Del("resourceVersion")
 		base.Del("resourceVersionMatch")
-	}
-	accept := "application/json"
-	if table {
-		accept = tableAccept
 	}
 	remaining := cq.limit
 	var results []result
@@ -86,10 +82,13 @@ func (h *Handler) page(req *http.Request, members []member, path string, table b
 		if memberCont != "" {
 			q.Set("continue", memberCont)
 		}
-		inner := req.Clone(req.Context())
+		inner := c.req.Clone(c.req.Context())
 		inner.URL.RawQuery = q.Encode()
-		r := h.askOne(inner, members[i].name, path, accept, h.memberTimeout())
+		r := h.askOne(c, inner, members[i].name)
 		results = append(results, r)
+		if c.memory.failed() != nil {
+			break // Serve reports it
+		}
 		if memberCont != "" && r.code == http.StatusGone {
 			// The member's own token expired: so has the fan-out token.
 			return nil, nil, failed(http.StatusGone, fmt.Sprintf("upstream cluster %q: %s: list again from the start", r.cluster, statusCause(r.cluster, r.code, r.body)))

@@ -532,13 +532,16 @@ func newVanishMember(t *testing.T) *vanishMember {
 }
 
 // waitGoroutines polls until the process runs at most baseline goroutines, and
-// fails with their stacks if that does not happen before the deadline.
-func waitGoroutines(t *testing.T, baseline int) {
+// fails with their stacks if that does not happen before the deadline. It
+// closes idle pooled connections at every poll: a connection whose last stream
+// was still being torn down when first asked is idle only a moment later, and
+// would otherwise wait in the pool (with its goroutines) for its idle timeout.
+func waitGoroutines(t *testing.T, baseline int, closeIdle func()) {
 	t.Helper()
 	deadline := time.Now().Add(testTimeout)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	for runtime.NumGoroutine() > baseline {
+	for closeIdle(); runtime.NumGoroutine() > baseline; closeIdle() {
 		if time.Now().After(deadline) {
 			var stacks bytes.Buffer
 			_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
@@ -650,8 +653,7 @@ func TestServeVanishingClients(t *testing.T) {
 		waitCancelled(t, m, "/exec")
 	})
 
-	c.CloseIdleConnections()
-	waitGoroutines(t, baseline)
+	waitGoroutines(t, baseline, c.CloseIdleConnections)
 
 	// A client that goes away is no failure of the member: it stays healthy.
 	if !endpoint.Healthy() {

@@ -34,7 +34,7 @@ type family struct {
 
 // registeredFamilies returns what a gateway serves on /metrics that a dashboard
 // may use: the proxy metrics (each recorded once, since a vector without series is
-// not gathered), the server health and replicas gauges, and the process and Go runtime metrics
+// not gathered), the server health, replicas and fan-out gauges, and the process and Go runtime metrics
 // of the legacy registry k8s.io/apiserver serves.
 func registeredFamilies(t *testing.T) map[string]family {
 	t.Helper()
@@ -46,6 +46,7 @@ func registeredFamilies(t *testing.T) map[string]family {
 		fn("member-a", "https://192.0.2.10:6443", true)
 	}))
 	reg.MustRegister(NewReplicasCollector(func() int { return 2 }))
+	reg.MustRegister(NewFanOutCollector(fanOutMemory{}))
 	m.Observe("member-a", "p", "s", "get", "pods", 200, time.Millisecond)
 	m.InFlight("member-a", "p", "s").Inc()
 	m.Rejected("member-a", "p", "s", ReasonTokenBucket)
@@ -314,3 +315,10 @@ func TestMetricsDocListsEveryMetric(t *testing.T) {
 		t.Errorf("%s lists %s, which the gateway does not register", metricsDoc, name)
 	}
 }
+
+// fanOutMemory is a fan-out list memory that holds 1 KiB and refused one list
+// of each reason.
+type fanOutMemory struct{}
+
+func (fanOutMemory) Held() int64                      { return 1024 }
+func (fanOutMemory) Refused() (tooLarge, busy uint64) { return 1, 1 }

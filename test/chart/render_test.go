@@ -67,6 +67,8 @@ func TestRejectsInvalidValues(t *testing.T) {
 		{"kube-gateway", []string{"--set", "gateway.maxLongRunningRequestsPerUser=-1"}, []string{schemaErr, "/gateway/maxLongRunningRequestsPerUser"}},
 		{"kube-gateway", []string{"--set-string", "gateway.maxLongRunningRequestsPerUser=many"}, []string{schemaErr, "/gateway/maxLongRunningRequestsPerUser"}},
 		{"kube-gateway", []string{"--set", "gateway.memberResponseHeaderTimeout=90"}, []string{schemaErr, "/gateway/memberResponseHeaderTimeout"}},
+		{"kube-gateway", []string{"--set", "gateway.fanOutListMemory=lots"}, []string{schemaErr, "/gateway/fanOutListMemory"}},
+		{"kube-gateway", []string{"--set", "gateway.fanOutListMemory=-1"}, []string{schemaErr, "/gateway/fanOutListMemory"}},
 		{"kube-gateway", []string{"--set", "directAccess.enable=true"}, []string{schemaErr, "enable"}},
 		{"kube-gateway", []string{"--set", "directAccess.service.type=ExternalName"}, []string{schemaErr, "/directAccess/service/type"}},
 		{"kube-gateway", []string{"--set", "directAccess.audit.policy.kind=Config"}, []string{schemaErr, "/directAccess/audit/policy/kind"}},
@@ -242,5 +244,28 @@ func TestProbeWithNewConnections(t *testing.T) {
 	}
 	if got := args("--set", "gateway.probeWithNewConnections=true"); !slices.Contains(got, flag) {
 		t.Fatalf("with probeWithNewConnections=true the args are %v", got)
+	}
+}
+
+// gateway.fanOutListMemory passes --fan-out-list-memory, 256Mi by default.
+func TestFanOutListMemory(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	helm := DefaultHelm(t)
+	args := func(extra ...string) []string {
+		m := helm.Render(ctx, t, "kube-gateway", "kube-gateway", extra...)
+		return Convert[appsv1.Deployment](t, m.One(t, "Deployment")).Spec.Template.Spec.Containers[0].Args
+	}
+	for _, c := range []struct {
+		set  []string
+		want string
+	}{
+		{nil, "--fan-out-list-memory=256Mi"},
+		{[]string{"--set", "gateway.fanOutListMemory=1Gi"}, "--fan-out-list-memory=1Gi"},
+		{[]string{"--set", "gateway.fanOutListMemory=0"}, "--fan-out-list-memory=0"},
+		{[]string{"--set-json", "gateway.fanOutListMemory=536870912"}, "--fan-out-list-memory=536870912"},
+	} {
+		if got := args(c.set...); !slices.Contains(got, c.want) {
+			t.Errorf("%v: args %v, want %s", c.set, got, c.want)
+		}
 	}
 }

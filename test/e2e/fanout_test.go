@@ -290,6 +290,50 @@ func TestFanOutList(t *testing.T) {
 		}
 	})
 
+	t.Run("a list larger than the gateway holds for fan-out lists", func(t *testing.T) {
+		// Three ConfigMaps of 800 KiB on member-a, more than the gateway's
+		// --fan-out-list-memory of 2 MiB together, less than it one by one.
+		huge := ns + "-huge"
+		cs := kubernetes.NewForConfigOrDie(env.Members[harness.MemberA].Config(harness.UserAdmin, 0))
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: huge}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cs.CoreV1().Namespaces().Delete(context.Background(), huge, metav1.DeleteOptions{}) })
+		value := strings.Repeat("0123456789abcdef", 800<<10/16)
+		for i := range 3 {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "huge-" + strconv.Itoa(i)}, Data: map[string]string{"value": value}}
+			if _, err := cs.CoreV1().ConfigMaps(huge).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Deleted now, not with the namespace later: other tests list
+		// ConfigMaps of every namespace through fan-out paths.
+		t.Cleanup(func() {
+			_ = cs.CoreV1().ConfigMaps(huge).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
+		})
+		refused := gatewayCounter(t, "kube_gateway_fanout_lists_refused_total", map[string]string{"reason": "TooLarge"})
+		body, code, _ := fanOutGet(ctx, t, harness.UserAdmin, fanOutPath("*")+"/api/v1/namespaces/"+huge+"/configmaps", nil)
+		var status metav1.Status
+		_ = json.Unmarshal(body, &status)
+		if code != http.StatusRequestEntityTooLarge || status.Reason != metav1.StatusReasonRequestEntityTooLarge ||
+			!strings.Contains(status.Message, "--fan-out-list-memory") || !strings.Contains(status.Message, "limit") {
+			t.Errorf("list of 2.4 MiB with a bound of 2 MiB: %d %.300s, want a 413 Status telling to page", code, body)
+		}
+		if got := gatewayCounter(t, "kube_gateway_fanout_lists_refused_total", map[string]string{"reason": "TooLarge"}); got != refused+1 {
+			t.Errorf("kube_gateway_fanout_lists_refused_total{reason=TooLarge} went from %v to %v, want one more", refused, got)
+		}
+		// Paged, a page holds one member's page at a time.
+		out, _, err := env.Kubectl(ctx, fanOutKubeconfig(t, harness.UserAdmin), "get", "configmaps", "-n", huge, "--chunk-size=1", "-o", "name")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			if !strings.Contains(out, "configmap/huge-"+strconv.Itoa(i)+"\n") {
+				t.Errorf("kubectl get --chunk-size=1 did not list huge-%d:\n%s", i, out)
+			}
+		}
+	})
+
 	t.Run("a member that cannot answer", func(t *testing.T) {
 		port, err := harness.FreePort()
 		if err != nil {

@@ -26,6 +26,11 @@ const gatewayRequestTimeout = 5 * time.Second
 // what any one user of the other tests holds open at once.
 const longRunningCap = 30
 
+// fanOutListMemory is the gateway's --fan-out-list-memory: small enough for
+// TestFanOutList to pass it with three ConfigMaps, larger than any other
+// test's fan-out list.
+const fanOutListMemory = 2 << 20
+
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
@@ -45,7 +50,8 @@ func run(m *testing.M) int {
 		// A short request timeout for the gateway's own non-long-running requests,
 		// so that TestLongRunningRequestsOutliveTheGatewayTimeout can prove in
 		// seconds that proxied streams are not subject to it.
-		GatewayArgs: []string{"--request-timeout=" + gatewayRequestTimeout.String(), "--" + longrunning.Flag + "=" + strconv.Itoa(longRunningCap)},
+		GatewayArgs: []string{"--request-timeout=" + gatewayRequestTimeout.String(), "--" + longrunning.Flag + "=" + strconv.Itoa(longRunningCap),
+			"--fan-out-list-memory=" + strconv.Itoa(fanOutListMemory)},
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the environment: %v\n(logs in %s)\n", err, filepath.Join(workDir, "logs"))

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -82,6 +83,9 @@ type Options struct {
 	// each member's watch).
 	FanOutParallel      int
 	FanOutMemberTimeout time.Duration
+	// FanOutListMemory bounds the member answers that the fan-out lists in
+	// flight hold together; 0: no bound.
+	FanOutListMemory resource.QuantityValue
 
 	scheme *runtime.Scheme
 	codecs serializer.CodecFactory
@@ -107,6 +111,7 @@ func NewOptions() *Options {
 		SplitLimitsAcrossReplicas:   true,
 		FanOutParallel:              fanout.DefaultParallel,
 		FanOutMemberTimeout:         fanout.DefaultMemberTimeout,
+		FanOutListMemory:            resource.QuantityValue{Quantity: resource.MustParse(fanout.DefaultListMemory)},
 		scheme:                      scheme,
 		codecs:                      codecs,
 	}
@@ -161,6 +166,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"Most members a fan-out list (a proxy path whose cluster name is * or a label selector) asks at once. Every member is asked once whatever this is; it bounds the gateway's concurrent work for one list, and the list's time when members are far away: about members / this × the members' round trip. A fan-out watch opens every member's watch at once.")
 	gw.DurationVar(&o.FanOutMemberTimeout, "fan-out-member-timeout", o.FanOutMemberTimeout,
 		"How long a fan-out list waits for each member's complete answer, and a fan-out watch for each member's watch to open. A member that takes longer is left out with a warning (or fails the request with gateway.kubewharf.io/strict=true).")
+	gw.Var(&o.FanOutListMemory, "fan-out-list-memory",
+		"Most memory (a quantity: 256Mi, 1Gi) that the member answers of the fan-out lists in flight take together. A fan-out list holds every member's answer until it writes the merged list; one that would take more fails with 413 when it alone is larger (page it with limit: kubectl get --chunk-size, client-go's pager), with 429 when other fan-out lists hold the memory. Keep it well below the gateway's memory limit: the buffers holding the answers take up to twice this. 0 means no bound.")
 	o.Recommended.Etcd.AddFlags(fss.FlagSet("etcd"))
 	o.Recommended.SecureServing.AddFlags(fss.FlagSet("secure serving"))
 	o.Recommended.Authentication.AddFlags(fss.FlagSet("authentication"))
@@ -231,6 +238,9 @@ func (o *Options) validateFanOut() []error {
 	if o.FanOutMemberTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--fan-out-member-timeout %s: must be positive", o.FanOutMemberTimeout))
 	}
+	if o.FanOutListMemory.Sign() < 0 {
+		errs = append(errs, fmt.Errorf("--fan-out-list-memory %s: must be 0 (no bound) or more", o.FanOutListMemory.String()))
+	}
 	return errs
 }
 
@@ -288,6 +298,7 @@ func (o *Options) Config() (*Config, error) {
 			SplitLimitsAcrossReplicas:   o.SplitLimitsAcrossReplicas,
 			FanOutParallel:              o.FanOutParallel,
 			FanOutMemberTimeout:         o.FanOutMemberTimeout,
+			FanOutListMemory:            fanout.NewListMemory(o.FanOutListMemory.Value()),
 		},
 	}, nil
 }

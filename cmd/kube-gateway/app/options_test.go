@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 func TestValidateFanOut(t *testing.T) {
@@ -13,6 +15,8 @@ func TestValidateFanOut(t *testing.T) {
 	}{
 		{Options{FanOutParallel: 0, FanOutMemberTimeout: time.Second}, "--fan-out-parallel 0: must be 1 or more"},
 		{Options{FanOutParallel: 1, FanOutMemberTimeout: 0}, "--fan-out-member-timeout 0s: must be positive"},
+		{Options{FanOutParallel: 1, FanOutMemberTimeout: time.Second, FanOutListMemory: resource.QuantityValue{Quantity: resource.MustParse("-1Mi")}},
+			"--fan-out-list-memory -1Mi: must be 0 (no bound) or more"},
 	} {
 		errs := c.o.validateFanOut()
 		if len(errs) != 1 || !strings.Contains(errs[0].Error(), c.want) {

@@ -67,6 +67,8 @@ type ExtraConfig struct {
 	// package fanout's defaults.
 	FanOutParallel      int
 	FanOutMemberTimeout time.Duration
+	// FanOutListMemory bounds what fan-out lists hold; nil: no bound.
+	FanOutListMemory *fanout.ListMemory
 	// ConnectAdmissionPlugins are the enabled admission plugins whose
 	// configuration objects decide whether CONNECT admission can refuse a proxy
 	// request (upstreamcluster.ConnectAdmissionGate); nil: always run it.
@@ -149,6 +151,13 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := legacyregistry.Registerer().Register(metrics.NewReplicasCollector(liveReplicas)); err != nil {
 		return nil, err
 	}
+	listMemory := c.extra.FanOutListMemory
+	if listMemory == nil {
+		listMemory = fanout.NewListMemory(0)
+	}
+	if err := legacyregistry.Registerer().Register(metrics.NewFanOutCollector(listMemory)); err != nil {
+		return nil, err
+	}
 
 	forwarder := forward.NewForwarder(proxyMetrics)
 	forwarder.LongRunning = c.extra.LongRunning
@@ -170,7 +179,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	c.generic.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
 		// "*" and label selectors in the name segment fan out (proxy/fanout).
 		fan := &fanout.Handler{Member: proxyHandler.ServeProxy, Clusters: storage.UpstreamCluster, Authorizer: gc.Authorization.Authorizer, Serializer: c.extra.Codecs,
-			Parallel: c.extra.FanOutParallel, MemberTimeout: c.extra.FanOutMemberTimeout}
+			Parallel: c.extra.FanOutParallel, MemberTimeout: c.extra.FanOutMemberTimeout, ListMemory: listMemory}
 		serve := chain.ProxyFunc(fan.Wrap(proxyHandler.ServeProxy))
 		return chain.New(genericapiserver.DefaultBuildHandlerChain(apiHandler, gc), serve, gc, chain.Options{Tracing: c.extra.Tracing, Entry: c.extra.Entry})
 	}

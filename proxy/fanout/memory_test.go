@@ -1,0 +1,184 @@
+package fanout
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
+	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
+	genericrequest "k8s.io/apiserver/pkg/endpoints/request"
+)
+
+// podList is a member's list of one pod whose name pads it to about size
+// bytes.
+func podList(name string, size int) []byte {
+	return []byte(fmt.Sprintf(`{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[{"metadata":{"name":"p-%s-%s"}}]}`,
+		name, strings.Repeat("x", max(size-100, 0))))
+}
+
+// sized answers each member's list with a pod list of size bytes, in 64-byte
+// writes as a reverse proxy copies, and stops at the first write refused.
+func sized(size int) MemberFunc {
+	return func(w http.ResponseWriter, _ *http.Request, name, _ string) {
+		w.Header().Set("Content-Type", "application/json")
+		for b := podList(name, size); len(b) > 0; {
+			n := min(64, len(b))
+			if _, err := w.Write(b[:n]); err != nil {
+				return
+			}
+			b = b[n:]
+		}
+	}
+}
+
+func statusOf(t *testing.T, rec *httptest.ResponseRecorder) metav1.Status {
+	t.Helper()
+	var st metav1.Status
+	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || st.Kind != "Status" {
+		t.Fatalf("%d %s: not a Status", rec.Code, rec.Body)
+	}
+	return st
+}
+
+// A list larger than the bound on its own fails with 413 telling the client
+// to page, and gives back what it held; paged, the same members are served.
+func TestListMemoryTooLarge(t *testing.T) {
+	h, _ := newHandler(nil)
+	h.Member = sized(1000)
+	h.ListMemory = NewListMemory(2500) // a, b and c answer 3,000 bytes
+	rec := do(h, "*", "/api/v1/pods", "", nil)
+	st := statusOf(t, rec)
+	if rec.Code != http.StatusRequestEntityTooLarge || st.Reason != metav1.StatusReasonRequestEntityTooLarge ||
+		!strings.Contains(st.Message, "2500") || !strings.Contains(st.Message, "--fan-out-list-memory") || !strings.Contains(st.Message, "limit") {
+		t.Errorf("%d %s: want a 413 naming the bound and the flag, and telling to page", rec.Code, rec.Body)
+	}
+	if w := rec.Header().Values("Warning"); len(w) != 0 {
+		t.Errorf("warnings %q: the members' failures are the bound's doing, not theirs", w)
+	}
+	if tooLarge, busy := h.ListMemory.Refused(); tooLarge != 1 || busy != 0 {
+		t.Errorf("refused %d too large, %d busy; want 1, 0", tooLarge, busy)
+	}
+	if held := h.ListMemory.Held(); held != 0 {
+		t.Errorf("%d bytes still held after the list", held)
+	}
+
+	// Paged, a page holds one member's answer at a time.
+	for _, q := range []string{"limit=1", "limit=1&continue=" + url.QueryEscape((&continueToken{Cluster: "b", Versions: map[string]string{"a": "1"}}).encode())} {
+		rec = do(h, "*", "/api/v1/pods", q, nil)
+		if rec.Code != http.StatusOK || len(itemClusters(t, rec)) != 1 {
+			t.Errorf("?%s: %d %.200s", q, rec.Code, rec.Body)
+		}
+	}
+	if held := h.ListMemory.Held(); held != 0 {
+		t.Errorf("%d bytes still held after the pages", held)
+	}
+}
+
+// A list that fits the bound alone, while other lists hold the memory, fails
+// with 429 and Retry-After; it passes once they are done.
+func TestListMemoryBusy(t *testing.T) {
+	h, _ := newHandler(nil)
+	h.Member = sized(1000)
+	h.ListMemory = NewListMemory(5000)
+	other := h.ListMemory.newHold(func() {})
+	if err := other.take(3000); err != nil {
+		t.Fatal(err)
+	}
+	rec := do(h, "*", "/api/v1/pods", "", nil)
+	st := statusOf(t, rec)
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "1" || !strings.Contains(st.Message, "other fan-out lists") {
+		t.Errorf("%d Retry-After %q %s: want a 429 to retry", rec.Code, rec.Header().Get("Retry-After"), rec.Body)
+	}
+	if held := h.ListMemory.Held(); held != 3000 {
+		t.Errorf("%d bytes held, want the other list's 3000", held)
+	}
+	other.release()
+	rec = do(h, "*", "/api/v1/pods", "", nil)
+	if got := strings.Join(itemClusters(t, rec), ","); got != "a,b,c" {
+		t.Errorf("after the other list: items of %s", got)
+	}
+	if tooLarge, busy := h.ListMemory.Refused(); tooLarge != 0 || busy != 1 {
+		t.Errorf("refused %d too large, %d busy; want 0, 1", tooLarge, busy)
+	}
+	if held := h.ListMemory.Held(); held != 0 {
+		t.Errorf("%d bytes still held", held)
+	}
+}
+
+// Once a list is over the bound, its other member requests are cancelled,
+// not waited for.
+func TestListMemoryCancelsTheOtherMembers(t *testing.T) {
+	h, _ := newHandler(nil)
+	h.ListMemory = NewListMemory(500)
+	h.MemberTimeout = time.Minute
+	cancelled := make(chan error, 2)
+	h.Member = func(w http.ResponseWriter, req *http.Request, name, path string) {
+		if name == "b" {
+			sized(1000)(w, req, name, path)
+			return
+		}
+		select { // a and c answer slowly
+		case <-req.Context().Done():
+			cancelled <- req.Context().Err()
+		case <-time.After(30 * time.Second):
+			cancelled <- nil
+		}
+	}
+	rec := do(h, "*", "/api/v1/pods", "", nil)
+	if rec.Code != http.StatusRequestEntityTooLarge {
+		t.Errorf("%d %s", rec.Code, rec.Body)
+	}
+	for range 2 {
+		if err := <-cancelled; err == nil {
+			t.Error("a slow member's request went on after the list failed")
+		}
+	}
+}
+
+// Through a real reverse proxy in a server's goroutine, as the gateway serves
+// a member, the refused write aborts the member's response (the reverse
+// proxy panics with http.ErrAbortHandler, which the fan-out recovers): the
+// copy stops, and nothing is held after the list.
+func TestListMemoryAbortsTheReverseProxy(t *testing.T) {
+	const size = 1 << 20
+	member := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(podList(req.URL.Query().Get("name"), size))
+	}))
+	defer member.Close()
+	target, _ := url.Parse(member.URL)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ErrorLog = log.New(io.Discard, "", 0) // the other members' cancellations
+	h, _ := newHandler(nil)
+	h.ListMemory = NewListMemory(size / 2)
+	h.Parallel = 1
+	h.Member = func(w http.ResponseWriter, req *http.Request, name, _ string) {
+		req.URL.RawQuery = "name=" + name
+		rp.ServeHTTP(w, req)
+	}
+	srv := httptest.NewServer(genericapifilters.WithWarningRecorder(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		h.Serve(w, req.WithContext(genericrequest.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"})), "*", "/api/v1/pods")
+	})))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("%s, want 413", resp.Status)
+	}
+	if held := h.ListMemory.Held(); held != 0 {
+		t.Errorf("%d bytes held after the list", held)
+	}
+}
