@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -21,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/warning"
-	"k8s.io/klog/v2"
 )
 
 // reopenBackoff paces the re-opening of a member watch that ended; it is
@@ -105,123 +103,12 @@ func (wq *watchQuery) checkResume(members []member) error {
 	return nil
 }
 
-// memberStream is one open member watch.
-type memberStream struct {
-	cluster string
-	code    int
-	body    io.ReadCloser
-	// failure describes an answer that is not an open watch.
-	failure string
-	// status is the member's Status when it answered one.
-	status *metav1.Status
-	// warnings are the member's warnings when it opened.
-	warnings []string
-	// stop ends the member's request and waits for it to return.
-	stop func()
-}
-
-// openWatch asks one member for a watch and waits, at most MemberTimeout, for
-// its response headers.
-func (h *Handler) openWatch(ctx context.Context, req *http.Request, cluster, path, query string) *memberStream {
-	accept := "application/json"
-	if wantsTable(req.Header.Get("Accept")) {
-		accept = tableAccept
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	rec := &recorder{}
-	inner := req.Clone(warning.WithWarningRecorder(ctx, rec))
-	inner.URL.RawQuery = query
-	inner.Header.Set("Accept", accept)
-	// Uncompressed: a member's watch stream lasts for hours, and the
-	// decompressor of a compressed one holds about 40 KiB for as long; its
-	// events, flushed one by one, compress poorly anyway.
-	inner.Header.Set("Accept-Encoding", "identity")
-	pr, pw := io.Pipe()
-	sw := &streamWriter{header: http.Header{}, pipe: pw, ready: make(chan struct{})}
-	returned := make(chan struct{})
-	go func() {
-		defer close(returned)
-		if h.serveMember(sw, inner, cluster, path) {
-			// Before any byte: a failure; after: the stream ends, and is re-opened.
-			sw.markReady(http.StatusBadGateway)
-			_ = pw.CloseWithError(errors.New("the member's answer broke off"))
-			return
-		}
-		sw.markReady(http.StatusOK)
-		_ = pw.Close()
-	}()
-	s := &memberStream{cluster: cluster, body: pr, stop: func() {
-		cancel()
-		_ = pr.CloseWithError(context.Canceled)
-		<-returned
-	}}
-	timer := time.NewTimer(h.memberTimeout())
-	defer timer.Stop()
-	select {
-	case <-sw.ready:
-	case <-timer.C:
-		s.stop()
-		s.failure = fmt.Sprintf("no watch opened within %s", h.memberTimeout())
-		s.code = http.StatusGatewayTimeout
-		return s
-	case <-ctx.Done():
-		s.stop()
-		s.failure, s.code = "the client went away", http.StatusServiceUnavailable
-		return s
-	}
-	s.code = sw.code
-	s.warnings = append(rec.get(), memberWarnings(sw.header)...)
-	if s.code != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(pr, 64<<10))
-		s.stop()
-		s.failure = statusCause(cluster, s.code, body)
-		var st metav1.Status
-		if json.Unmarshal(body, &st) == nil && st.Kind == "Status" {
-			s.status = &st
-		}
-	}
-	return s
-}
-
 func (h *Handler) memberTimeout() time.Duration {
 	if h.MemberTimeout > 0 {
 		return h.MemberTimeout
 	}
 	return DefaultMemberTimeout
 }
-
-// streamWriter is the ResponseWriter of a member watch: the member's body
-// goes through a pipe to the merge, event by event.
-type streamWriter struct {
-	header http.Header
-	pipe   *io.PipeWriter
-	once   sync.Once
-	ready  chan struct{}
-	code   int
-}
-
-func (s *streamWriter) Header() http.Header { return s.header }
-
-func (s *streamWriter) markReady(code int) {
-	s.once.Do(func() {
-		s.code = code
-		close(s.ready)
-	})
-}
-
-func (s *streamWriter) WriteHeader(code int) {
-	if code >= http.StatusOK {
-		s.markReady(code)
-	}
-}
-
-func (s *streamWriter) Write(b []byte) (int, error) {
-	s.markReady(http.StatusOK)
-	return s.pipe.Write(b)
-}
-
-// Flush: the pipe hands every write over as it is made.
-func (s *streamWriter) Flush() {}
 
 // event is one member's watch event, or the end of the merged watch.
 type event struct {
@@ -256,46 +143,66 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 		defer cancel()
 	}
 
-	// Open every member's watch at once; a watch holds its member for as
-	// long as it lasts, so Parallel does not apply.
-	streams := make([]*memberStream, len(members))
-	var wg sync.WaitGroup
+	// Every member's watch is opened at once, each in a goroutine that
+	// follows it from then on; a watch holds its member for as long as it
+	// lasts, so Parallel does not apply. Their events wait in the buffer
+	// until the merged stream begins: a burst of them (one change seen by
+	// many members) is written before the stream is flushed once.
+	events := make(chan event, eventBuffer)
+	type memberOpening struct {
+		i int
+		o opening
+	}
+	answers := make(chan memberOpening, len(members))
+	decided := make(chan struct{})
+	retryFailed := false // set before decided is closed
+	var followers sync.WaitGroup
+	// Every member goroutine has returned before the handler does.
+	defer followers.Wait()
+	defer cancel()
+	accept := "application/json"
+	if wantsTable(req.Header.Get("Accept")) {
+		accept = tableAccept
+	}
 	for i, m := range members {
-		wg.Add(1)
+		mw := &memberWatch{h: h, req: req, path: path, accept: accept, wq: wq, cluster: m.name, events: events, initialDone: !wq.initialEvents}
+		followers.Add(1)
 		go func() {
-			defer wg.Done()
-			streams[i] = h.openWatch(ctx, req, m.name, path, wq.memberValues(m.name, "", false))
+			defer followers.Done()
+			mw.follow(ctx, func(o opening) { answers <- memberOpening{i, o} }, decided,
+				func(code int) bool { return retryFailed && transient(code) })
 		}()
 	}
-	wg.Wait()
-	var open, retry []*memberStream
+	openings := make([]opening, len(members))
+	for range members {
+		a := <-answers
+		openings[a.i] = a.o
+	}
 	var failures []string
 	codes := map[int]bool{}
-	opened := slices.ContainsFunc(streams, func(s *memberStream) bool { return s.failure == "" })
-	for _, s := range streams {
-		for _, w := range s.warnings {
-			warning.AddWarning(req.Context(), "", fmt.Sprintf("upstream cluster %q: %s", s.cluster, w))
+	opened := slices.ContainsFunc(openings, func(o opening) bool { return o.failure == "" })
+	for i, o := range openings {
+		cluster := members[i].name
+		for _, w := range o.warnings {
+			warning.AddWarning(req.Context(), "", fmt.Sprintf("upstream cluster %q: %s", cluster, w))
 		}
-		if s.failure == "" {
-			open = append(open, s)
+		if o.failure == "" {
 			continue
 		}
-		if s.code == http.StatusGone {
-			stopAll(streams)
-			return failed(http.StatusGone, fmt.Sprintf("upstream cluster %q: %s", s.cluster, s.failure))
+		if o.code == http.StatusGone {
+			return failed(http.StatusGone, fmt.Sprintf("upstream cluster %q: %s", cluster, o.failure))
 		}
-		failures = append(failures, fmt.Sprintf("%q: %s", s.cluster, s.failure))
-		codes[s.code] = true
+		failures = append(failures, fmt.Sprintf("%q: %s", cluster, o.failure))
+		codes[o.code] = true
 		note := ""
-		if transient(s.code) && opened && !strict {
+		if transient(o.code) && opened && !strict {
 			// Unreachable, overloaded, slow: it joins the watch once it opens.
-			retry = append(retry, s)
 			note = " (retried in the background: its events follow once it opens)"
 		}
-		warning.AddWarning(req.Context(), "", fmt.Sprintf("upstream cluster %q: %s%s", s.cluster, s.failure, note))
+		warning.AddWarning(req.Context(), "", fmt.Sprintf("upstream cluster %q: %s%s", cluster, o.failure, note))
 	}
 	switch {
-	case len(open) == 0:
+	case !opened:
 		code := http.StatusServiceUnavailable
 		if len(codes) == 1 {
 			for c := range codes {
@@ -304,30 +211,16 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 		}
 		return failed(code, "no upstream cluster opened the watch: "+strings.Join(failures, "; "))
 	case strict && len(failures) > 0:
-		stopAll(streams)
 		return failed(http.StatusServiceUnavailable, fmt.Sprintf("%d of %d upstream clusters failed the watch (%s=true): %s",
 			len(failures), len(members), StrictParam, strings.Join(failures, "; ")))
 	}
+	retryFailed = !strict
+	close(decided)
 
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	flush := func() { _ = http.NewResponseController(w).Flush() }
 	flush()
-
-	// Buffered, so that a burst of events (one change seen by many members)
-	// is written before the stream is flushed once.
-	events := make(chan event, eventBuffer)
-	var readers sync.WaitGroup
-	for _, s := range append(open, retry...) {
-		readers.Add(1)
-		go func() {
-			defer readers.Done()
-			h.followMember(ctx, req, path, wq, s, events)
-		}()
-	}
-	// Every member goroutine has returned before the handler does.
-	defer readers.Wait()
-	defer cancel()
 
 	versions := &versionSet{}
 	for c, rv := range wq.resume {
@@ -338,8 +231,10 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 	initialEvents := wq.initialEvents
 	pendingInitial := map[string]bool{}
 	if initialEvents {
-		for _, s := range open {
-			pendingInitial[s.cluster] = true
+		for i, o := range openings {
+			if o.failure == "" {
+				pendingInitial[members[i].name] = true
+			}
 		}
 	}
 	c := newCopier(w)
@@ -446,14 +341,6 @@ func transient(code int) bool {
 	return code >= http.StatusInternalServerError || code == http.StatusTooManyRequests
 }
 
-func stopAll(streams []*memberStream) {
-	for _, s := range streams {
-		if s.failure == "" {
-			s.stop()
-		}
-	}
-}
-
 // tableColumns keeps the state of the Table objects of a watch for kubectl
 // get --watch: a member sends its columns with its first event only; the
 // merged stream sends them once, with the Cluster column first.
@@ -513,98 +400,6 @@ func isEmptyArray(a jsontext.Value) bool {
 	dec := newDecoder(a)
 	_, _ = dec.ReadToken()
 	return dec.PeekKind() == ']'
-}
-
-// followMember reads a member's events into events until ctx ends. A watch
-// that ends, ends with an ERROR event other than 410, or could not open
-// (transient failures only reach here) is re-opened from the member's last
-// resourceVersion, with backoff; a 410, in an ERROR event or when re-opening,
-// ends the merged watch.
-func (h *Handler) followMember(ctx context.Context, req *http.Request, path string, wq *watchQuery, s *memberStream, events chan<- event) {
-	var last string
-	initialDone := !wq.initialEvents
-	backoff := reopenBackoff
-	send := func(ev event) bool {
-		select {
-		case events <- ev:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-	for {
-		opened := s.failure == ""
-		if opened {
-			ended, delivered := h.readEvents(ctx, s, &last, &initialDone, send)
-			s.stop()
-			if ended {
-				return
-			}
-			if delivered > 0 {
-				// It worked for a while: the next re-open comes soon.
-				backoff = reopenBackoff
-			}
-		} else if s.code == http.StatusGone || (s.status != nil && s.status.Reason == metav1.StatusReasonExpired) {
-			send(event{fatal: memberStatus(s.cluster, http.StatusGone, metav1.StatusReasonExpired, s.failure)})
-			return
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		t := time.NewTimer(backoff.Step())
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		s = h.openWatch(ctx, req, s.cluster, path, wq.memberValues(s.cluster, last, initialDone))
-	}
-}
-
-// readEvents passes a member's events on until its stream ends; it tells
-// whether the merged watch ends (a 410 ERROR event, or the client is gone),
-// and how many events it passed on.
-func (h *Handler) readEvents(ctx context.Context, s *memberStream, last *string, initialDone *bool, send func(event) bool) (ended bool, delivered int) {
-	d := newStreamDecoder(s.body)
-	for {
-		line, err := d.ReadValue()
-		if err != nil {
-			return ctx.Err() != nil, delivered
-		}
-		ev, err := parseEvent(bytes.Clone(line)) // line is d's until the next read
-		if err != nil {
-			klog.FromContext(ctx).V(2).Info("Fan-out member watch sent an event that is not one; re-opening it", "upstreamcluster", s.cluster, "err", err)
-			return ctx.Err() != nil, delivered // a broken stream: re-open
-		}
-		if ev.typ == "ERROR" {
-			var st metav1.Status
-			_ = json.Unmarshal(ev.object, &st)
-			msg := st.Message
-			if msg == "" {
-				msg = string(ev.object)
-			}
-			if st.Code != http.StatusGone && st.Reason != metav1.StatusReasonExpired && st.Reason != metav1.StatusReasonGone {
-				// Any other error ends this member's watch only (e.g. a
-				// restarted server whose cache is not ready): re-open it.
-				klog.FromContext(ctx).V(2).Info("Fan-out member watch ended with an error; re-opening it", "upstreamcluster", s.cluster, "message", msg)
-				return false, delivered
-			}
-			send(event{fatal: memberStatus(s.cluster, http.StatusGone, metav1.StatusReasonExpired, msg)})
-			return true, delivered
-		}
-		if ev.resourceVersion != "" {
-			*last = ev.resourceVersion
-		}
-		if ev.initialEnd {
-			*initialDone = true
-		}
-		ev.cluster = s.cluster
-		if !send(ev) {
-			return true, delivered
-		}
-		delivered++
-	}
 }
 
 // parseEvent reads a watch event, {"type": ..., "object": {...}}, as far as

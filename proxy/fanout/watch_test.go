@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -410,6 +411,40 @@ func TestWatchTable(t *testing.T) {
 
 // When the client goes away, every member watch ends and no goroutine is
 // left behind.
+// An open member watch holds one goroutine of the fan-out: the member
+// request's own, which takes the events out of the response as it is
+// written. (Through the gateway, the HTTP/2 client's stream of the request
+// is the only other.)
+func TestMemberWatchHoldsOneGoroutine(t *testing.T) {
+	const n = 50
+	h, _ := newHandler(nil)
+	var names []string
+	h.Clusters = clusters{}
+	for i := range n {
+		names = append(names, fmt.Sprintf("m%02d", i))
+		h.Clusters = append(h.Clusters.(clusters), uc(names[i], map[string]string{"first": strconv.FormatBool(i == 0)}, true))
+	}
+	m := newWatchMembers(names...)
+	h.Member = m.serve
+	srv := watchServer(t, h)
+	// One watch over one member first: the server's and the client's
+	// goroutines for a watch are there before counting.
+	one := startWatch(t, srv, "first=true", "watch=true")
+	waitFor(t, "the single watch", func() bool { return m.running.Load() == 1 })
+	before := runtime.NumGoroutine()
+	c := startWatch(t, srv, "*", "watch=true")
+	waitFor(t, "every member watch", func() bool { return m.running.Load() == n+1 })
+	m.lines[names[n-1]] <- podEvent("ADDED", "p", "1")
+	if ev := c.next(t); ev.Object.Metadata.Annotations[ClusterAnnotation] != names[n-1] {
+		t.Fatalf("event %+v", ev)
+	}
+	// The merged watch's handler and its connection: a few; per member: one.
+	if added := runtime.NumGoroutine() - before; added > n+5 {
+		t.Errorf("%d goroutines for a watch over %d members, want about one per member", added, n)
+	}
+	one.cancel()
+}
+
 func TestWatchClientGoneLeavesNothing(t *testing.T) {
 	m, srv := threeMembers(t)
 	before := runtime.NumGoroutine()
@@ -658,5 +693,54 @@ func TestRelayFlushes(t *testing.T) {
 	}
 	if want := []string{"ADDED", "ADDED", "ADDED", "BOOKMARK", "flush"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("calls %v, want %v", got, want)
+	}
+}
+
+// A member's events are taken out of the response however the reverse proxy
+// writes it: split across writes, several in one write, with or without the
+// newline Kubernetes ends them with. What is not an event, or an event larger
+// than maxEventBytes, ends the member's request (to be opened again), and not
+// the merged watch.
+func TestEventWriterFraming(t *testing.T) {
+	newWriter := func() (*eventWriter, chan event, *bool) {
+		events := make(chan event, 16)
+		stopped := new(bool)
+		m := &memberWatch{cluster: "a", events: events}
+		w := &eventWriter{header: http.Header{}, m: m, ctx: context.Background(), stop: func() { *stopped = true }, answered: func() {}}
+		return w, events, stopped
+	}
+	w, events, stopped := newWriter()
+	a, b, c, d := podEvent("ADDED", "pa", "1"), podEvent("MODIFIED", "pb", "2"), podEvent("ADDED", "pc", "3"), podEvent("DELETED", "pd", "4")
+	for _, chunk := range []string{a[:10], a[10:40], a[40:] + "\n" + b + "\n" + c[:5], c[5:] + d, " \n"} {
+		if n, err := w.Write([]byte(chunk)); n != len(chunk) || err != nil {
+			t.Fatalf("Write: %d, %v", n, err)
+		}
+	}
+	var got []string
+	for len(events) > 0 {
+		ev := <-events
+		var obj struct{ Metadata metav1.ObjectMeta }
+		_ = json.Unmarshal(ev.object, &obj)
+		got = append(got, ev.typ+" "+obj.Metadata.Name+" "+ev.cluster+" "+ev.resourceVersion)
+	}
+	want := []string{"ADDED pa a 1", "MODIFIED pb a 2", "ADDED pc a 3", "DELETED pd a 4"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("events %q, want %q", got, want)
+	}
+	if w.m.last != "4" || *stopped || w.done || w.buf != nil {
+		t.Errorf("last %q, stopped %v, done %v, buffer %d of %d bytes kept; want none between events", w.m.last, *stopped, w.done, len(w.buf), cap(w.buf))
+	}
+	if _, _ = w.Write([]byte("{]\n")); !*stopped || !w.done || w.ended {
+		t.Errorf("after a broken event: stopped %v, done %v, ended %v; want the member's request stopped, the merged watch on", *stopped, w.done, w.ended)
+	}
+
+	w, _, stopped = newWriter()
+	chunk := bytes.Repeat([]byte("x"), 1<<20)
+	_, _ = w.Write([]byte(`{"type":"ADDED","object":{"data":"`))
+	for i := 0; i <= maxEventBytes>>20 && !w.done; i++ {
+		_, _ = w.Write(chunk)
+	}
+	if !*stopped || !w.done || w.buf != nil {
+		t.Errorf("an event of more than %d bytes: stopped %v, done %v, %d bytes kept", maxEventBytes, *stopped, w.done, len(w.buf))
 	}
 }
