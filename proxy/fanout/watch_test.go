@@ -698,7 +698,7 @@ func TestRelayFlushes(t *testing.T) {
 
 // A member's events are taken out of the response however the reverse proxy
 // writes it: split across writes, several in one write, with or without the
-// newline Kubernetes ends them with. What is not an event, or an event larger
+// newline Kubernetes ends them with, indented (pretty=true). What is not an event, or an event larger
 // than maxEventBytes, ends the member's request (to be opened again), and not
 // the merged watch.
 func TestEventWriterFraming(t *testing.T) {
@@ -711,7 +711,11 @@ func TestEventWriterFraming(t *testing.T) {
 	}
 	w, events, stopped := newWriter()
 	a, b, c, d := podEvent("ADDED", "pa", "1"), podEvent("MODIFIED", "pb", "2"), podEvent("ADDED", "pc", "3"), podEvent("DELETED", "pd", "4")
-	for _, chunk := range []string{a[:10], a[10:40], a[40:] + "\n" + b + "\n" + c[:5], c[5:] + d, " \n"} {
+	var pretty bytes.Buffer // as a member asked with pretty=true writes it
+	_ = json.Indent(&pretty, []byte(podEvent("MODIFIED", "pe", "5")), "", "  ")
+	e := pretty.String()
+	cut := strings.Index(e, "\n  \"object\"")
+	for _, chunk := range []string{a[:10], a[10:40], a[40:] + "\n" + b + "\n" + c[:5], c[5:] + d, " \n", e[:cut+1], e[cut+1:] + "\n"} {
 		if n, err := w.Write([]byte(chunk)); n != len(chunk) || err != nil {
 			t.Fatalf("Write: %d, %v", n, err)
 		}
@@ -723,11 +727,11 @@ func TestEventWriterFraming(t *testing.T) {
 		_ = json.Unmarshal(ev.object, &obj)
 		got = append(got, ev.typ+" "+obj.Metadata.Name+" "+ev.cluster+" "+ev.resourceVersion)
 	}
-	want := []string{"ADDED pa a 1", "MODIFIED pb a 2", "ADDED pc a 3", "DELETED pd a 4"}
+	want := []string{"ADDED pa a 1", "MODIFIED pb a 2", "ADDED pc a 3", "DELETED pd a 4", "MODIFIED pe a 5"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("events %q, want %q", got, want)
 	}
-	if w.m.last != "4" || *stopped || w.done || w.buf != nil {
+	if w.m.last != "5" || *stopped || w.done || w.buf != nil {
 		t.Errorf("last %q, stopped %v, done %v, buffer %d of %d bytes kept; want none between events", w.m.last, *stopped, w.done, len(w.buf), cap(w.buf))
 	}
 	if _, _ = w.Write([]byte("{]\n")); !*stopped || !w.done || w.ended {
