@@ -164,7 +164,7 @@ func (h *Handler) Serve(w http.ResponseWriter, req *http.Request, name, path str
 	// list that goes over the memory bound cancels its member requests.
 	ctx, cancel := context.WithCancel(req.Context())
 	defer cancel()
-	c := &listCall{req: inner.WithContext(ctx), path: path, accept: "application/json", timeout: h.memberTimeout(), memory: h.ListMemory.newHold(cancel)}
+	c := &listCall{req: inner.WithContext(ctx), path: path, accept: "application/json", timeout: h.memberTimeout(), memory: h.ListMemory.newHold(cancel, mq.limit > 0 || page != nil)}
 	defer c.memory.release()
 	if wantsTable(req.Header.Get("Accept")) {
 		c.accept = tableAccept

@@ -49,18 +49,13 @@ type opening struct {
 }
 
 // follow opens the member's watch and passes its events on until ctx ends.
-// The first opening, or failure to open, goes to report, once; a member that
+// The first answer, an opening or a failure to open, goes to report; a member that
 // failed it waits for decided and tries again only if retry says so. Later, a
 // watch that ends, ends with an ERROR event other than 410, or cannot be
 // opened is opened again from the member's last resourceVersion, with
 // backoff; a 410, in an ERROR event or when opening, ends the merged watch.
 func (m *memberWatch) follow(ctx context.Context, report func(opening), decided <-chan struct{}, retry func(code int) bool) {
 	reported := false
-	defer func() {
-		if !reported { // the client went away before the member answered
-			report(opening{code: http.StatusServiceUnavailable, failure: "the client went away"})
-		}
-	}()
 	backoff := reopenBackoff
 	for {
 		o, ended, delivered := m.watchOnce(ctx, func(o opening) {
@@ -148,6 +143,8 @@ func (m *memberWatch) watchOnce(ctx context.Context, opened func(opening)) (o op
 	switch {
 	case w.state.Load() == timedOut:
 		o.code, o.failure = http.StatusGatewayTimeout, fmt.Sprintf("no watch opened within %s", timeout)
+	case ctx.Err() != nil && w.answer(http.StatusServiceUnavailable):
+		o.failure = "the client went away"
 	case aborted && w.answer(http.StatusBadGateway):
 		// Before any byte: a failure; after: the stream ends, and is opened again.
 		o.failure = statusCause(m.cluster, o.code, []byte("the member's answer broke off"))

@@ -55,15 +55,16 @@ type hold struct {
 	held   atomic.Int64
 	// cancel ends the list's member requests once it went over the bound.
 	cancel context.CancelFunc
+	paged  bool
 
 	once sync.Once
 	err  error // set by once; read after the members' requests ended
 }
 
 // newHold starts the share of one list whose member requests cancel ends;
-// m may be nil.
-func (m *ListMemory) newHold(cancel context.CancelFunc) *hold {
-	return &hold{memory: m, cancel: cancel}
+// paged: the client asked for a page (limit). m may be nil.
+func (m *ListMemory) newHold(cancel context.CancelFunc, paged bool) *hold {
+	return &hold{memory: m, cancel: cancel, paged: paged}
 }
 
 // take counts n more bytes of a member's answer; an error means the list
@@ -89,9 +90,13 @@ func (h *hold) fail(held int64) {
 		bound := resource.NewQuantity(m.max, resource.BinarySI).String()
 		if held > m.max {
 			m.tooLarge.Add(1)
+			fix := "page the list with limit (kubectl get --chunk-size, client-go's pager)"
+			if h.paged { // a member's page alone, or members that ignore limit
+				fix = "ask for fewer items per page (a lower limit, kubectl get --chunk-size)"
+			}
 			h.err = apierrors.NewRequestEntityTooLargeError(fmt.Sprintf(
-				"the members' answers to this fan-out list are larger than %s, the most the gateway holds for fan-out lists (--fan-out-list-memory): "+
-					"page the list with limit (kubectl get --chunk-size, client-go's pager), or select fewer clusters", bound))
+				"the members' answers to this fan-out list are larger than %s, the most the gateway holds for fan-out lists (--fan-out-list-memory): %s, or select fewer clusters",
+				bound, fix))
 		} else {
 			m.busy.Add(1)
 			h.err = apierrors.NewTooManyRequests(fmt.Sprintf(

@@ -72,6 +72,12 @@ func TestListMemoryTooLarge(t *testing.T) {
 		t.Errorf("%d bytes still held after the list", held)
 	}
 
+	// A page that alone is larger: the client is told to ask for fewer items.
+	rec = do(h, "*", "/api/v1/pods", "limit=3", nil)
+	if st := statusOf(t, rec); rec.Code != http.StatusRequestEntityTooLarge || !strings.Contains(st.Message, "a lower limit") {
+		t.Errorf("a page of 3,000 bytes with a bound of 2,500: %d %s", rec.Code, rec.Body)
+	}
+
 	// Paged, a page holds one member's answer at a time.
 	for _, q := range []string{"limit=1", "limit=1&continue=" + url.QueryEscape((&continueToken{Cluster: "b", Versions: map[string]string{"a": "1"}}).encode())} {
 		rec = do(h, "*", "/api/v1/pods", q, nil)
@@ -90,7 +96,7 @@ func TestListMemoryBusy(t *testing.T) {
 	h, _ := newHandler(nil)
 	h.Member = sized(1000)
 	h.ListMemory = NewListMemory(5000)
-	other := h.ListMemory.newHold(func() {})
+	other := h.ListMemory.newHold(func() {}, false)
 	if err := other.take(3000); err != nil {
 		t.Fatal(err)
 	}
