@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
@@ -44,6 +45,8 @@ func parseContinue(s string) (*continueToken, error) {
 // in name order, each with the limit that is left, until limit items are in
 // the page; the continue token names the member (and its own token) where
 // the next page starts. A member that fails is skipped with a warning.
+// Members are asked a window at a time (see nextWindow); the page is the one
+// asking them one after the other would give.
 func (h *Handler) page(c *listCall, members []member, cq clientQuery, tok *continueToken) (*mergedList, []string, error) {
 	versions := map[string]string{}
 	start, memberCont := 0, ""
@@ -67,55 +70,104 @@ func (h *Handler) page(c *listCall, members []member, cq clientQuery, tok *conti
 		base.Del("resourceVersion")
 		base.Del("resourceVersionMatch")
 	}
-	remaining := cq.limit
-	var results []result
-	var next *continueToken
-	var remainingCount *int64
-	for i := start; i < len(members); i++ {
+	// askMember asks members[i] for at most limit items (0: all) from its
+	// own continue token cont.
+	askMember := func(i int, limit int64, cont string) result {
 		q := url.Values{}
 		for k, v := range base {
 			q[k] = v
 		}
-		if remaining > 0 {
-			q.Set("limit", strconv.FormatInt(remaining, 10))
+		if limit > 0 {
+			q.Set("limit", strconv.FormatInt(limit, 10))
 		}
-		if memberCont != "" {
-			q.Set("continue", memberCont)
+		if cont != "" {
+			q.Set("continue", cont)
 		}
 		inner := c.req.Clone(c.req.Context())
 		inner.URL.RawQuery = q.Encode()
-		r := h.askOne(c, inner, members[i].name)
+		return h.askOne(c, inner, members[i].name)
+	}
+	remaining := cq.limit
+	var results []result
+	var next *continueToken
+	var remainingCount *int64
+	var counted, items int // members that answered a list so far, and their items
+	// take adds members[i]'s answer r to the page; stop: the page is full,
+	// or the member has more than the page holds.
+	take := func(i int, r result) (stop bool) {
 		results = append(results, r)
 		if c.memory.failed() != nil {
-			break // Serve reports it
+			return true // Serve reports it
 		}
-		if memberCont != "" && r.code == http.StatusGone {
-			// The member's own token expired: so has the fan-out token.
-			return nil, nil, failed(http.StatusGone, fmt.Sprintf("upstream cluster %q: %s: list again from the start", r.cluster, statusCause(r.cluster, r.code, r.body)))
-		}
-		memberCont = ""
 		if r.err != nil || r.code != http.StatusOK {
-			continue // merge warns
+			return false // merge warns
 		}
 		l, err := r.parse()
 		if err != nil {
-			continue
+			return false
 		}
-		if c := l.meta.Continue; c != "" {
-			next = &continueToken{Cluster: r.cluster, Continue: c}
+		counted, items = counted+1, items+l.count
+		if cont := l.meta.Continue; cont != "" {
+			next = &continueToken{Cluster: r.cluster, Continue: cont}
 			if i == len(members)-1 {
 				remainingCount = l.meta.RemainingItemCount
 			}
-			break
+			return true
 		}
 		if remaining > 0 {
 			if remaining -= int64(l.count); remaining <= 0 {
 				if i+1 < len(members) {
 					next = &continueToken{Cluster: members[i+1].name}
 				}
-				break
+				return true
 			}
 		}
+		return false
+	}
+	// Members are asked a window at a time, in parallel, in name order: as
+	// many as the items of those that answered say fit in what is left of
+	// the page, one at first, at most Parallel. One member at a time costs
+	// a round trip each, most of a page's time over many small members far
+	// away; asking more members than the page needs wastes their answers.
+	window := 1
+	if remaining == 0 {
+		window = h.parallel()
+	}
+page:
+	for i := start; i < len(members); {
+		asked := remaining
+		batch := make([]result, min(window, len(members)-i))
+		var wg sync.WaitGroup
+		for j := range batch {
+			cont := ""
+			if j == 0 {
+				cont = memberCont
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				batch[j] = askMember(i+j, asked, cont)
+			}()
+		}
+		wg.Wait()
+		for j, r := range batch {
+			if j == 0 && memberCont != "" && r.code == http.StatusGone {
+				// The member's own token expired: so has the fan-out token.
+				return nil, nil, failed(http.StatusGone, fmt.Sprintf("upstream cluster %q: %s: list again from the start", r.cluster, statusCause(r.cluster, r.code, r.body)))
+			}
+			if r.err == nil && r.code == http.StatusOK && remaining < asked {
+				if l, err := r.parse(); err == nil && int64(l.count) > remaining {
+					// Asked for more than is left now: for what is left.
+					r = askMember(i+j, remaining, "")
+				}
+			}
+			if take(i+j, r) {
+				break page
+			}
+		}
+		memberCont = ""
+		i += len(batch)
+		window = nextWindow(window, remaining, counted, items, h.parallel())
 	}
 	if len(results) == 0 {
 		return nil, nil, failed(http.StatusGone, fmt.Sprintf("the continue token names upstream cluster %q, after every selected cluster: list again from the start", tok.Cluster))
@@ -136,4 +188,18 @@ func (h *Handler) page(c *listCall, members []member, cq clientQuery, tok *conti
 		out.remaining = remainingCount
 	}
 	return out, warnings, nil
+}
+
+// nextWindow is how many members a page asks at once next: as many as, by
+// the items per member so far, fit in remaining (0: no limit, all it may),
+// between 1 and parallel. While members brought no items, it doubles.
+func nextWindow(window int, remaining int64, counted, items, parallel int) int {
+	switch {
+	case remaining <= 0:
+		return parallel
+	case items == 0:
+		return min(2*window, parallel)
+	}
+	fit := (remaining*int64(counted) + int64(items) - 1) / int64(items)
+	return int(max(1, min(fit, int64(parallel))))
 }

@@ -6,7 +6,9 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // pagedMembers serves each cluster's items in pages of the asked limit, with
@@ -105,5 +107,149 @@ func TestPagingTokens(t *testing.T) {
 	rec := do(h, "*", "/api/v1/pods", "limit=5&continue="+gone, nil)
 	if got := strings.Join(itemClusters(t, rec), ","); got != "c,c" {
 		t.Errorf("after a vanished cluster: items of %s, want c,c", got)
+	}
+}
+
+// pages lists every page of the fan-out list with limit and returns the item
+// names of each.
+func pages(t *testing.T, h *Handler, limit int) []string {
+	t.Helper()
+	out, err := listPages(h, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// listPages is pages for a goroutine other than the test's.
+func listPages(h *Handler, limit int) ([]string, error) {
+	var out []string
+	cont := ""
+	for range 100 {
+		q := "limit=" + strconv.Itoa(limit)
+		if cont != "" {
+			q += "&continue=" + cont
+		}
+		rec := do(h, "*", "/api/v1/pods", q, nil)
+		if rec.Code != http.StatusOK {
+			return nil, fmt.Errorf("%s: %d %s", q, rec.Code, rec.Body)
+		}
+		var page struct {
+			Metadata struct{ Continue string }
+			Items    []struct{ Metadata struct{ Name string } }
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &page); err != nil {
+			return nil, err
+		}
+		var names []string
+		for _, i := range page.Items {
+			names = append(names, i.Metadata.Name)
+		}
+		out = append(out, strings.Join(names, ","))
+		if cont = page.Metadata.Continue; cont == "" {
+			return out, nil
+		}
+	}
+	return nil, fmt.Errorf("limit %d: more than 100 pages", limit)
+}
+
+// Members asked a window at a time give the pages one member at a time
+// gives, whatever the limit and however the items are spread; a member asked
+// for more than the page has left is asked again for what is left.
+func TestPagingWindows(t *testing.T) {
+	sizes := pagedMembers{"a": 3, "b": 0, "c": 2, "d": 1, "e": 7, "f": 0, "g": 4, "h": 1, "i": 1, "j": 2}
+	h, _ := newHandler(nil)
+	h.Clusters = clusters{}
+	for name := range sizes {
+		h.Clusters = append(h.Clusters.(clusters), uc(name, nil, true))
+	}
+	h.Member = sizes.serve
+	for limit := 1; limit <= 22; limit++ {
+		h.Parallel = 1 // one member at a time: the reference
+		want := pages(t, h, limit)
+		for _, parallel := range []int{2, 3, 8} {
+			h.Parallel = parallel
+			if got := pages(t, h, limit); strings.Join(got, " | ") != strings.Join(want, " | ") {
+				t.Errorf("limit %d, parallel %d: pages\n%s\nwant\n%s", limit, parallel, strings.Join(got, " | "), strings.Join(want, " | "))
+			}
+		}
+	}
+}
+
+// Over many small members, a page asks them in parallel windows, not one
+// after the other: after the first member's answer (2 items, 48 left), the
+// next window asks 16 members (Parallel) before any of them answered.
+func TestPagingAsksSmallMembersInParallel(t *testing.T) {
+	sizes := pagedMembers{}
+	h, _ := newHandler(nil)
+	h.Clusters = clusters{}
+	for i := range 100 {
+		name := fmt.Sprintf("m%03d", i)
+		sizes[name] = 2
+		h.Clusters = append(h.Clusters.(clusters), uc(name, nil, true))
+	}
+	h.Parallel = 16
+	// Every member but the first answers only once released.
+	arrived, release := make(chan string, 100), make(chan struct{})
+	var requests atomic.Int32
+	h.Member = func(w http.ResponseWriter, req *http.Request, name, path string) {
+		requests.Add(1)
+		arrived <- name
+		if name != "m000" {
+			<-release
+		}
+		sizes.serve(w, req, name, path)
+	}
+	done := make(chan []string)
+	go func() { // 25 members a page
+		got, err := listPages(h, 50)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- got
+	}()
+	wait := func() string {
+		select {
+		case name := <-arrived:
+			return name
+		case <-time.After(10 * time.Second):
+			t.Fatal("no member asked: the members of a window are not asked at once")
+			return ""
+		}
+	}
+	if name := wait(); name != "m000" {
+		t.Fatalf("first asked %s", name)
+	}
+	for range 16 {
+		wait()
+	}
+	close(release)
+	got := <-done
+	if len(got) != 4 || strings.Count(strings.Join(got, ","), ",") != 199 {
+		t.Fatalf("pages %q, want 4 of 50 items", got)
+	}
+	if n := requests.Load(); n > 100+4*16 {
+		t.Errorf("%d member requests for 100 members in 4 pages: windows ask too far past the pages", n)
+	}
+}
+
+func TestNextWindow(t *testing.T) {
+	for _, c := range []struct {
+		window                   int
+		remaining                int64
+		counted, items, parallel int
+		want                     int
+	}{
+		{1, 0, 0, 0, 8, 8},     // no limit: all it may
+		{1, 10, 1, 0, 8, 2},    // empty members so far: doubles
+		{4, 10, 3, 0, 8, 8},    // up to parallel
+		{1, 48, 1, 2, 16, 16},  // 24 members fit
+		{1, 5, 2, 4, 8, 3},     // 2 items a member: 3 for 5
+		{1, 200, 1, 300, 8, 1}, // large members: one at a time
+		{8, 1, 10, 10, 8, 1},   // one item left
+	} {
+		if got := nextWindow(c.window, c.remaining, c.counted, c.items, c.parallel); got != c.want {
+			t.Errorf("nextWindow(%d, %d, %d, %d, %d) = %d, want %d", c.window, c.remaining, c.counted, c.items, c.parallel, got, c.want)
+		}
 	}
 }

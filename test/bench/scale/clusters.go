@@ -59,6 +59,8 @@ type clusterResult struct {
 	Series                       []point
 	// FanOut lists and watches over every registered cluster.
 	FanOut *fanOutResult
+	// Remote lists over clusters far from the gateway.
+	Remote *remoteResult
 }
 
 // idle is a steady-state window.
@@ -219,6 +221,12 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 		filepath.Join(o.OutDir, "kube-gateway-cpu-fanout.pprof"), filepath.Join(o.OutDir, "kube-gateway-heap-fanout.pprof"))
 	logf("clusters: fan-out LIST %s; WATCH open in %s, %d events in %s%s", measure.Dur(medianDur(res.FanOut.List)),
 		measure.Dur(res.FanOut.WatchOpen), res.FanOut.Events, measure.Dur(res.FanOut.EventsTook), firstErr(res.FanOut.Err))
+	if o.RemoteClusters > 0 {
+		logf("clusters: fan-out over %d more clusters %s away", o.RemoteClusters, o.RemoteLatency)
+		res.Remote = remotePhase(ctx, s, ucs, o)
+		logf("clusters: remote fan-out LIST %s, with limit=500 %s (%d pages)%s", measure.Dur(medianDur(res.Remote.List)),
+			measure.Dur(medianDur(res.Remote.Paged)), res.Remote.Pages, firstErr(res.Remote.Err))
+	}
 	return res, nil
 }
 

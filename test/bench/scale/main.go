@@ -55,6 +55,8 @@ type options struct {
 	ClusterIdle     time.Duration // steady-state window with K clusters
 	Gets            int           // c=1 GETs with 2 and with K+2 clusters
 	ListRepeats     int           // LISTs and WATCHes per kind
+	RemoteClusters  int           // UpstreamClusters behind relays with RemoteLatency
+	RemoteLatency   time.Duration
 	SampleInterval  time.Duration // of the time series
 	OutDir          string
 	Keep            bool
@@ -79,6 +81,8 @@ func main() {
 	flag.DurationVar(&o.ReadyTimeout, "ready-timeout", 5*time.Minute, "longest wait for every applied UpstreamCluster to be Ready")
 	flag.DurationVar(&o.ClusterIdle, "cluster-idle", 30*time.Second, "steady-state window with the clusters registered (CPU, probes, status writes)")
 	flag.IntVar(&o.Gets, "gets", 500, "c=1 GETs through the gateway alone with the harness's clusters and again with K more")
+	flag.IntVar(&o.RemoteClusters, "remote-clusters", 200, "UpstreamClusters whose servers are member-a's behind relays that add -remote-latency, listed with a fan-out after the cluster phase (0: none)")
+	flag.DurationVar(&o.RemoteLatency, "remote-latency", 20*time.Millisecond, "delay the relays of -remote-clusters add to everything the servers send")
 	flag.IntVar(&o.ListRepeats, "list-repeats", 3, "LISTs and WATCHes through the hub per kind (UpstreamClusters, ConfigMaps)")
 	flag.DurationVar(&o.SampleInterval, "sample-interval", time.Second, "period of the time series (RSS, goroutines, connections)")
 	flag.StringVar(&o.OutDir, "out-dir", "_output/bench-scale", "directory for report.md, the CSV series and the PNG plots")

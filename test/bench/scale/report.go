@@ -248,6 +248,9 @@ func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
 	if c.FanOut != nil {
 		r.fanOutSection(p, c.FanOut)
 	}
+	if c.Remote != nil {
+		r.remoteSection(p, c.Remote)
+	}
 }
 
 func fmtEnds(m map[string]int) string {

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/kubewharf/kube-gateway/test/bench/internal/measure"
+	"github.com/kubewharf/kube-gateway/test/faultproxy"
+	"github.com/kubewharf/kube-gateway/test/harness"
+)
+
+// remoteLabel marks the UpstreamClusters of the remote phase.
+const remoteLabel = "bench-remote"
+
+// remoteResult is a fan-out over members far from the gateway: a LIST as
+// kubectl get --raw sends it, and the pages of one with limit as kubectl get
+// (500 a page) and client-go's pager list.
+type remoteResult struct {
+	Members  int
+	Latency  time.Duration
+	Parallel string // the gateway's --fan-out-parallel as given to it; "": its default
+	Ready    time.Duration
+	List     []time.Duration
+	Paged    []time.Duration // every page of one list, one after the other
+	Pages    int
+	Items    int
+	Err      string
+}
+
+// remotePhase registers n more UpstreamClusters whose servers are member-a's
+// behind relays that delay everything the servers send by latency (as a
+// member in another region), then lists a namespace of theirs through the
+// hub with a fan-out over them: whole, and page by page.
+func remotePhase(ctx context.Context, s *scene, ucs dynamic.NamespaceableResourceInterface, o options) *remoteResult {
+	res := &remoteResult{Members: o.RemoteClusters, Latency: o.RemoteLatency, Parallel: gatewayFlag(o.GatewayArgs, "--fan-out-parallel")}
+	ma := s.env.Members[harness.MemberA]
+	var servers []any
+	for _, srv := range ma.Servers {
+		u, err := url.Parse(srv.URL)
+		if err != nil {
+			res.Err = err.Error()
+			return res
+		}
+		relay, err := faultproxy.Start(u.Host)
+		if err != nil {
+			res.Err = "relay: " + err.Error()
+			return res
+		}
+		defer relay.Close()
+		relay.Set(faultproxy.Mode{Latency: o.RemoteLatency})
+		servers = append(servers, map[string]any{"endpoint": relay.URL()})
+	}
+	start := time.Now()
+	for i := range o.RemoteClusters {
+		name := fmt.Sprintf("remote-%04d", i)
+		uc := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": harness.UpstreamClusterGVR.GroupVersion().String(),
+			"kind":       "UpstreamCluster",
+			"metadata":   map[string]any{"name": name, "labels": map[string]any{remoteLabel: "true"}},
+			"spec": map[string]any{
+				"servers":      servers,
+				"clientConfig": map[string]any{"secretRef": map[string]any{"namespace": harness.GatewayNamespace, "name": harness.MemberA}},
+			},
+		}}
+		if _, err := ucs.Apply(ctx, name, uc, metav1.ApplyOptions{FieldManager: fieldMgr, Force: true}); err != nil {
+			res.Err = "applying: " + err.Error()
+			return res
+		}
+	}
+	sel := metav1.ListOptions{LabelSelector: remoteLabel + "=true"}
+	for {
+		list, err := ucs.List(ctx, sel)
+		if err == nil {
+			if _, ready := countReady(list.Items); ready >= o.RemoteClusters {
+				res.Ready = time.Since(start)
+				break
+			}
+		}
+		if time.Since(start) > o.ReadyTimeout {
+			res.Err = fmt.Sprintf("not all Ready within %s (%v)", o.ReadyTimeout, err)
+			return res
+		}
+		if err := sleep(ctx, 500*time.Millisecond); err != nil {
+			res.Err = err.Error()
+			return res
+		}
+	}
+
+	base := ucPath + "/" + url.PathEscape(remoteLabel+"=true") + "/proxy/api/v1/namespaces/" + fanOutNS + "/configmaps?" + strictParam
+	for i := 0; i < o.ListRepeats && ctx.Err() == nil; i++ {
+		t0 := time.Now()
+		if _, err := s.hubRoot.Do(ctx, base); err != nil {
+			res.Err = "LIST: " + err.Error()
+			return res
+		}
+		res.List = append(res.List, time.Since(t0))
+	}
+	for i := 0; i < o.ListRepeats && ctx.Err() == nil; i++ {
+		t0 := time.Now()
+		pages, items, err := listPages(ctx, s.hubRoot, base+"&limit=500")
+		if err != nil {
+			res.Err = "paged LIST: " + err.Error()
+			return res
+		}
+		res.Paged = append(res.Paged, time.Since(t0))
+		res.Pages, res.Items = pages, items
+	}
+	return res
+}
+
+// listPages lists path page by page, as client-go's pager does, and counts
+// the pages and items.
+func listPages(ctx context.Context, t *measure.Target, path string) (pages, items int, err error) {
+	cont := ""
+	for {
+		p := path
+		if cont != "" {
+			p += "&continue=" + url.QueryEscape(cont)
+		}
+		req, err := t.NewRequest(ctx, p)
+		if err != nil {
+			return pages, items, err
+		}
+		resp, err := t.Client.Do(req)
+		if err != nil {
+			return pages, items, err
+		}
+		var page struct {
+			Metadata struct{ Continue string }
+			Items    []json.RawMessage
+		}
+		err = json.NewDecoder(resp.Body).Decode(&page)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 {
+			return pages, items, fmt.Errorf("page %d: %s, %v", pages+1, resp.Status, err)
+		}
+		pages, items = pages+1, items+len(page.Items)
+		if cont = page.Metadata.Continue; cont == "" {
+			return pages, items, nil
+		}
+	}
+}
+
+// gatewayFlag is the value of the last --name=value in args, "" when none.
+func gatewayFlag(args []string, name string) string {
+	v := ""
+	for _, a := range args {
+		if len(a) > len(name)+1 && a[:len(name)+1] == name+"=" {
+			v = a[len(name)+1:]
+		}
+	}
+	return v
+}
+
+func (r *report) remoteSection(p func(string, ...any), f *remoteResult) {
+	parallel := f.Parallel
+	if parallel == "" {
+		parallel = "its default"
+	}
+	p("### Fan-out over %d members %s away\n\n", f.Members, f.Latency)
+	p("%d more UpstreamClusters whose two servers are member-a's behind relays that delay what the servers send by %s, as members in another region would (`-remote-clusters`, `-remote-latency`), all Ready %s after the apply; through the hub, a fan-out over them (label selector) of `%s` (each has a few ConfigMaps there), with the gateway's `--fan-out-parallel` at %s:\n\n",
+		f.Members, f.Latency, measure.Dur(f.Ready), fanOutNS, parallel)
+	p("| fan-out over %d members %s away | time (median of %d) | per member |\n|---|---:|---:|\n", f.Members, f.Latency, len(f.List))
+	n := float64(f.Members)
+	if len(f.List) > 0 {
+		p("| LIST (strict, no limit) | %s | %s |\n", measure.Dur(medianDur(f.List)), measure.Dur(time.Duration(float64(medianDur(f.List))/n)))
+	}
+	if len(f.Paged) > 0 {
+		p("| LIST with limit=500, every page (%d pages, %d items) | %s | %s |\n", f.Pages, f.Items, measure.Dur(medianDur(f.Paged)), measure.Dur(time.Duration(float64(medianDur(f.Paged))/n)))
+	}
+	if f.Err != "" {
+		p("\nNot measured: %s.\n", f.Err)
+	}
+	p("\n")
+}
