@@ -47,38 +47,19 @@ func TestPaging(t *testing.T) {
 	var last struct {
 		Metadata struct {
 			ResourceVersion    string
-			Continue           string
 			RemainingItemCount *int64
 		}
-		Items []struct{ Metadata struct{ Name string } }
 	}
 	for limit, want := range map[int]string{2: "a0,a1 | a2,c0 | c1", 3: "a0,a1,a2 | c0,c1"} {
-		var pages []string
-		cont := ""
-		for range 10 {
-			q := "limit=" + strconv.Itoa(limit)
-			if cont != "" {
-				q += "&continue=" + cont
-			}
-			rec := do(h, "*", "/api/v1/pods", q, nil)
-			if rec.Code != http.StatusOK {
-				t.Fatalf("%s: %d %s", q, rec.Code, rec.Body)
-			}
-			last.Metadata.Continue = ""
-			if err := json.Unmarshal(rec.Body.Bytes(), &last); err != nil {
-				t.Fatal(err)
-			}
-			var names []string
-			for _, i := range last.Items {
-				names = append(names, i.Metadata.Name)
-			}
-			pages = append(pages, strings.Join(names, ","))
-			if cont = last.Metadata.Continue; cont == "" {
-				break
-			}
+		pages, lastPage, err := listPages(h, limit)
+		if err != nil {
+			t.Fatal(err)
 		}
 		if got := strings.Join(pages, " | "); got != want {
 			t.Errorf("limit %d: pages %s, want %s", limit, got, want)
+		}
+		if err := json.Unmarshal(lastPage, &last); err != nil {
+			t.Fatal(err)
 		}
 		if got := composite(t, last.Metadata.ResourceVersion); len(got) != 3 || got["a"] != "10a" || got["c"] != "10c" {
 			t.Errorf("limit %d: last page's resourceVersion names %v, want a, b and c", limit, got)
@@ -86,6 +67,7 @@ func TestPaging(t *testing.T) {
 	}
 	// A page that ends inside the last member tells what is left of it.
 	rec := do(h, "*", "/api/v1/pods", "limit=4", nil)
+	last.Metadata.RemainingItemCount = nil
 	_ = json.Unmarshal(rec.Body.Bytes(), &last)
 	if last.Metadata.RemainingItemCount == nil || *last.Metadata.RemainingItemCount != 1 {
 		t.Errorf("remainingItemCount %v, want 1 (c1)", last.Metadata.RemainingItemCount)
@@ -114,16 +96,16 @@ func TestPagingTokens(t *testing.T) {
 // names of each.
 func pages(t *testing.T, h *Handler, limit int) []string {
 	t.Helper()
-	out, err := listPages(h, limit)
+	out, _, err := listPages(h, limit)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return out
 }
 
-// listPages is pages for a goroutine other than the test's.
-func listPages(h *Handler, limit int) ([]string, error) {
-	var out []string
+// listPages lists every page of the fan-out list with limit, as client-go's
+// pager does, and returns the item names of each and the last page's body.
+func listPages(h *Handler, limit int) (names []string, last []byte, err error) {
 	cont := ""
 	for range 100 {
 		q := "limit=" + strconv.Itoa(limit)
@@ -132,25 +114,25 @@ func listPages(h *Handler, limit int) ([]string, error) {
 		}
 		rec := do(h, "*", "/api/v1/pods", q, nil)
 		if rec.Code != http.StatusOK {
-			return nil, fmt.Errorf("%s: %d %s", q, rec.Code, rec.Body)
+			return nil, nil, fmt.Errorf("%s: %d %s", q, rec.Code, rec.Body)
 		}
 		var page struct {
 			Metadata struct{ Continue string }
 			Items    []struct{ Metadata struct{ Name string } }
 		}
 		if err := json.Unmarshal(rec.Body.Bytes(), &page); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		var names []string
+		var items []string
 		for _, i := range page.Items {
-			names = append(names, i.Metadata.Name)
+			items = append(items, i.Metadata.Name)
 		}
-		out = append(out, strings.Join(names, ","))
+		names = append(names, strings.Join(items, ","))
 		if cont = page.Metadata.Continue; cont == "" {
-			return out, nil
+			return names, rec.Body.Bytes(), nil
 		}
 	}
-	return nil, fmt.Errorf("limit %d: more than 100 pages", limit)
+	return nil, nil, fmt.Errorf("limit %d: more than 100 pages", limit)
 }
 
 // Members asked a window at a time give the pages one member at a time
@@ -202,7 +184,7 @@ func TestPagingAsksSmallMembersInParallel(t *testing.T) {
 	}
 	done := make(chan []string)
 	go func() { // 25 members a page
-		got, err := listPages(h, 50)
+		got, _, err := listPages(h, 50)
 		if err != nil {
 			t.Error(err)
 		}
