@@ -141,8 +141,7 @@ func TestLongRunningCap(t *testing.T) {
 		{[]string{"--set", "gateway.maxLongRunningRequestsPerUser=0"}, "0"},
 		{[]string{"--values", large}, "2000000"},
 	} {
-		m := helm.Render(ctx, t, "kube-gateway", "kube-gateway", c.set...)
-		args := Convert[appsv1.Deployment](t, m.One(t, "Deployment")).Spec.Template.Spec.Containers[0].Args
+		args := gatewayArgs(ctx, t, helm, c.set...)
 		var got []string
 		for _, a := range args {
 			if v, ok := strings.CutPrefix(a, flag); ok {
@@ -160,10 +159,7 @@ func TestLongRunningCap(t *testing.T) {
 func TestMemberResponseHeaderTimeout(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	helm := DefaultHelm(t)
-	args := func(extra ...string) []string {
-		m := helm.Render(ctx, t, "kube-gateway", "kube-gateway", extra...)
-		return Convert[appsv1.Deployment](t, m.One(t, "Deployment")).Spec.Template.Spec.Containers[0].Args
-	}
+	args := func(extra ...string) []string { return gatewayArgs(ctx, t, helm, extra...) }
 	for _, a := range args() {
 		if strings.HasPrefix(a, "--member-response-header-timeout") {
 			t.Fatalf("default values pass %s, want the gateway's default", a)
@@ -234,10 +230,7 @@ func TestKonnectivity(t *testing.T) {
 func TestProbeWithNewConnections(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	helm := DefaultHelm(t)
-	args := func(extra ...string) []string {
-		m := helm.Render(ctx, t, "kube-gateway", "kube-gateway", extra...)
-		return Convert[appsv1.Deployment](t, m.One(t, "Deployment")).Spec.Template.Spec.Containers[0].Args
-	}
+	args := func(extra ...string) []string { return gatewayArgs(ctx, t, helm, extra...) }
 	const flag = "--probe-with-new-connections"
 	if got := args(); slices.Contains(got, flag) {
 		t.Fatalf("default values pass %s", flag)
@@ -251,10 +244,7 @@ func TestProbeWithNewConnections(t *testing.T) {
 func TestFanOutListMemory(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	helm := DefaultHelm(t)
-	args := func(extra ...string) []string {
-		m := helm.Render(ctx, t, "kube-gateway", "kube-gateway", extra...)
-		return Convert[appsv1.Deployment](t, m.One(t, "Deployment")).Spec.Template.Spec.Containers[0].Args
-	}
+	args := func(extra ...string) []string { return gatewayArgs(ctx, t, helm, extra...) }
 	for _, c := range []struct {
 		set  []string
 		want string
@@ -268,4 +258,12 @@ func TestFanOutListMemory(t *testing.T) {
 			t.Errorf("%v: args %v, want %s", c.set, got, c.want)
 		}
 	}
+}
+
+// gatewayArgs renders the kube-gateway chart with extra helm arguments and
+// returns the gateway container's arguments.
+func gatewayArgs(ctx context.Context, t *testing.T, helm Helm, extra ...string) []string {
+	t.Helper()
+	m := helm.Render(ctx, t, "kube-gateway", "kube-gateway", extra...)
+	return Convert[appsv1.Deployment](t, m.One(t, "Deployment")).Spec.Template.Spec.Containers[0].Args
 }

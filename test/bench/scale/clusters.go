@@ -232,14 +232,24 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 
 // upstreamCluster is the object of the burst: member-a's servers and Secret.
 func upstreamCluster(name string, ma *harness.Cluster) *unstructured.Unstructured {
-	var servers []any
+	var endpoints []string
 	for _, srv := range ma.Servers {
-		servers = append(servers, map[string]any{"endpoint": srv.URL})
+		endpoints = append(endpoints, srv.URL)
+	}
+	return memberACluster(name, scaleLabel, endpoints)
+}
+
+// memberACluster is an UpstreamCluster labeled label=true whose servers are
+// endpoints, with member-a's Secret.
+func memberACluster(name, label string, endpoints []string) *unstructured.Unstructured {
+	var servers []any
+	for _, e := range endpoints {
+		servers = append(servers, map[string]any{"endpoint": e})
 	}
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": harness.UpstreamClusterGVR.GroupVersion().String(),
 		"kind":       "UpstreamCluster",
-		"metadata":   map[string]any{"name": name, "labels": map[string]any{scaleLabel: "true"}},
+		"metadata":   map[string]any{"name": name, "labels": map[string]any{label: "true"}},
 		"spec": map[string]any{
 			"servers":      servers,
 			"clientConfig": map[string]any{"secretRef": map[string]any{"namespace": harness.GatewayNamespace, "name": harness.MemberA}},

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/kubewharf/kube-gateway/test/bench/internal/measure"
@@ -41,7 +40,7 @@ type remoteResult struct {
 func remotePhase(ctx context.Context, s *scene, ucs dynamic.NamespaceableResourceInterface, o options) *remoteResult {
 	res := &remoteResult{Members: o.RemoteClusters, Latency: o.RemoteLatency, Parallel: gatewayFlag(o.GatewayArgs, "--fan-out-parallel")}
 	ma := s.env.Members[harness.MemberA]
-	var servers []any
+	var relays []string
 	for _, srv := range ma.Servers {
 		u, err := url.Parse(srv.URL)
 		if err != nil {
@@ -55,20 +54,12 @@ func remotePhase(ctx context.Context, s *scene, ucs dynamic.NamespaceableResourc
 		}
 		defer relay.Close()
 		relay.Set(faultproxy.Mode{Latency: o.RemoteLatency})
-		servers = append(servers, map[string]any{"endpoint": relay.URL()})
+		relays = append(relays, relay.URL())
 	}
 	start := time.Now()
 	for i := range o.RemoteClusters {
 		name := fmt.Sprintf("remote-%04d", i)
-		uc := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": harness.UpstreamClusterGVR.GroupVersion().String(),
-			"kind":       "UpstreamCluster",
-			"metadata":   map[string]any{"name": name, "labels": map[string]any{remoteLabel: "true"}},
-			"spec": map[string]any{
-				"servers":      servers,
-				"clientConfig": map[string]any{"secretRef": map[string]any{"namespace": harness.GatewayNamespace, "name": harness.MemberA}},
-			},
-		}}
+		uc := memberACluster(name, remoteLabel, relays)
 		if _, err := ucs.Apply(ctx, name, uc, metav1.ApplyOptions{FieldManager: fieldMgr, Force: true}); err != nil {
 			res.Err = "applying: " + err.Error()
 			return res
