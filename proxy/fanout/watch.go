@@ -48,7 +48,10 @@ func parseWatchQuery(query string) (*watchQuery, error) {
 	if rv := q.Get("resourceVersion"); rv != "" && rv != "0" {
 		versions, err := ParseCompositeResourceVersion(rv)
 		if err != nil {
-			return nil, apierrors.NewBadRequest(fmt.Sprintf("resourceVersion %q is not a fan-out resourceVersion (%v): watch from the resourceVersion of a fan-out list or event, or from \"\" or \"0\"", rv, err))
+			// 410, so that a reflector lists again: the last resourceVersion
+			// it saw may be an object's own, when the bookmark that followed
+			// the object's event did not reach it.
+			return nil, apierrors.NewResourceExpired(fmt.Sprintf("resourceVersion %q is not a fan-out resourceVersion (%v), maybe an object's own: list again, and watch from the resourceVersion of the fan-out list or of a bookmark, or from \"\" or \"0\"", rv, err))
 		}
 		wq.resume = versions
 	}
@@ -239,6 +242,27 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 	}
 	c := newCopier(w)
 	table := tableColumns{}
+	// A client that takes bookmarks (client-go's reflectors do) gets the
+	// events' objects with their own resourceVersions, as a list's items,
+	// and one bookmark with the composite resourceVersion before every
+	// flush: its store does not keep a composite, which grows with the
+	// members, in every object, and a burst of events carries one. Tables
+	// (kubectl get --watch) keep the composite in every event.
+	coalesce := wq.bookmarks && !wantsTable(req.Header.Get("Accept"))
+	var composite struct {
+		pending          bool // events were written since the last one
+		kind, apiVersion string
+	}
+	flushAll := func() {
+		if composite.pending {
+			composite.pending = false
+			mark := &event{typ: "BOOKMARK", object: bookmarkObject(composite.kind, composite.apiVersion, false)}
+			if err := c.writeEvent(mark, versions.composite(), &table); err != nil {
+				return // the client is gone
+			}
+		}
+		flush()
+	}
 	relay(ctx, events, func(ev *event) (wrote, done bool) {
 		if ev.fatal != nil {
 			_ = json.NewEncoder(w).Encode(map[string]any{"type": "ERROR", "object": ev.fatal})
@@ -247,26 +271,41 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 		if ev.resourceVersion != "" {
 			versions.set(ev.cluster, ev.resourceVersion)
 		}
+		ownRV := coalesce // the object keeps its own resourceVersion
+		if coalesce {
+			composite.pending = true
+			if ev.kind != "" {
+				composite.kind, composite.apiVersion = ev.kind, ev.apiVersion
+			}
+		}
 		if ev.typ == "BOOKMARK" {
-			if ev.initialEnd {
+			switch {
+			case ev.initialEnd:
 				delete(pendingInitial, ev.cluster)
 				if !initialEvents || len(pendingInitial) > 0 {
-					return false, false
+					return coalesce, false
 				}
 				// The end of every member's initial events: one bookmark.
 				// It names no cluster: it marks every member's.
-				ev.object = initialEventsEnd(ev.kind, ev.apiVersion)
+				ev.object = bookmarkObject(ev.kind, ev.apiVersion, true)
 				ev.cluster = ""
 				initialEvents = false
-			} else if !wq.bookmarks {
+				composite.pending, ownRV = false, false
+			case coalesce: // passed on in the bookmark of the flush
+				return true, false
+			case !wq.bookmarks:
 				return false, false
 			}
 		}
-		if err := c.writeEvent(ev, versions.composite(), &table); err != nil {
+		rv := ""
+		if !ownRV {
+			rv = versions.composite()
+		}
+		if err := c.writeEvent(ev, rv, &table); err != nil {
 			return false, true // the client is gone
 		}
 		return true, false
-	}, flush)
+	}, flushAll)
 	return nil
 }
 
@@ -301,18 +340,20 @@ func relay(ctx context.Context, events <-chan event, handle func(*event) (wrote,
 // eventBuffer is how many member events may wait for the merged stream.
 const eventBuffer = 64
 
-// initialEventsEnd is the object of the bookmark that ends the initial events
-// of a merged watch.
-func initialEventsEnd(kind, apiVersion string) jsontext.Value {
-	b, _ := json.Marshal(map[string]any{"kind": kind, "apiVersion": apiVersion, "metadata": map[string]any{
-		"annotations": map[string]string{metav1.InitialEventsAnnotationKey: "true"},
-	}})
+// bookmarkObject is the object of a bookmark of the merged watch, with the
+// initial-events-end annotation when initialEnd.
+func bookmarkObject(kind, apiVersion string, initialEnd bool) jsontext.Value {
+	obj := map[string]any{"kind": kind, "apiVersion": apiVersion, "metadata": map[string]any{}}
+	if initialEnd {
+		obj["metadata"] = map[string]any{"annotations": map[string]string{metav1.InitialEventsAnnotationKey: "true"}}
+	}
+	b, _ := json.Marshal(obj)
 	return b
 }
 
 // writeEvent writes one event of the merged watch: the member's object with
 // its cluster (none for the gateway's own bookmark) and the composite
-// resourceVersion rv.
+// resourceVersion rv; with rv "", the object keeps its own.
 func (c *copier) writeEvent(ev *event, rv string, table *tableColumns) error {
 	c.token(jsontext.BeginObject)
 	c.token(jsontext.String("type"))

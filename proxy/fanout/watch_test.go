@@ -121,6 +121,7 @@ type watchClient struct {
 	resp   *http.Response
 	dec    *json.Decoder
 	cancel context.CancelFunc
+	mark   string // see nextChange
 }
 
 type clientEvent struct {
@@ -157,6 +158,19 @@ func (c *watchClient) next(t *testing.T) clientEvent {
 		t.Fatalf("reading the watch: %v", err)
 	}
 	return ev
+}
+
+// nextChange is next without the bookmarks a client that asked for them gets
+// before every flush; the last one's resourceVersion is kept in mark.
+func (c *watchClient) nextChange(t *testing.T) clientEvent {
+	t.Helper()
+	for {
+		ev := c.next(t)
+		if ev.Type != "BOOKMARK" || ev.Object.Metadata.Annotations[metav1.InitialEventsAnnotationKey] == "true" {
+			return ev
+		}
+		c.mark = ev.Object.Metadata.ResourceVersion
+	}
 }
 
 func composite(t *testing.T, rv string) map[string]string {
@@ -214,33 +228,43 @@ func TestWatchMerges(t *testing.T) {
 	}
 }
 
+// A client that asks for bookmarks, as client-go's reflectors do, gets the
+// objects of events with their own resourceVersions (its store keeps no
+// composite in every object), and a bookmark with the composite after every
+// burst of events; a member's bookmark moves it on.
 func TestWatchBookmarks(t *testing.T) {
 	m, srv := threeMembers(t)
 	c := startWatch(t, srv, "*", "watch=true&allowWatchBookmarks=true")
-	m.lines["c"] <- bookmark("12", false)
+	m.lines["a"] <- podEvent("ADDED", "p1", "6")
+	if ev := c.next(t); ev.Type != "ADDED" || ev.Object.Metadata.ResourceVersion != "6" || ev.Object.Metadata.Annotations[ClusterAnnotation] != "a" {
+		t.Fatalf("event %+v, want a's ADDED with its own resourceVersion", ev)
+	}
 	ev := c.next(t)
-	if ev.Type != "BOOKMARK" || composite(t, ev.Object.Metadata.ResourceVersion)["c"] != "12" {
-		t.Errorf("bookmark %+v", ev)
+	if ev.Type != "BOOKMARK" || ev.Object.Kind != "Pod" || composite(t, ev.Object.Metadata.ResourceVersion)["a"] != "6" {
+		t.Fatalf("after the event %+v, want a bookmark with the composite resourceVersion", ev)
+	}
+	m.lines["c"] <- bookmark("12", false)
+	ev = c.next(t)
+	if got := composite(t, ev.Object.Metadata.ResourceVersion); ev.Type != "BOOKMARK" || got["a"] != "6" || got["c"] != "12" {
+		t.Errorf("bookmark %+v (%v)", ev, got)
 	}
 }
 
-// sendInitialEvents (client-go's watch list): one bookmark marks the end of
-// every member's initial events.
 func TestWatchInitialEvents(t *testing.T) {
 	m, srv := threeMembers(t)
 	c := startWatch(t, srv, "*", "watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan")
 	m.lines["a"] <- podEvent("ADDED", "pa", "3")
 	m.lines["a"] <- bookmark("3", true)
-	if ev := c.next(t); ev.Type != "ADDED" {
+	if ev := c.nextChange(t); ev.Type != "ADDED" {
 		t.Fatalf("%+v", ev)
 	}
 	m.lines["b"] <- bookmark("4", true)
 	m.lines["c"] <- podEvent("ADDED", "pc", "5")
-	if ev := c.next(t); ev.Type != "ADDED" || ev.Object.Metadata.Name != "pc" {
+	if ev := c.nextChange(t); ev.Type != "ADDED" || ev.Object.Metadata.Name != "pc" {
 		t.Fatalf("a member's initial-events bookmark reached the client before the others ended: %+v", ev)
 	}
 	m.lines["c"] <- bookmark("6", true)
-	ev := c.next(t)
+	ev := c.nextChange(t)
 	if ev.Type != "BOOKMARK" || ev.Object.Metadata.Annotations[metav1.InitialEventsAnnotationKey] != "true" {
 		t.Fatalf("want the initial-events bookmark, got %+v", ev)
 	}
@@ -257,12 +281,12 @@ func TestWatchReopensMember(t *testing.T) {
 	for _, cl := range []string{"a", "b", "c"} {
 		m.lines[cl] <- bookmark("20", true)
 	}
-	c.next(t)
+	c.nextChange(t)
 	m.lines["a"] <- podEvent("ADDED", "p1", "21")
-	c.next(t)
+	c.nextChange(t)
 	m.lines["a"] <- endStream
 	m.lines["a"] <- podEvent("MODIFIED", "p1", "22")
-	ev := c.next(t)
+	ev := c.nextChange(t)
 	if ev.Type != "MODIFIED" || ev.Object.Metadata.Annotations[ClusterAnnotation] != "a" {
 		t.Fatalf("after a's watch ended: %+v", ev)
 	}
@@ -366,7 +390,7 @@ func TestWatchMemberErrorReopens(t *testing.T) {
 func TestWatchResourceVersions(t *testing.T) {
 	m, srv := threeMembers(t)
 	for rv, want := range map[string]int{
-		"123": http.StatusBadRequest,
+		"123": http.StatusGone, // an object's own: list again
 		"e30": http.StatusOK, // {}: every member from its current state
 		CompositeResourceVersion(map[string]string{"a": "1", "gone": "2"}): http.StatusGone,
 	} {

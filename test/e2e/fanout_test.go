@@ -98,6 +98,21 @@ func fanOutKubeconfigFor(t *testing.T, user, segment string) string {
 	return path
 }
 
+// bothMembers tells why rv is not a fan-out resourceVersion (base64url JSON,
+// spelled out here, not taken from the code under test) naming member-a's
+// and member-b's.
+func bothMembers(rv string) error {
+	raw, err := base64.RawURLEncoding.DecodeString(rv)
+	var versions map[string]string
+	if err == nil {
+		err = json.Unmarshal(raw, &versions)
+	}
+	if err != nil || versions[harness.MemberA] == "" || versions[harness.MemberB] == "" {
+		return fmt.Errorf("resourceVersion %q is not a composite of both members' (%v): %s", rv, err, raw)
+	}
+	return nil
+}
+
 func hasWarningAbout(warnings []string, cluster string) bool {
 	for _, w := range warnings {
 		if strings.Contains(w, `upstream cluster "`+cluster+`"`) {
@@ -140,13 +155,8 @@ func TestFanOutList(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &list); err != nil {
 			t.Fatal(err)
 		}
-		raw, err := base64.RawURLEncoding.DecodeString(list.ResourceVersion)
-		var versions map[string]string
-		if err == nil {
-			err = json.Unmarshal(raw, &versions)
-		}
-		if err != nil || versions[harness.MemberA] == "" || versions[harness.MemberB] == "" {
-			t.Fatalf("resourceVersion %q is not a composite of both members' (%v): %s", list.ResourceVersion, err, raw)
+		if err := bothMembers(list.ResourceVersion); err != nil {
+			t.Fatal(err)
 		}
 	})
 
@@ -531,6 +541,19 @@ func TestFanOutWatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		has(t, "inf-a", harness.MemberA, "2")
+		// The informer asks for bookmarks: its objects keep their member's
+		// resourceVersion, and it resumes from the composite of a bookmark.
+		eventually(t, time.Minute, func(ctx context.Context) error {
+			cm, err := members[harness.MemberA].CoreV1().ConfigMaps(ns).Get(ctx, "inf-a", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			obj, _, _ := informer.GetStore().GetByKey(ns + "/inf-a")
+			if got := obj.(*unstructured.Unstructured).GetResourceVersion(); got != cm.ResourceVersion {
+				return errorf("inf-a has resourceVersion %q in the informer, %q on member-a", got, cm.ResourceVersion)
+			}
+			return bothMembers(informer.LastSyncResourceVersion())
+		})
 		if err := members[harness.MemberB].CoreV1().ConfigMaps(ns).Delete(ctx, "inf-b", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}

@@ -40,6 +40,7 @@ type fanOutResult struct {
 	// expected; EventsTook runs from the creates to the last event,
 	// EventsCPU is the gateway's CPU seconds meanwhile, net of IdleCPU.
 	Events     int
+	Bookmarks  int // bookmarks received meanwhile, each with the composite resourceVersion
 	EventsTook time.Duration
 	EventsCPU  float64
 	// CPUFile is the gateway's CPU profile while the events pass, CPUTop
@@ -93,7 +94,9 @@ func fanOutPhase(ctx context.Context, s *scene, members, repeats int, idleCPU fl
 	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	body, err := openWatch(wctx, s.hubRoot, fanOutBase+"?watch=1")
+	// With bookmarks, as client-go's informers watch: events keep their
+	// objects' resourceVersions, bookmarks carry the composite.
+	body, err := openWatch(wctx, s.hubRoot, fanOutBase+"?watch=1&allowWatchBookmarks=true")
 	if err != nil {
 		res.Err = "WATCH: " + err.Error()
 		return res
@@ -132,8 +135,11 @@ func fanOutPhase(ctx context.Context, s *scene, members, repeats int, idleCPU fl
 			res.Err = fmt.Sprintf("WATCH: %d of %d events: %v", len(seen), members, err)
 			break
 		}
-		if ev.Type == "ADDED" {
+		switch ev.Type {
+		case "ADDED":
 			seen[ev.Object.Annotations["gateway.kubewharf.io/cluster"]] = true
+		case "BOOKMARK":
+			res.Bookmarks++
 		}
 	}
 	res.Events = len(seen)
@@ -155,7 +161,7 @@ const strictParam = "gateway.kubewharf.io/strict=true"
 
 func (r *report) fanOutSection(p func(string, ...any), f *fanOutResult) {
 	p("### Fan-out over the %d clusters\n\n", f.Members)
-	p("Through the hub, `upstreamclusters/*/proxy/api/v1/namespaces/%s/configmaps`: a LIST (strict, median of %d) and a WATCH over every registered cluster; then one ConfigMap created on member-a and one on member-b, which every cluster of the burst (all member-a) and the harness's two see: one ADDED event per cluster in the merged watch.\n\n", fanOutNS, len(f.List))
+	p("Through the hub, `upstreamclusters/*/proxy/api/v1/namespaces/%s/configmaps`: a LIST (strict, median of %d) and a WATCH with bookmarks (as client-go's informers watch) over every registered cluster; then one ConfigMap created on member-a and one on member-b, which every cluster of the burst (all member-a) and the harness's two see: one ADDED event per cluster in the merged watch.\n\n", fanOutNS, len(f.List))
 	n := float64(f.Members)
 	p("The gateway's CPU figures are net of what the idle gateway spends meanwhile on the clusters' health probes (%.1f ms/s).\n\n", 1e3*f.IdleCPU)
 	p("| fan-out over %d clusters | total | per cluster |\n|---|---:|---:|\n", f.Members)
@@ -172,6 +178,7 @@ func (r *report) fanOutSection(p func(string, ...any), f *fanOutResult) {
 	}
 	if f.Events > 0 {
 		p("| events of one change per member: received / expected | %d / %d | |\n", f.Events, f.Members)
+		p("| bookmarks with the composite resourceVersion meanwhile | %d | |\n", f.Bookmarks)
 		p("| until the last event | %s | |\n", measure.Dur(f.EventsTook))
 		p("| gateway CPU for the events | %s | %s per event |\n", measure.Dur(time.Duration(f.EventsCPU*1e9)), measure.Dur(time.Duration(f.EventsCPU*1e9/float64(f.Events))))
 	}
