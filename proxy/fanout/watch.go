@@ -315,6 +315,14 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 // passed on (a bookmark) never holds back those written before it.
 func relay(ctx context.Context, events <-chan event, handle func(*event) (wrote, done bool), flush func()) {
 	unflushed := false
+	// What was written goes out whole when the watch ends, with what flush
+	// adds to keep it resumable (a bookmark): it may end on its
+	// timeoutSeconds while events keep coming.
+	defer func() {
+		if unflushed {
+			flush()
+		}
+	}()
 	for {
 		if unflushed && len(events) == 0 {
 			flush()
@@ -329,9 +337,6 @@ func relay(ctx context.Context, events <-chan event, handle func(*event) (wrote,
 		wrote, done := handle(&ev)
 		unflushed = unflushed || wrote
 		if done {
-			if unflushed {
-				flush()
-			}
 			return
 		}
 	}

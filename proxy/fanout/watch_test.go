@@ -772,3 +772,27 @@ func TestEventWriterFraming(t *testing.T) {
 		t.Errorf("an event of more than %d bytes: stopped %v, done %v, %d bytes kept", maxEventBytes, *stopped, w.done, len(w.buf))
 	}
 }
+
+// A watch that ends (its timeoutSeconds) while events keep coming still
+// flushes what it wrote, and so writes the bookmark that keeps it resumable.
+// The end and the next event are both ready at once: relay may see either
+// first, so it is tried 20 times.
+func TestRelayFlushesAtTheEnd(t *testing.T) {
+	for range 20 {
+		events := make(chan event, 2)
+		events <- event{typ: "ADDED"}
+		ctx, cancel := context.WithCancel(context.Background())
+		var calls []string
+		relay(ctx, events, func(ev *event) (bool, bool) {
+			calls = append(calls, ev.typ)
+			if len(calls) == 1 {
+				events <- event{typ: "MODIFIED"} // the next event is ready as the watch ends
+				cancel()
+			}
+			return true, false
+		}, func() { calls = append(calls, "flush") })
+		if calls[len(calls)-1] != "flush" {
+			t.Fatalf("calls %v: the watch ended without flushing what it wrote", calls)
+		}
+	}
+}
