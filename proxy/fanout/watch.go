@@ -181,45 +181,19 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 		a := <-answers
 		openings[a.i] = a.o
 	}
-	var failures []string
-	codes := map[int]bool{}
-	opened := slices.ContainsFunc(openings, func(o opening) bool { return o.failure == "" })
-	for i, o := range openings {
-		cluster := members[i].name
-		for _, w := range o.warnings {
-			warning.AddWarning(req.Context(), "", fmt.Sprintf("upstream cluster %q: %s", cluster, w))
-		}
-		if o.failure == "" {
-			continue
-		}
-		if o.code == http.StatusGone {
-			return failed(http.StatusGone, fmt.Sprintf("upstream cluster %q: %s", cluster, o.failure))
-		}
-		failures = append(failures, fmt.Sprintf("%q: %s", cluster, o.failure))
-		codes[o.code] = true
-		note := ""
-		if transient(o.code) && opened && !strict {
-			// Unreachable, overloaded, slow: it joins the watch once it opens.
-			note = " (retried in the background: its events follow once it opens)"
-		}
-		warning.AddWarning(req.Context(), "", fmt.Sprintf("upstream cluster %q: %s%s", cluster, o.failure, note))
-	}
-	switch {
-	case !opened:
-		code := http.StatusServiceUnavailable
-		if len(codes) == 1 {
-			for c := range codes {
-				code = c
-			}
-		}
-		return failed(code, "no upstream cluster opened the watch: "+strings.Join(failures, "; "))
-	case strict && len(failures) > 0:
-		return failed(http.StatusServiceUnavailable, fmt.Sprintf("%d of %d upstream clusters failed the watch (%s=true): %s",
-			len(failures), len(members), StrictParam, strings.Join(failures, "; ")))
+	if err := reportOpenings(req, members, openings, strict); err != nil {
+		return err
 	}
 	retryFailed = !strict
 	close(decided)
 
+	writeMerged(ctx, w, req, wq, members, openings, events)
+	return nil
+}
+
+// writeMerged writes the merged watch stream of the members that opened:
+// their events as they come, until ctx ends or a member's 410 ends it.
+func writeMerged(ctx context.Context, w http.ResponseWriter, req *http.Request, wq *watchQuery, members []member, openings []opening, events <-chan event) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	flush := func() { _ = http.NewResponseController(w).Flush() }
@@ -306,6 +280,48 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 		}
 		return true, false
 	}, flushAll)
+}
+
+// reportOpenings names every member that failed to open its watch in a
+// warning, with its own warnings, and fails the merged watch when a member
+// answered 410, when none opened, or with strict when any failed.
+func reportOpenings(req *http.Request, members []member, openings []opening, strict bool) error {
+	var failures []string
+	codes := map[int]bool{}
+	opened := slices.ContainsFunc(openings, func(o opening) bool { return o.failure == "" })
+	for i, o := range openings {
+		cluster := members[i].name
+		for _, w := range o.warnings {
+			warning.AddWarning(req.Context(), "", fmt.Sprintf("upstream cluster %q: %s", cluster, w))
+		}
+		if o.failure == "" {
+			continue
+		}
+		if o.code == http.StatusGone {
+			return failed(http.StatusGone, fmt.Sprintf("upstream cluster %q: %s", cluster, o.failure))
+		}
+		failures = append(failures, fmt.Sprintf("%q: %s", cluster, o.failure))
+		codes[o.code] = true
+		note := ""
+		if transient(o.code) && opened && !strict {
+			// Unreachable, overloaded, slow: it joins the watch once it opens.
+			note = " (retried in the background: its events follow once it opens)"
+		}
+		warning.AddWarning(req.Context(), "", fmt.Sprintf("upstream cluster %q: %s%s", cluster, o.failure, note))
+	}
+	switch {
+	case !opened:
+		code := http.StatusServiceUnavailable
+		if len(codes) == 1 {
+			for c := range codes {
+				code = c
+			}
+		}
+		return failed(code, "no upstream cluster opened the watch: "+strings.Join(failures, "; "))
+	case strict && len(failures) > 0:
+		return failed(http.StatusServiceUnavailable, fmt.Sprintf("%d of %d upstream clusters failed the watch (%s=true): %s",
+			len(failures), len(members), StrictParam, strings.Join(failures, "; ")))
+	}
 	return nil
 }
 
