@@ -391,7 +391,7 @@ func TestWatchResourceVersions(t *testing.T) {
 	m, srv := threeMembers(t)
 	for rv, want := range map[string]int{
 		"123": http.StatusGone, // an object's own: list again
-		"e30": http.StatusOK, // {}: every member from its current state
+		"e30": http.StatusOK,   // {}: every member from its current state
 		CompositeResourceVersion(map[string]string{"a": "1", "gone": "2"}): http.StatusGone,
 	} {
 		c := startWatch(t, srv, "*", "watch=true&resourceVersion="+rv)
