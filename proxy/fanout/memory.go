@@ -107,6 +107,17 @@ func (h *hold) fail(held int64) {
 	})
 }
 
+// give gives back n bytes of an answer the list no longer holds (one a
+// page asked for but does not use).
+func (h *hold) give(n int) {
+	if h == nil || h.memory == nil {
+		return
+	}
+	n = int(min(int64(n), h.held.Load()))
+	h.held.Add(-int64(n))
+	h.memory.used.Add(-int64(n))
+}
+
 // failed is the error of a list that went over the bound, nil otherwise. It
 // is read once the list's member requests have ended.
 func (h *hold) failed() error {

@@ -188,3 +188,25 @@ func TestListMemoryAbortsTheReverseProxy(t *testing.T) {
 		t.Errorf("%d bytes held after the list", held)
 	}
 }
+
+// What a list gives back (answers a page asked for and does not use) is
+// free for others at once, never more than it holds.
+func TestListMemoryGive(t *testing.T) {
+	m := NewListMemory(1000)
+	h := m.newHold(func() {}, true)
+	if err := h.take(600); err != nil {
+		t.Fatal(err)
+	}
+	h.give(400)
+	if m.Held() != 200 {
+		t.Errorf("%d bytes held after giving 400 of 600, want 200", m.Held())
+	}
+	other := m.newHold(func() {}, false)
+	if err := other.take(800); err != nil {
+		t.Errorf("another list could not take what was given back: %v", err)
+	}
+	h.give(1000)
+	if m.Held() != 800 {
+		t.Errorf("%d bytes held after giving back more than was held, want the other list's 800", m.Held())
+	}
+}
