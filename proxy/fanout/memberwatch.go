@@ -125,7 +125,7 @@ func (m *memberWatch) watchOnce(ctx context.Context, opened func(opening)) (o op
 	// events, flushed one by one, compress poorly anyway.
 	inner.Header.Set("Accept-Encoding", "identity")
 	w := &eventWriter{header: http.Header{}, m: m, ctx: actx, stop: cancel}
-	w.answered = func() {
+	w.onAnswer = func() {
 		o.code = w.code
 		o.warnings = append(rec.get(), memberWarnings(w.header)...)
 		if o.code == http.StatusOK {
@@ -183,7 +183,7 @@ type eventWriter struct {
 	// stop ends the member's request: the reverse proxy then ends the
 	// response as if the member had.
 	stop     context.CancelFunc
-	answered func() // called once with code set, in the request's goroutine
+	onAnswer func() // called once with code set, in the request's goroutine
 
 	state atomic.Int32
 	code  int
@@ -208,7 +208,7 @@ func (w *eventWriter) answer(code int) bool {
 		return false
 	}
 	w.code = code
-	w.answered()
+	w.onAnswer()
 	return true
 }
 

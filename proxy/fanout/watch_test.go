@@ -730,7 +730,7 @@ func TestEventWriterFraming(t *testing.T) {
 		events := make(chan event, 16)
 		stopped := new(bool)
 		m := &memberWatch{cluster: "a", events: events}
-		w := &eventWriter{header: http.Header{}, m: m, ctx: context.Background(), stop: func() { *stopped = true }, answered: func() {}}
+		w := &eventWriter{header: http.Header{}, m: m, ctx: context.Background(), stop: func() { *stopped = true }, onAnswer: func() {}}
 		return w, events, stopped
 	}
 	w, events, stopped := newWriter()
