@@ -19,6 +19,10 @@ type continueToken struct {
 	Cluster  string            `json:"c"`
 	Continue string            `json:"t,omitempty"`
 	Versions map[string]string `json:"rv,omitempty"`
+	// Counted members listed a list of Items items in the pages so far: the
+	// next page's first window is as many members as they say fit.
+	Counted int `json:"n,omitempty"`
+	Items   int `json:"i,omitempty"`
 }
 
 func (t *continueToken) encode() string {
@@ -92,6 +96,9 @@ func (h *Handler) page(c *listCall, members []member, cq clientQuery, tok *conti
 	var next *continueToken
 	var remainingCount *int64
 	var counted, items int // members that answered a list so far, and their items
+	if tok != nil {
+		counted, items = tok.Counted, tok.Items
+	}
 	// take adds members[i]'s answer r to the page; stop: the page is full,
 	// or the member has more than the page holds.
 	take := func(i int, r result) (stop bool) {
@@ -126,12 +133,13 @@ func (h *Handler) page(c *listCall, members []member, cq clientQuery, tok *conti
 	}
 	// Members are asked a window at a time, in parallel, in name order: as
 	// many as the items of those that answered say fit in what is left of
-	// the page, one at first, at most Parallel. One member at a time costs
-	// a round trip each, most of a page's time over many small members far
-	// away; asking more members than the page needs wastes their answers.
+	// the page, one at first (unless earlier pages tell), at most Parallel.
+	// One member at a time costs a round trip each, most of a page's time
+	// over many small members far away; asking more members than the page
+	// needs wastes their answers.
 	window := 1
-	if remaining == 0 {
-		window = h.parallel()
+	if remaining == 0 || counted > 0 {
+		window = nextWindow(window, remaining, counted, items, h.parallel())
 	}
 page:
 	for i := start; i < len(members); {
@@ -187,7 +195,7 @@ page:
 		}
 	}
 	if next != nil {
-		next.Versions = out.versions
+		next.Versions, next.Counted, next.Items = out.versions, counted, items
 		out.cont = next.encode()
 		out.remaining = remainingCount
 	}

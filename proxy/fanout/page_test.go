@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -212,6 +213,48 @@ func TestPagingAsksSmallMembersInParallel(t *testing.T) {
 	}
 	if n := requests.Load(); n > 100+4*16 {
 		t.Errorf("%d member requests for 100 members in 4 pages: windows ask too far past the pages", n)
+	}
+}
+
+// The next page's first window is as many members as the pages before say
+// fit, not one: its continue token carries the items per member so far.
+func TestPagingCarriesTheWindow(t *testing.T) {
+	sizes := pagedMembers{}
+	h, _ := newHandler(nil)
+	h.Clusters = clusters{}
+	for i := range 100 {
+		name := fmt.Sprintf("m%03d", i)
+		sizes[name] = 2
+		h.Clusters = append(h.Clusters.(clusters), uc(name, nil, true))
+	}
+	h.Parallel = 16
+	h.Member = sizes.serve
+	rec := do(h, "*", "/api/v1/pods", "limit=50", nil)
+	var first struct{ Metadata struct{ Continue string } }
+	if err := json.Unmarshal(rec.Body.Bytes(), &first); err != nil || first.Metadata.Continue == "" {
+		t.Fatalf("first page: %v %s", err, rec.Body)
+	}
+	// Every member answers only once released.
+	arrived, release := make(chan string, 100), make(chan struct{})
+	h.Member = func(w http.ResponseWriter, req *http.Request, name, path string) {
+		arrived <- name
+		<-release
+		sizes.serve(w, req, name, path)
+	}
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- do(h, "*", "/api/v1/pods", "limit=50&continue="+first.Metadata.Continue, nil) }()
+	for range 16 {
+		select {
+		case <-arrived:
+		case <-time.After(10 * time.Second):
+			close(release)
+			<-done
+			t.Fatal("the second page asked fewer than 16 members at first")
+		}
+	}
+	close(release)
+	if got := itemClusters(t, <-done); len(got) != 50 || got[0] != "m025" {
+		t.Errorf("second page: %d items from %v on, want 50 from m025", len(got), got[:min(1, len(got))])
 	}
 }
 
