@@ -224,8 +224,7 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 	if o.RemoteClusters > 0 {
 		logf("clusters: fan-out over %d more clusters %s away", o.RemoteClusters, o.RemoteLatency)
 		res.Remote = remotePhase(ctx, s, ucs, o)
-		logf("clusters: remote fan-out LIST %s, with limit=500 %s (%d pages)%s", measure.Dur(medianDur(res.Remote.List)),
-			measure.Dur(medianDur(res.Remote.Paged)), res.Remote.Pages, firstErr(res.Remote.Err))
+		logf("clusters: remote fan-out LIST %s%s", measure.Dur(medianDur(res.Remote.List)), firstErr(res.Remote.Err))
 	}
 	return res, nil
 }

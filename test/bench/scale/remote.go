@@ -27,10 +27,9 @@ type remoteResult struct {
 	Parallel string // the gateway's --fan-out-parallel as given to it; "": its default
 	Ready    time.Duration
 	List     []time.Duration
-	Paged    []time.Duration // every page of one list, one after the other
-	Pages    int
-	Items    int
-	Err      string
+	// Paged are the lists page by page, with each of pageLimits.
+	Paged []pagedList
+	Err   string
 }
 
 // remotePhase registers n more UpstreamClusters whose servers are member-a's
@@ -93,17 +92,32 @@ func remotePhase(ctx context.Context, s *scene, ucs dynamic.NamespaceableResourc
 		}
 		res.List = append(res.List, time.Since(t0))
 	}
-	for i := 0; i < o.ListRepeats && ctx.Err() == nil; i++ {
-		t0 := time.Now()
-		pages, items, err := listPages(ctx, s.hubRoot, base+"&limit=500")
-		if err != nil {
-			res.Err = "paged LIST: " + err.Error()
-			return res
+	for _, limit := range pageLimits {
+		pl := pagedList{Limit: limit}
+		for i := 0; i < o.ListRepeats && ctx.Err() == nil; i++ {
+			t0 := time.Now()
+			pages, items, err := listPages(ctx, s.hubRoot, fmt.Sprintf("%s&limit=%d", base, limit))
+			if err != nil {
+				res.Err = "paged LIST: " + err.Error()
+				return res
+			}
+			pl.Took = append(pl.Took, time.Since(t0))
+			pl.Pages, pl.Items = pages, items
 		}
-		res.Paged = append(res.Paged, time.Since(t0))
-		res.Pages, res.Items = pages, items
+		res.Paged = append(res.Paged, pl)
 	}
 	return res
+}
+
+// pageLimits are the limits of the paged lists: kubectl get's and client-go's
+// pager's default, and one that makes several pages of one item per member.
+var pageLimits = []int{500, 50}
+
+// pagedList is one list page by page, repeated.
+type pagedList struct {
+	Limit        int
+	Took         []time.Duration // every page, one after the other
+	Pages, Items int
 }
 
 // listPages lists path page by page, as client-go's pager does, and counts
@@ -163,8 +177,8 @@ func (r *report) remoteSection(p func(string, ...any), f *remoteResult) {
 	if len(f.List) > 0 {
 		p("| LIST (strict, no limit) | %s | %s |\n", measure.Dur(medianDur(f.List)), measure.Dur(time.Duration(float64(medianDur(f.List))/n)))
 	}
-	if len(f.Paged) > 0 {
-		p("| LIST with limit=500, every page (%d pages, %d items) | %s | %s |\n", f.Pages, f.Items, measure.Dur(medianDur(f.Paged)), measure.Dur(time.Duration(float64(medianDur(f.Paged))/n)))
+	for _, pl := range f.Paged {
+		p("| LIST with limit=%d, every page (%d pages, %d items) | %s | %s |\n", pl.Limit, pl.Pages, pl.Items, measure.Dur(medianDur(pl.Took)), measure.Dur(time.Duration(float64(medianDur(pl.Took))/n)))
 	}
 	if f.Err != "" {
 		p("\nNot measured: %s.\n", f.Err)
