@@ -239,6 +239,8 @@ func writeMerged(ctx context.Context, w http.ResponseWriter, req *http.Request, 
 	}
 	relay(ctx, events, func(ev *event) (wrote, done bool) {
 		if ev.fatal != nil {
+			// The client lists again: no bookmark after the ERROR.
+			composite.pending = false
 			_ = json.NewEncoder(w).Encode(map[string]any{"type": "ERROR", "object": ev.fatal})
 			return true, true
 		}

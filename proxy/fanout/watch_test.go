@@ -299,18 +299,24 @@ func TestWatchReopensMember(t *testing.T) {
 // An ERROR event (410 Expired) of one member ends the whole watch with it,
 // and every member's watch.
 func TestWatchExpiredEndsEverything(t *testing.T) {
-	m, srv := threeMembers(t)
-	c := startWatch(t, srv, "*", "watch=true")
-	m.lines["b"] <- `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","code":410,"reason":"Expired","message":"too old resource version: 1 (5)"}}`
-	ev := c.next(t)
-	if ev.Type != "ERROR" || ev.Object.Code != http.StatusGone || ev.Object.Reason != metav1.StatusReasonExpired || !strings.Contains(ev.Object.Message, `upstream cluster "b"`) {
-		t.Fatalf("want a 410 ERROR naming b, got %+v", ev)
+	for _, query := range []string{"watch=true", "watch=true&allowWatchBookmarks=true"} {
+		m, srv := threeMembers(t)
+		c := startWatch(t, srv, "*", query)
+		m.lines["b"] <- podEvent("ADDED", "p", "4")
+		m.lines["b"] <- `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","code":410,"reason":"Expired","message":"too old resource version: 1 (5)"}}`
+		ev := c.next(t)
+		for ev.Type != "ERROR" {
+			ev = c.next(t)
+		}
+		if ev.Object.Code != http.StatusGone || ev.Object.Reason != metav1.StatusReasonExpired || !strings.Contains(ev.Object.Message, `upstream cluster "b"`) {
+			t.Fatalf("%s: want a 410 ERROR naming b, got %+v", query, ev)
+		}
+		var more clientEvent
+		if err := c.dec.Decode(&more); err == nil {
+			t.Errorf("%s: the watch went on after the ERROR: %+v", query, more)
+		}
+		waitFor(t, "member watches to end", func() bool { return m.running.Load() == 0 })
 	}
-	var more clientEvent
-	if err := c.dec.Decode(&more); err == nil {
-		t.Errorf("the watch went on after the ERROR: %+v", more)
-	}
-	waitFor(t, "member watches to end", func() bool { return m.running.Load() == 0 })
 }
 
 func TestWatchMemberFailsToOpen(t *testing.T) {
