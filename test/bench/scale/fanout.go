@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/kubewharf/kube-gateway/test/bench/internal/measure"
 	"github.com/kubewharf/kube-gateway/test/harness"
@@ -29,7 +30,10 @@ type fanOutResult struct {
 	List      []time.Duration
 	ListBytes int64
 	ListCPU   []float64 // the gateway's CPU seconds per LIST, net of IdleCPU
-	IdleCPU   float64   // the idle gateway's CPU seconds per second with the clusters
+	// UserList is a LIST as a user authorized per member: first with the
+	// authorization decisions not cached, then cached.
+	UserList []time.Duration
+	IdleCPU  float64 // the idle gateway's CPU seconds per second with the clusters
 	// WatchOpen is the time until the merged watch answered: every member's
 	// watch is open by then. WatchGoroutines, WatchHeap and WatchStacks are
 	// the gateway's goroutines, heap and stack bytes more while it is open,
@@ -88,6 +92,24 @@ func fanOutPhase(ctx context.Context, s *scene, members, repeats int, idleCPU fl
 		res.List = append(res.List, took)
 		res.ListCPU = append(res.ListCPU, net(cpu1-cpu0, hz, took))
 		res.ListBytes = r.Bytes
+	}
+
+	// The same LIST as a user whom the gateway authorizes per member (a
+	// SubjectAccessReview each, cached for a while), twice: the first asks
+	// the hub for every member, the second finds the decisions cached.
+	if hc, err := rest.HTTPClientFor(s.env.HubConfig(harness.UserAlice)); err != nil {
+		res.Err = "alice's client: " + err.Error()
+	} else {
+		alice := &measure.Target{Base: s.env.Hub.Servers[0].URL, Client: hc}
+		path := ucPath + "/*/proxy/api/v1/namespaces/" + harness.AliceNamespace + "/configmaps?" + strictParam
+		for range 2 {
+			t0 := time.Now()
+			if _, err := alice.Do(ctx, path); err != nil {
+				res.Err = "LIST as alice: " + err.Error()
+				break
+			}
+			res.UserList = append(res.UserList, time.Since(t0))
+		}
 	}
 
 	before := s.take(ctx, "before the fan-out watch", true)
@@ -170,6 +192,10 @@ func (r *report) fanOutSection(p func(string, ...any), f *fanOutResult) {
 		p("| LIST time | %s | %s |\n", measure.Dur(medianDur(f.List)), measure.Dur(time.Duration(float64(medianDur(f.List))/n)))
 		p("| gateway CPU per LIST | %s | %s |\n", measure.Dur(time.Duration(cpu*1e9)), measure.Dur(time.Duration(cpu*1e9/n)))
 		p("| LIST body (as received) | %s | |\n", measure.KiB(float64(f.ListBytes)))
+	}
+	if len(f.UserList) == 2 {
+		p("| LIST as a user authorized per member, decisions not cached / cached | %s / %s | %s / %s |\n", measure.Dur(f.UserList[0]), measure.Dur(f.UserList[1]),
+			measure.Dur(time.Duration(float64(f.UserList[0])/n)), measure.Dur(time.Duration(float64(f.UserList[1])/n)))
 	}
 	if f.WatchOpen > 0 {
 		p("| WATCH: until every member's watch is open | %s | |\n", measure.Dur(f.WatchOpen))
