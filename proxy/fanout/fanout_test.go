@@ -56,11 +56,13 @@ func uc(name string, labels map[string]string, ready bool) gatewayv1alpha1.Upstr
 	return c
 }
 
-// denies forbids upstreamclusters/proxy on the named clusters.
+// denies forbids upstreamclusters/proxy on the named clusters. As in RBAC,
+// a user whose rules name clusters (resourceNames) is not allowed without a
+// name: with any denial, the request without a name is denied too.
 type denies map[string]bool
 
 func (d denies) Authorize(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
-	if a.GetResource() != "upstreamclusters" || a.GetSubresource() != "proxy" || d[a.GetName()] {
+	if a.GetResource() != "upstreamclusters" || a.GetSubresource() != "proxy" || d[a.GetName()] || (a.GetName() == "" && len(d) > 0) {
 		return authorizer.DecisionNoOpinion, "", nil
 	}
 	return authorizer.DecisionAllow, "", nil
@@ -168,6 +170,31 @@ func TestMembersTheUserMayNotReachAreLeftOut(t *testing.T) {
 	}
 	if w := rec.Header().Values("Warning"); len(w) != 1 || !strings.Contains(w[0], `upstream cluster \"b\": left out`) {
 		t.Errorf("warnings %q", w)
+	}
+}
+
+// A user allowed upstreamclusters/proxy without a name (a rule without
+// resourceNames) may use every cluster: one authorization, not one per
+// member. A user whose rules name clusters is checked member by member.
+func TestAuthorizationPerMemberOnlyWhenNeeded(t *testing.T) {
+	for _, c := range []struct {
+		d     denies
+		calls int
+		want  string
+	}{
+		{nil, 1, "a,b,c"},
+		{denies{"b": true}, 4, "a,c"}, // without a name, then a, b, c
+	} {
+		h, _ := newHandler(c.d)
+		var calls atomic.Int32
+		h.Authorizer = authorizer.AuthorizerFunc(func(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+			calls.Add(1)
+			return c.d.Authorize(ctx, a)
+		})
+		rec := do(h, "*", "/api/v1/pods", "", nil)
+		if got := strings.Join(itemClusters(t, rec), ","); got != c.want || int(calls.Load()) != c.calls {
+			t.Errorf("denies %v: items of %s after %d authorizations, want %s after %d", c.d, got, calls.Load(), c.want, c.calls)
+		}
 	}
 }
 

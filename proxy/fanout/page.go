@@ -1,15 +1,16 @@
 package fanout
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
-	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/util/workqueue"
 )
 
 // continueToken is where the next page of a fan-out list starts: a member,
@@ -145,19 +146,13 @@ page:
 	for i := start; i < len(members); {
 		asked := remaining
 		batch := make([]result, min(window, len(members)-i))
-		var wg sync.WaitGroup
-		for j := range batch {
+		workqueue.ParallelizeUntil(context.Background(), len(batch), len(batch), func(j int) {
 			cont := ""
 			if j == 0 {
 				cont = memberCont
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				batch[j] = askMember(i+j, asked, cont)
-			}()
-		}
-		wg.Wait()
+			batch[j] = askMember(i+j, asked, cont)
+		})
 		for j, r := range batch {
 			if j == 0 && memberCont != "" && r.code == http.StatusGone {
 				// The member's own token expired: so has the fan-out token.
