@@ -159,10 +159,9 @@ func TestPagingWindows(t *testing.T) {
 	}
 }
 
-// Over many small members, a page asks them in parallel windows, not one
-// after the other: after the first member's answer (2 items, 48 left), the
-// next window asks 16 members (Parallel) before any of them answered.
-func TestPagingAsksSmallMembersInParallel(t *testing.T) {
+// smallMembers is a Handler over 100 members m000..m099 of 2 items each,
+// asking 16 at a time, with the members' sizes.
+func smallMembers() (*Handler, pagedMembers) {
 	sizes := pagedMembers{}
 	h, _ := newHandler(nil)
 	h.Clusters = clusters{}
@@ -172,6 +171,14 @@ func TestPagingAsksSmallMembersInParallel(t *testing.T) {
 		h.Clusters = append(h.Clusters.(clusters), uc(name, nil, true))
 	}
 	h.Parallel = 16
+	return h, sizes
+}
+
+// Over many small members, a page asks them in parallel windows, not one
+// after the other: after the first member's answer (2 items, 48 left), the
+// next window asks 16 members (Parallel) before any of them answered.
+func TestPagingAsksSmallMembersInParallel(t *testing.T) {
+	h, sizes := smallMembers()
 	// Every member but the first answers only once released.
 	arrived, release := make(chan string, 100), make(chan struct{})
 	var requests atomic.Int32
@@ -219,15 +226,7 @@ func TestPagingAsksSmallMembersInParallel(t *testing.T) {
 // The next page's first window is as many members as the pages before say
 // fit, not one: its continue token carries the items per member so far.
 func TestPagingCarriesTheWindow(t *testing.T) {
-	sizes := pagedMembers{}
-	h, _ := newHandler(nil)
-	h.Clusters = clusters{}
-	for i := range 100 {
-		name := fmt.Sprintf("m%03d", i)
-		sizes[name] = 2
-		h.Clusters = append(h.Clusters.(clusters), uc(name, nil, true))
-	}
-	h.Parallel = 16
+	h, sizes := smallMembers()
 	h.Member = sizes.serve
 	rec := do(h, "*", "/api/v1/pods", "limit=50", nil)
 	var first struct{ Metadata struct{ Continue string } }
