@@ -482,6 +482,61 @@ func TestFanOutWatch(t *testing.T) {
 		}
 	})
 
+	t.Run("resume from a bookmark", func(t *testing.T) {
+		// A watch that asks for bookmarks gets objects with their own
+		// resourceVersions and bookmarks with the composite; a watch from
+		// the last bookmark resumes both members where the first ended.
+		cfg := env.HubConfig(harness.UserAdmin)
+		cfg.Host = strings.TrimSuffix(cfg.Host, "/") + fanOutPath(segment)
+		cms := dynamic.NewForConfigOrDie(cfg).Resource(corev1.SchemeGroupVersion.WithResource("configmaps")).Namespace(ns)
+		list, err := cms.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// watch collects the events of a watch of timeout seconds from rv,
+		// creating name on member-a once the watch is open.
+		watch := func(rv string, name string) (added []string, bookmark string) {
+			t.Helper()
+			timeout := int64(3)
+			w, err := cms.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop()
+			if name != "" {
+				create(t, harness.MemberA, name)
+			}
+			for ev := range w.ResultChan() {
+				u, ok := ev.Object.(*unstructured.Unstructured)
+				if !ok {
+					t.Fatalf("event %s of %T", ev.Type, ev.Object)
+				}
+				switch ev.Type {
+				case "ADDED":
+					added = append(added, u.GetName())
+					if err := bothMembers(u.GetResourceVersion()); err == nil {
+						t.Errorf("%s came with the composite resourceVersion, want its own", u.GetName())
+					}
+				case "BOOKMARK":
+					bookmark = u.GetResourceVersion()
+				}
+			}
+			return added, bookmark
+		}
+		added, mark := watch(list.GetResourceVersion(), "resume-1")
+		if !slices.Contains(added, "resume-1") || mark == "" {
+			t.Fatalf("first watch: ADDED %v, last bookmark %q; want resume-1 and a bookmark", added, mark)
+		}
+		if err := bothMembers(mark); err != nil {
+			t.Fatalf("bookmark: %v", err)
+		}
+		create(t, harness.MemberB, "resume-2") // while no watch is open
+		added, _ = watch(mark, "")
+		if !slices.Contains(added, "resume-2") || slices.Contains(added, "resume-1") || slices.Contains(added, "seed-a") {
+			t.Errorf("watch from the bookmark: ADDED %v, want resume-2 only", added)
+		}
+	})
+
 	t.Run("dynamic informer", func(t *testing.T) {
 		cfg := env.HubConfig(harness.UserAdmin)
 		cfg.Host = strings.TrimSuffix(cfg.Host, "/") + fanOutPath(segment)
