@@ -33,9 +33,9 @@ type ListMemory struct {
 	busy     atomic.Uint64
 }
 
-// NewListMemory returns a bound of max bytes; max <= 0: no bound (the bytes
+// NewListMemory returns a ListMemory of bound bytes; bound <= 0: no bound (the bytes
 // held are still counted).
-func NewListMemory(max int64) *ListMemory { return &ListMemory{max: max} }
+func NewListMemory(bound int64) *ListMemory { return &ListMemory{max: bound} }
 
 // Held is the bytes the fan-out lists in flight hold now.
 func (m *ListMemory) Held() int64 { return m.used.Load() }
