@@ -168,16 +168,17 @@ func (h *Handler) Serve(w http.ResponseWriter, req *http.Request, name, path str
 	}
 	// The members' answers are held until the merged list is written; a
 	// list that goes over the memory bound cancels its member requests.
+	paged := mq.limit > 0 || page != nil
 	ctx, cancel := context.WithCancel(req.Context())
 	defer cancel()
-	c := &listCall{req: inner.WithContext(ctx), path: path, accept: "application/json", timeout: h.memberTimeout(), memory: h.ListMemory.newHold(cancel, mq.limit > 0 || page != nil)}
+	c := &listCall{req: inner.WithContext(ctx), path: path, accept: "application/json", timeout: h.memberTimeout(), memory: h.ListMemory.newHold(cancel, paged)}
 	defer c.memory.release()
 	if wantsTable(req.Header.Get("Accept")) {
 		c.accept = tableAccept
 	}
 	var merged *mergedList
 	var warnings []string
-	if mq.limit > 0 || page != nil {
+	if paged {
 		merged, warnings, err = h.page(c, members, mq, page)
 	} else {
 		merged, warnings, err = merge(h.ask(c, members), mq.strict)
