@@ -30,6 +30,19 @@ func BenchmarkServeWithoutExtras(b *testing.B) {
 }
 
 func benchmarkServe(b *testing.B, u *user.DefaultInfo) {
+	serve := smallGET(b, u)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			serve()
+		}
+	})
+}
+
+// smallGET returns a function that forwards a GET of one small object to an
+// in-process member over TLS and HTTP/2 as user u and fails tb unless it
+// answered 200.
+func smallGET(tb testing.TB, u *user.DefaultInfo) func() {
 	body := []byte(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"target","namespace":"bench"},"data":{"k":"v"}}`)
 	m := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -38,19 +51,16 @@ func benchmarkServe(b *testing.B, u *user.DefaultInfo) {
 	m.EnableHTTP2 = true
 	m.Config.ErrorLog = log.New(io.Discard, "", 0)
 	m.StartTLS()
-	b.Cleanup(m.Close)
-	c := compile(b, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: m.Certificate().Raw}), nil, m.URL)
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			req := httptest.NewRequest(http.MethodGet, proxyPrefix+"/api/v1/namespaces/bench/configmaps/target", nil)
-			req.Header.Set("Accept", "application/json")
-			rec := httptest.NewRecorder()
-			testForwarder.Serve(rec, req, forward.Request{Cluster: c, Path: "/api/v1/namespaces/bench/configmaps/target", User: u,
-				Errors: responseErrors{rec: &errorRecorder{}, w: rec}})
-			if rec.Code != http.StatusOK {
-				b.Fatalf("status %d: %s", rec.Code, rec.Body.String())
-			}
+	tb.Cleanup(m.Close)
+	c := compile(tb, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: m.Certificate().Raw}), nil, m.URL)
+	return func() {
+		req := httptest.NewRequest(http.MethodGet, proxyPrefix+"/api/v1/namespaces/bench/configmaps/target", nil)
+		req.Header.Set("Accept", "application/json")
+		rec := httptest.NewRecorder()
+		testForwarder.Serve(rec, req, forward.Request{Cluster: c, Path: "/api/v1/namespaces/bench/configmaps/target", User: u,
+			Errors: responseErrors{rec: &errorRecorder{}, w: rec}})
+		if rec.Code != http.StatusOK {
+			tb.Fatalf("status %d: %s", rec.Code, rec.Body.String())
 		}
-	})
+	}
 }
