@@ -220,7 +220,7 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 	res.FanOut = fanOutPhase(ctx, s, o.Clusters+2, o.ListRepeats, res.AfterIdle.GatewayCPU,
 		filepath.Join(o.OutDir, "kube-gateway-cpu-fanout.pprof"), filepath.Join(o.OutDir, "kube-gateway-heap-fanout.pprof"))
 	logf("clusters: fan-out LIST %s; WATCH open in %s, %d events in %s%s", measure.Dur(medianDur(res.FanOut.List)),
-		measure.Dur(res.FanOut.WatchOpen), res.FanOut.Events, measure.Dur(res.FanOut.EventsTook), firstErr(res.FanOut.Err))
+		measure.Dur(res.FanOut.WatchOpen), res.FanOut.Events.Events, measure.Dur(res.FanOut.Events.Took), firstErr(res.FanOut.Err))
 	if o.RemoteClusters > 0 {
 		logf("clusters: fan-out over %d more clusters %s away", o.RemoteClusters, o.RemoteLatency)
 		res.Remote = remotePhase(ctx, s, ucs, o)
@@ -469,7 +469,7 @@ func (s *scene) listAndWatch(ctx context.Context, path string, n, repeats int) l
 
 // watchInitial opens the watch path and reads events until n arrived.
 func watchInitial(ctx context.Context, t *measure.Target, path string, n int) (int, error) {
-	body, err := openWatch(ctx, t, path)
+	body, err := openWatch(ctx, t, path, "")
 	if err != nil {
 		return 0, err
 	}

@@ -4,6 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,19 +45,27 @@ type fanOutResult struct {
 	// per member.
 	WatchOpen                               time.Duration
 	WatchGoroutines, WatchHeap, WatchStacks float64
-	// Events of one ConfigMap created on each member: one per cluster is
-	// expected; EventsTook runs from the creates to the last event,
-	// EventsCPU is the gateway's CPU seconds meanwhile, net of IdleCPU.
-	Events     int
-	Bookmarks  int // bookmarks received meanwhile, each with the composite resourceVersion
-	EventsTook time.Duration
-	EventsCPU  float64
-	// CPUFile is the gateway's CPU profile while the events pass, CPUTop
-	// pprof's top functions in it; HeapFile and HeapTop the heap profile
-	// while the watch is open.
-	CPUFile, CPUTop   string
+	// Events of one ConfigMap created on each member through the watch with
+	// bookmarks, and through a second one as kubectl get --watch asks
+	// (Tables, no bookmarks: the composite resourceVersion in every event).
+	Events, TableEvents changeEvents
+	// HeapFile and HeapTop: the heap profile while the watch is open.
 	HeapFile, HeapTop string
 	Err               string
+}
+
+// changeEvents are the events of one change per member in a merged watch:
+// one per cluster is expected.
+type changeEvents struct {
+	Events    int
+	Bookmarks int // bookmarks received meanwhile, each with the composite resourceVersion
+	// Took runs from the creates to the last event, CPU is the gateway's CPU
+	// seconds meanwhile, net of the idle gateway's.
+	Took time.Duration
+	CPU  float64
+	// CPUFile is the gateway's CPU profile while the events pass, CPUTop
+	// pprof's top functions in it.
+	CPUFile, CPUTop string
 }
 
 // fanOutPhase LISTs and WATCHes a namespace of the members over every
@@ -119,7 +131,7 @@ func fanOutPhase(ctx context.Context, s *scene, members, repeats int, idleCPU fl
 	t0 := time.Now()
 	// With bookmarks, as client-go's informers watch: events keep their
 	// objects' resourceVersions, bookmarks carry the composite.
-	body, err := openWatch(wctx, s.hubRoot, fanOutBase+"?watch=1&allowWatchBookmarks=true")
+	body, err := openWatch(wctx, s.hubRoot, fanOutBase+"?watch=1&allowWatchBookmarks=true", "")
 	if err != nil {
 		res.Err = "WATCH: " + err.Error()
 		return res
@@ -136,15 +148,71 @@ func fanOutPhase(ctx context.Context, s *scene, members, repeats int, idleCPU fl
 		res.HeapFile = heapFile
 	}
 
+	var why string
+	res.Events, why = s.changeEvents(ctx, body, memberClients, members, net, false, cpuFile)
+	if why != "" {
+		res.Err = "WATCH: " + why
+		return res
+	}
+	body.Close()
+
+	// As kubectl get --watch asks: Tables, no bookmarks, from its list's
+	// resourceVersion (without one, the members would send the first
+	// changes as initial events).
+	rv, err := listVersion(wctx, s.hubRoot, fanOutBase)
+	if err == nil {
+		body, err = openWatch(wctx, s.hubRoot, fanOutBase+"?watch=1&resourceVersion="+url.QueryEscape(rv), tableAccept)
+	}
+	if err != nil {
+		res.Err = "WATCH of Tables: " + err.Error()
+		return res
+	}
+	defer body.Close()
+	res.TableEvents, why = s.changeEvents(ctx, body, memberClients, members, net, true, strings.TrimSuffix(cpuFile, ".pprof")+"-table.pprof")
+	if why != "" {
+		res.Err = "WATCH of Tables: " + why
+	}
+	return res
+}
+
+// listVersion is the resourceVersion of a LIST of path.
+func listVersion(ctx context.Context, t *measure.Target, path string) (string, error) {
+	req, err := t.NewRequest(ctx, path)
+	if err != nil {
+		return "", err
+	}
+	resp, err := t.Client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var list metav1.List
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		return "", fmt.Errorf("LIST: %s: %w", resp.Status, err)
+	}
+	if resp.StatusCode != http.StatusOK || list.ResourceVersion == "" {
+		return "", fmt.Errorf("LIST: %s without a resourceVersion", resp.Status)
+	}
+	return list.ResourceVersion, nil
+}
+
+const tableAccept = "application/json;as=Table;v=v1;g=meta.k8s.io"
+
+// changeEvents creates a ConfigMap on each member and reads body, an open
+// merged watch of Tables or of objects, until every member's event came,
+// with a CPU profile of the gateway meanwhile written to cpuFile. why says
+// what failed.
+func (s *scene) changeEvents(ctx context.Context, body io.Reader, memberClients []kubernetes.Interface, members int,
+	net func(ticks int64, hz float64, d time.Duration) float64, table bool, cpuFile string) (res changeEvents, why string) {
+	hz, _ := measure.ClockTicks()
 	profiled := make(chan error, 1)
 	go func() { profiled <- s.cpuProfile(ctx, 3*time.Second, cpuFile) }()
 	cpu0, _ := measure.CPUTicks(s.gatewayPID)
-	t0 = time.Now()
+	t0 := time.Now()
 	for _, cs := range memberClients {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "fanout-"}}
 		if _, err := cs.CoreV1().ConfigMaps(fanOutNS).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-			res.Err = "creating the ConfigMaps: " + err.Error()
-			return res
+			return res, "creating the ConfigMaps: " + err.Error()
 		}
 	}
 	dec := json.NewDecoder(body)
@@ -152,30 +220,42 @@ func fanOutPhase(ctx context.Context, s *scene, members, repeats int, idleCPU fl
 	for len(seen) < members {
 		var ev struct {
 			Type   string
-			Object metav1.PartialObjectMetadata
+			Object struct {
+				metav1.PartialObjectMetadata
+				Rows []struct{ Object metav1.PartialObjectMetadata } // of a Table
+			}
 		}
 		if err := dec.Decode(&ev); err != nil {
-			res.Err = fmt.Sprintf("WATCH: %d of %d events: %v", len(seen), members, err)
+			why = fmt.Sprintf("%d of %d events: %v", len(seen), members, err)
 			break
 		}
 		switch ev.Type {
 		case "ADDED":
-			seen[ev.Object.Annotations["gateway.kubewharf.io/cluster"]] = true
+			objects := []metav1.PartialObjectMetadata{ev.Object.PartialObjectMetadata}
+			if table {
+				objects = objects[:0]
+				for _, r := range ev.Object.Rows {
+					objects = append(objects, r.Object)
+				}
+			}
+			for _, o := range objects {
+				seen[o.Annotations["gateway.kubewharf.io/cluster"]] = true
+			}
 		case "BOOKMARK":
 			res.Bookmarks++
 		}
 	}
 	res.Events = len(seen)
-	res.EventsTook = time.Since(t0)
+	res.Took = time.Since(t0)
 	cpu1, _ := measure.CPUTicks(s.gatewayPID)
-	res.EventsCPU = net(cpu1-cpu0, hz, res.EventsTook)
+	res.CPU = net(cpu1-cpu0, hz, res.Took)
 	if err := <-profiled; err != nil {
 		logf("clusters: fan-out CPU profile: %v", err)
 	} else {
 		bin, _ := harness.GatewayBinary(s.env.BinDir)
 		res.CPUFile, res.CPUTop = cpuFile, measure.Pprof(ctx, bin, cpuFile, "-top", "-nodecount=15")
 	}
-	return res
+	return res, why
 }
 
 // strictParam makes a fan-out LIST fail when a member fails, so that a
@@ -184,7 +264,7 @@ const strictParam = "gateway.kubewharf.io/strict=true"
 
 func (r *report) fanOutSection(p func(string, ...any), f *fanOutResult) {
 	p("### Fan-out over the %d clusters\n\n", f.Members)
-	p("Through the hub, `upstreamclusters/*/proxy/api/v1/namespaces/%s/configmaps`: a LIST (strict, median of %d) and a WATCH with bookmarks (as client-go's informers watch) over every registered cluster; then one ConfigMap created on member-a and one on member-b, which every cluster of the burst (all member-a) and the harness's two see: one ADDED event per cluster in the merged watch.\n\n", fanOutNS, len(f.List))
+	p("Through the hub, `upstreamclusters/*/proxy/api/v1/namespaces/%s/configmaps`: a LIST (strict, median of %d) and a WATCH with bookmarks (as client-go's informers watch) over every registered cluster; then one ConfigMap created on member-a and one on member-b, which every cluster of the burst (all member-a) and the harness's two see: one ADDED event per cluster in the merged watch. The same again through a WATCH of Tables without bookmarks, as kubectl get --watch asks, whose every event carries the composite resourceVersion.\n\n", fanOutNS, len(f.List))
 	n := float64(f.Members)
 	p("The gateway's CPU figures are net of what the idle gateway spends meanwhile on the clusters' health probes (%.1f ms/s).\n\n", 1e3*f.IdleCPU)
 	p("| fan-out over %d clusters | total | per cluster |\n|---|---:|---:|\n", f.Members)
@@ -203,11 +283,17 @@ func (r *report) fanOutSection(p func(string, ...any), f *fanOutResult) {
 		p("| gateway goroutines with the WATCH open | | %.2f |\n", f.WatchGoroutines)
 		p("| gateway heap / stacks with the WATCH open (after a GC) | | %s / %s |\n", measure.KiB(f.WatchHeap), measure.KiB(f.WatchStacks))
 	}
-	if f.Events > 0 {
-		p("| events of one change per member: received / expected | %d / %d | |\n", f.Events, f.Members)
-		p("| bookmarks with the composite resourceVersion meanwhile | %d | |\n", f.Bookmarks)
-		p("| until the last event | %s | |\n", measure.Dur(f.EventsTook))
-		p("| gateway CPU for the events | %s | %s per event |\n", measure.Dur(time.Duration(f.EventsCPU*1e9)), measure.Dur(time.Duration(f.EventsCPU*1e9/float64(f.Events))))
+	for _, e := range []struct {
+		what string
+		ev   changeEvents
+	}{{"the WATCH with bookmarks", f.Events}, {"a WATCH of Tables without bookmarks (kubectl get --watch)", f.TableEvents}} {
+		if e.ev.Events == 0 {
+			continue
+		}
+		p("| %s: events of one change per member, received / expected | %d / %d | |\n", e.what, e.ev.Events, f.Members)
+		p("| bookmarks with the composite resourceVersion meanwhile | %d | |\n", e.ev.Bookmarks)
+		p("| until the last event | %s | |\n", measure.Dur(e.ev.Took))
+		p("| gateway CPU for the events | %s | %s per event |\n", measure.Dur(time.Duration(e.ev.CPU*1e9)), measure.Dur(time.Duration(e.ev.CPU*1e9/float64(e.ev.Events))))
 	}
 	if f.Err != "" {
 		p("\nNot measured: %s.\n", f.Err)
@@ -216,7 +302,9 @@ func (r *report) fanOutSection(p func(string, ...any), f *fanOutResult) {
 	if f.HeapFile != "" {
 		p("The gateway's heap in use with the WATCH open, by allocation site (`%s`; `go tool pprof -sample_index=inuse_space -top`):\n\n```\n%s```\n\n", f.HeapFile, measure.TrimPprof(f.HeapTop))
 	}
-	if f.CPUFile != "" {
-		p("The gateway's CPU while the events pass (a profile of 2 s from just before the creates, `%s`; `go tool pprof -top`):\n\n```\n%s```\n\n", f.CPUFile, measure.TrimPprof(f.CPUTop))
+	for _, e := range []changeEvents{f.Events, f.TableEvents} {
+		if e.CPUFile != "" {
+			p("The gateway's CPU while the events pass (a profile of 3 s from just before the creates, `%s`; `go tool pprof -top`):\n\n```\n%s```\n\n", e.CPUFile, measure.TrimPprof(e.CPUTop))
+		}
 	}
 }

@@ -81,7 +81,7 @@ func openWatches(parent context.Context, t *measure.Target, path string, n, c in
 				if i >= n || ws.ctx.Err() != nil {
 					return
 				}
-				body, err := openWatch(ws.ctx, t, path)
+				body, err := openWatch(ws.ctx, t, path, "")
 				if err != nil {
 					mu.Lock()
 					ws.Errors++
@@ -117,10 +117,15 @@ func openWatches(parent context.Context, t *measure.Target, path string, n, c in
 	return ws
 }
 
-func openWatch(ctx context.Context, t *measure.Target, path string) (io.ReadCloser, error) {
+// openWatch opens a watch of path and returns its body; accept, when set, is
+// the request's Accept header.
+func openWatch(ctx context.Context, t *measure.Target, path, accept string) (io.ReadCloser, error) {
 	req, err := t.NewRequest(ctx, path)
 	if err != nil {
 		return nil, err
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
 	}
 	resp, err := t.Client.Do(req)
 	if err != nil {
