@@ -30,7 +30,7 @@ func FuzzCopyObject(f *testing.F) {
 		}
 		e := &metaEdit{cluster: "member-a"}
 		if setVersion {
-			e.resourceVersion = "composite"
+			e.resourceVersion = jsontext.Value(`"composite"`)
 		}
 		var out bytes.Buffer
 		c := newCopier(&out)
@@ -80,8 +80,8 @@ func editDecoded(v any, e *metaEdit) any {
 			ann[ClusterAnnotation] = e.cluster
 		}
 	}
-	if e.resourceVersion != "" {
-		md["resourceVersion"] = e.resourceVersion
+	if e.resourceVersion != nil {
+		md["resourceVersion"] = "composite"
 	}
 	return v
 }

@@ -173,8 +173,9 @@ func readString(dec *jsontext.Decoder, field string, s *string) error {
 type metaEdit struct {
 	// cluster is set as the cluster annotation; "": none is set.
 	cluster string
-	// resourceVersion replaces metadata.resourceVersion; "": it is kept.
-	resourceVersion string
+	// resourceVersion, a JSON string, replaces metadata.resourceVersion;
+	// nil: it is kept.
+	resourceVersion jsontext.Value
 }
 
 // copyObject copies the next value of dec with e applied to its metadata,
@@ -217,7 +218,7 @@ func (c *copier) copyMetadata(dec *jsontext.Decoder, e *metaEdit) error {
 			annotations = true
 			c.token(name)
 			return true, c.copyAnnotations(dec, e.cluster)
-		case key == "resourceVersion" && e.resourceVersion != "":
+		case key == "resourceVersion" && e.resourceVersion != nil:
 			return true, dec.SkipValue() // written at the end
 		}
 		return false, nil
@@ -236,9 +237,9 @@ func (c *copier) writeMetadataMembers(e *metaEdit, annotations bool) {
 		c.token(jsontext.String("annotations"))
 		c.writeAnnotations(e.cluster)
 	}
-	if e.resourceVersion != "" {
+	if e.resourceVersion != nil {
 		c.token(jsontext.String("resourceVersion"))
-		c.token(jsontext.String(e.resourceVersion))
+		c.value(e.resourceVersion) // quoted once, not for each event
 	}
 }
 

@@ -2,7 +2,6 @@ package fanout
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"mime"
@@ -178,13 +177,4 @@ func differs(first part, l *memberList) string {
 		return fmt.Sprintf("left out: its table columns %v differ from those of %q %v", l.columnNames, first.cluster, first.list.columnNames)
 	}
 	return ""
-}
-
-// CompositeResourceVersion is the resourceVersion of a fan-out list: opaque
-// to clients, it records each member's list resourceVersion (base64url of
-// the JSON object {cluster: resourceVersion}) so that a later watch can
-// start from it.
-func CompositeResourceVersion(versions map[string]string) string {
-	b, _ := json.Marshal(versions) // map keys are sorted
-	return base64.RawURLEncoding.EncodeToString(b)
 }

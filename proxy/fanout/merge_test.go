@@ -270,7 +270,7 @@ func TestMergeTableRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"apiVersion":"meta.k8s.io/v1","kind":"Table","metadata":{"resourceVersion":"eyJhIjoiIn0"},
+	want := `{"apiVersion":"meta.k8s.io/v1","kind":"Table","metadata":{"resourceVersion":"` + CompositeResourceVersion(map[string]string{"a": ""}) + `"},
 		"columnDefinitions":[` + clusterColumn + `,{"name":"Name"}],"rows":[
 		{"object":{"metadata":{"name":"no-cells","annotations":{"gateway.kubewharf.io/cluster":"a"}}},"cells":["a"]},
 		{"cells":["a"],"object":{"metadata":{"name":"null-cells","annotations":{"gateway.kubewharf.io/cluster":"a"}}}},

@@ -3,7 +3,6 @@ package fanout
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -273,7 +272,7 @@ func writeMerged(ctx context.Context, w http.ResponseWriter, req *http.Request, 
 				return false, false
 			}
 		}
-		rv := ""
+		var rv jsontext.Value
 		if !ownRV {
 			rv = versions.composite()
 		}
@@ -376,8 +375,8 @@ func bookmarkObject(kind, apiVersion string, initialEnd bool) jsontext.Value {
 
 // writeEvent writes one event of the merged watch: the member's object with
 // its cluster (none for the gateway's own bookmark) and the composite
-// resourceVersion rv; with rv "", the object keeps its own.
-func (c *copier) writeEvent(ev *event, rv string, table *tableColumns) error {
+// resourceVersion rv, a JSON string; with rv nil, the object keeps its own.
+func (c *copier) writeEvent(ev *event, rv jsontext.Value, table *tableColumns) error {
 	c.token(jsontext.BeginObject)
 	c.token(jsontext.String("type"))
 	c.token(jsontext.String(ev.typ))
@@ -413,7 +412,7 @@ type tableColumns struct{ sent bool }
 // copyTable copies a Table of a watch event: its columns, the first time
 // only, after the Cluster column; its rows with their cluster (e); its own
 // resourceVersion replaced by rv.
-func (c *copier) copyTable(dec *jsontext.Decoder, e *metaEdit, rv string, t *tableColumns) error {
+func (c *copier) copyTable(dec *jsontext.Decoder, e *metaEdit, rv jsontext.Value, t *tableColumns) error {
 	if dec.PeekKind() != '{' {
 		return c.copyValue(dec)
 	}
@@ -537,55 +536,4 @@ func memberStatus(cluster string, code int, reason metav1.StatusReason, msg stri
 		Status:   metav1.StatusFailure, Code: int32(code), Reason: reason,
 		Message: fmt.Sprintf("upstream cluster %q: %s", cluster, strings.TrimPrefix(msg, fmt.Sprintf("upstream cluster %q: ", cluster))),
 	}
-}
-
-// versionSet holds each member's resourceVersion in a merged watch and
-// encodes them as a CompositeResourceVersion for every event. Each member's
-// part is encoded when it changes, not for every event: encoding the whole
-// map each time cost more than the event itself with 100 members.
-type versionSet struct {
-	names []string          // sorted, as json.Marshal sorts a map's keys
-	parts map[string][]byte // a member's "name":"resourceVersion"
-	buf   []byte
-}
-
-func (v *versionSet) set(cluster, rv string) {
-	part, known := v.parts[cluster]
-	part, _ = jsontext.AppendQuote(part[:0], cluster) // valid UTF-8: names and resourceVersions are
-	part = append(part, ':')
-	part, _ = jsontext.AppendQuote(part, rv)
-	if !known {
-		if v.parts == nil {
-			v.parts = map[string][]byte{}
-		}
-		i, _ := slices.BinarySearch(v.names, cluster)
-		v.names = slices.Insert(v.names, i, cluster)
-	}
-	v.parts[cluster] = part
-}
-
-// composite is the CompositeResourceVersion of the set.
-func (v *versionSet) composite() string {
-	b := append(v.buf[:0], '{')
-	for i, name := range v.names {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, v.parts[name]...)
-	}
-	v.buf = append(b, '}')
-	return base64.RawURLEncoding.EncodeToString(v.buf)
-}
-
-// ParseCompositeResourceVersion reads a CompositeResourceVersion.
-func ParseCompositeResourceVersion(rv string) (map[string]string, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(rv)
-	if err != nil {
-		return nil, errors.New("not base64url")
-	}
-	var versions map[string]string
-	if err := json.Unmarshal(raw, &versions); err != nil || versions == nil {
-		return nil, errors.New("not a JSON object of cluster names to resourceVersions")
-	}
-	return versions, nil
 }

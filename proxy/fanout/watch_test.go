@@ -3,6 +3,7 @@ package fanout
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -652,7 +653,7 @@ func TestWatchEventKeepsTheObject(t *testing.T) {
 	}
 	ev.cluster = "a"
 	var out bytes.Buffer
-	if err := newCopier(&out).writeEvent(&ev, "composite", &tableColumns{}); err != nil {
+	if err := newCopier(&out).writeEvent(&ev, jsontext.Value(`"composite"`), &tableColumns{}); err != nil {
 		t.Fatal(err)
 	}
 	want := `{"type":"MODIFIED","object":{"kind":"Pod","metadata":{"name":"p","annotations":{"k":"<v>","gateway.kubewharf.io/cluster":"a"},"resourceVersion":"composite"},"spec":{"n":12345678901234567890}}}` + "\n"
@@ -667,21 +668,39 @@ func TestWatchEventKeepsTheObject(t *testing.T) {
 func TestVersionSet(t *testing.T) {
 	v := &versionSet{}
 	want := map[string]string{}
+	check := func(step string) {
+		t.Helper()
+		q := v.composite()
+		var rv string
+		if err := json.Unmarshal(q, &rv); err != nil {
+			t.Fatalf("%s: %s is not a JSON string: %v", step, q, err)
+		}
+		if got, err := ParseCompositeResourceVersion(rv); err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: %s reads back as %v (%v), want %v", step, rv, got, err, want)
+		}
+		if rv != CompositeResourceVersion(want) {
+			t.Errorf("%s: %s, want %s", step, rv, CompositeResourceVersion(want))
+		}
+	}
+	check("none")
+	// Names and resourceVersions of every length modulo 3, inserted before,
+	// between and after the others, and changed.
 	for i, c := range []struct{ cluster, rv string }{
 		{"member-b", "10"}, {"member-a", "7"}, {"member-c", "3"}, {"member-a", "8"}, {"member-b", "11"},
+		{"a", "1"}, {"ab", "12"}, {"abc", "123"}, {"member-bb", "1234"}, {"z", ""}, {"a", "100"},
 	} {
 		v.set(c.cluster, c.rv)
 		want[c.cluster] = c.rv
-		got := v.composite()
-		if got != CompositeResourceVersion(want) {
-			t.Errorf("after %d sets: %s, want %s", i+1, got, CompositeResourceVersion(want))
-		}
+		check(fmt.Sprintf("after %d sets", i+1))
 	}
 	// A member's resourceVersion is opaque: whatever it holds reads back.
 	v.set("member-d", "a\"b\\c<d>\u00e9\n")
 	want["member-d"] = "a\"b\\c<d>\u00e9\n"
-	if got, err := ParseCompositeResourceVersion(v.composite()); err != nil || !reflect.DeepEqual(got, want) {
-		t.Errorf("read back %v (%v), want %v", got, err, want)
+	check("opaque")
+	// The unpadded form of earlier gateways reads back as well.
+	b, _ := json.Marshal(want)
+	if got, err := ParseCompositeResourceVersion(base64.RawURLEncoding.EncodeToString(b)); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("unpadded: read back %v (%v), want %v", got, err, want)
 	}
 }
 
