@@ -97,8 +97,8 @@ func NewForwarder(m *metrics.Metrics) *Forwarder {
 	return &Forwarder{
 		Metrics:               m,
 		ResponseHeaderTimeout: DefaultResponseHeaderTimeout,
-		proxy:                 newReverseProxy(shortBufferSize, nil, headers),
-		longRunning:           newReverseProxy(longRunningBufferSize, stopping, headers),
+		proxy:                 newReverseProxy(shortBufferSize, false, nil, headers),
+		longRunning:           newReverseProxy(longRunningBufferSize, true, stopping, headers),
 		stop:                  stop,
 	}
 }

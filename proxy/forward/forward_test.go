@@ -89,7 +89,7 @@ type received struct {
 //
 //	/redirect/{code}  answers a redirect to another host
 //	/not-modified     answers 304 without Location
-//	/stream           writes "line 1", flushes, waits for proceed, writes "line 2"
+//	.../stream        writes "line 1", flushes, waits for proceed, writes "line 2"
 //	                  (with Content-Length ?length=N if given)
 //	/exec             upgrades (101) and echoes every byte
 //	/deny-exec        refuses an upgrade with 403
@@ -148,7 +148,7 @@ func (m *member) serve(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "https://attacker.example.com/steal", code)
 	case r.URL.Path == "/not-modified":
 		w.WriteHeader(http.StatusNotModified)
-	case r.URL.Path == "/stream":
+	case strings.HasSuffix(r.URL.Path, "/stream"):
 		w.Header().Set("Content-Type", "text/plain")
 		if l := r.URL.Query().Get("length"); l != "" {
 			w.Header().Set("Content-Length", l)
@@ -465,14 +465,17 @@ func TestServeRequestBody(t *testing.T) {
 
 func TestServeStreamsResponse(t *testing.T) {
 	tests := []struct {
-		name  string
-		query string
+		name string
+		path string
 	}{
-		// Watches and log follows are chunked: ReverseProxy flushes those anyway.
-		{name: "chunked", query: "watch=true"},
-		// With a declared length only the handler's FlushInterval makes the
-		// gateway flush before the response is complete.
-		{name: "declared Content-Length", query: "watch=true&length=14"},
+		// Watches and log follows are chunked: ReverseProxy flushes those anyway,
+		// as it does every response without a declared length.
+		{name: "chunked watch", path: "/api/v1/namespaces/default/stream?watch=true"},
+		{name: "chunked, not long-running", path: "/stream"},
+		// With a declared length only the long-running proxy's FlushInterval
+		// makes the gateway flush before the response is complete.
+		{name: "watch with a declared Content-Length", path: "/api/v1/namespaces/default/stream?watch=true&length=14"},
+		{name: "log follow with a declared Content-Length", path: "/api/v1/namespaces/default/pods/p/log/stream?follow=true&length=14"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -485,7 +488,7 @@ func TestServeStreamsResponse(t *testing.T) {
 
 			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 			defer cancel()
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, g.URL+proxyPrefix+"/stream?"+tt.query, nil)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, g.URL+proxyPrefix+tt.path, nil)
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatalf("GET: %v", err)
@@ -511,6 +514,36 @@ func TestServeStreamsResponse(t *testing.T) {
 				t.Errorf("after line 2: %q, %v", rest, err)
 			}
 		})
+	}
+}
+
+// TestServeFlushesOnlyStreams: an answer of declared length to a request that
+// is not long-running is not flushed as it is copied, so that it goes out in
+// one HTTP/2 DATA frame with its end of stream; answers of unknown length and
+// long-running ones are flushed.
+func TestServeFlushesOnlyStreams(t *testing.T) {
+	m := newMember(t)
+	close(m.proceed)
+	c := compile(t, m.caPEM, nil, m.URL)
+	for _, tt := range []struct {
+		path  string
+		flush bool
+	}{
+		{path: "/api/v1/namespaces/default/stream?length=14", flush: false},
+		{path: "/api/v1/namespaces/default/stream", flush: true}, // chunked
+		{path: "/api/v1/namespaces/default/stream?watch=true&length=14", flush: true},
+	} {
+		p, q, _ := strings.Cut(tt.path, "?")
+		req := httptest.NewRequest(http.MethodGet, proxyPrefix+tt.path, nil)
+		rec := httptest.NewRecorder()
+		testForwarder.Serve(rec, req, forward.Request{Cluster: c, Path: p, RawQuery: q, User: hubUser(),
+			Errors: responseErrors{rec: &errorRecorder{}, w: rec}})
+		if rec.Code != http.StatusOK || rec.Body.String() != "line 1\nline 2\n" {
+			t.Fatalf("%s: %d %q", tt.path, rec.Code, rec.Body.String())
+		}
+		if rec.Flushed != tt.flush {
+			t.Errorf("%s: flushed %v, want %v", tt.path, rec.Flushed, tt.flush)
+		}
 	}
 }
 

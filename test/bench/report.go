@@ -477,7 +477,7 @@ func (r *report) floorSection(p func(string, ...any)) {
 	c := r.Opts.Concurrency
 	p("## Floor: a minimal Go reverse proxy\n\n")
 	p("`floor` is `test/bench/floorproxy`, a separate process in front of member-b: TLS 1.2+ and HTTP/2 in (a certificate from its own CA), ")
-	p("HTTP/2 out over one pooled `http.Transport`, `httputil.ReverseProxy` (Rewrite, a sync.Pool of 32 KiB buffers, FlushInterval -1) that puts the member admin token on the request; ")
+	p("HTTP/2 out over one pooled `http.Transport`, `httputil.ReverseProxy` (Rewrite, a sync.Pool of 32 KiB buffers, FlushInterval 0 as the gateway for requests that are not long-running) that puts the member admin token on the request; ")
 	p("no authentication, authorization, admission, metrics or per-request logging. ")
 	p("A Go proxy in the gateway's place does at least this work, so it is the floor: the gateway's own overhead is gateway minus floor. ")
 	p("Measured in the same rounds and rotation as the other targets (GETs only, no LIST). ")

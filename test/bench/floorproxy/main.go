@@ -93,8 +93,12 @@ func run(upstream, upstreamCA, tokenFile, dir string) error {
 			pr.Out.Header.Del("Authorization")
 			pr.Out.Header.Set("Authorization", bearer)
 		},
-		Transport:     tr,
-		FlushInterval: -1, // flush after every write, as the gateway does
+		Transport: tr,
+		// As the gateway flushes answers to requests that are not
+		// long-running: at each write only when their length is not declared
+		// (watches, lists). A flush at each write would send a small answer
+		// in a flushed frame and an empty one to end it.
+		FlushInterval: 0,
 		BufferPool:    bufferPool{},
 	}
 
