@@ -130,12 +130,19 @@ func Split(urlPath string) (name, path string, ok bool) {
 	if !ok || name == "" || (sub != "" && sub[0] != '/') { // e.g. .../proxyfoo: not the subresource
 		return "", "", false
 	}
-	path = strings.TrimRight(strings.TrimPrefix(sub, "/"), "/")
-	if !strings.HasPrefix(path, "/") {
-		path = "/" + path
+	if sub == "" {
+		return name, "/", true
 	}
-	if strings.HasSuffix(sub, "/") && !strings.HasSuffix(path, "/") {
-		path += "/"
+	// The path is a slice of sub, not a new string: every proxied request
+	// is split twice. After sub's leading "/", k bytes remain once trailing
+	// slashes are trimmed; a second leading "/" is the one kept.
+	k := len(strings.TrimRight(sub[1:], "/"))
+	start, end := 0, 1+k
+	if k > 0 && sub[1] == '/' {
+		start = 1
 	}
-	return name, path, true
+	if k > 0 && end < len(sub) { // one of the trimmed slashes
+		end++
+	}
+	return name, sub[start:end], true
 }

@@ -20,6 +20,9 @@ func TestSplit(t *testing.T) {
 		{p + "member-a/proxy/a//", "member-a", "/a/", true},
 		{p + "member-a/proxy/a//b", "member-a", "/a//b", true},
 		{p + "member-a/proxy/../x", "member-a", "/../x", true},
+		{p + "member-a/proxy//x/", "member-a", "/x/", true},
+		{p + "member-a/proxy//x//", "member-a", "/x/", true},
+		{p + "member-a/proxy////", "member-a", "/", true},
 		// Not the proxy subresource.
 		{p + "member-a", "", "", false},
 		{p + "member-a/", "", "", false},
@@ -35,5 +38,9 @@ func TestSplit(t *testing.T) {
 		if name != tt.name || path != tt.path || ok != tt.ok {
 			t.Errorf("Split(%q) = %q, %q, %v; want %q, %q, %v", tt.urlPath, name, path, ok, tt.name, tt.path, tt.ok)
 		}
+	}
+	// Every proxied request is split twice: the path is a slice of the URL's.
+	if n := testing.AllocsPerRun(100, func() { Split(p + "member-a/proxy/api/v1/pods/") }); n != 0 {
+		t.Errorf("Split allocates %.0f times", n)
 	}
 }
