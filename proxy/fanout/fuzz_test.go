@@ -41,6 +41,24 @@ func FuzzCopyObject(f *testing.F) {
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s\nwrote %s", item, out.Bytes())
 		}
+		if setVersion {
+			return
+		}
+		// The same item twice in a member's list: the merge splices the
+		// annotation into the member's bytes.
+		merged, _, err := mergeJSON([]result{ok("member-a", `{"kind":"XList","apiVersion":"v1","items":[`+item+`,`+item+`]}`)}, true)
+		if err != nil {
+			t.Fatalf("%s: %v", item, err)
+		}
+		var list struct{ Items []json.RawMessage }
+		if err := json.Unmarshal(merged, &list); err != nil || len(list.Items) != 2 {
+			t.Fatalf("%s: merged %s: %v", item, merged, err)
+		}
+		for _, got := range list.Items {
+			if !reflect.DeepEqual(decodeJSON(t, got), want) {
+				t.Errorf("%s\nmerged %s", item, merged)
+			}
+		}
 	})
 }
 

@@ -223,6 +223,19 @@ func TestMergeAnnotates(t *testing.T) {
 			`{"metadata":{"annotations":{"k":"<v>","gateway.kubewharf.io/cluster":"a"}}}`},
 		{"not an object", `"text"`, `"text"`},
 		{"annotations not an object", `{"metadata":{"annotations":[1]}}`, `{"metadata":{"annotations":[1]}}`},
+		{"metadata not an object", `{"metadata":7}`, `{"metadata":7}`},
+		{"empty item", `{}`, `{"metadata":{"annotations":{"gateway.kubewharf.io/cluster":"a"}}}`},
+		{"empty metadata", `{"metadata":{}}`, `{"metadata":{"annotations":{"gateway.kubewharf.io/cluster":"a"}}}`},
+		{"empty annotations", `{"metadata":{"annotations":{}}}`, `{"metadata":{"annotations":{"gateway.kubewharf.io/cluster":"a"}}}`},
+		{"whitespace", " { \"metadata\" : { \"annotations\" : { \"k\" : \"v\" } } , \"x\" : [ ] } ",
+			`{"metadata":{"annotations":{"k":"v","gateway.kubewharf.io/cluster":"a"}},"x":[]}`},
+		{"escaped annotation", `{"metadata":{"annotations":{"gateway.kubewharf.io/cl\u0075ster":"forged"}}}`,
+			`{"metadata":{"annotations":{"gateway.kubewharf.io/cluster":"a"}}}`},
+		// Named twice: both get the annotation, whichever a client keeps.
+		{"metadata twice", `{"metadata":{"name":"x"},"metadata":{"name":"y"}}`,
+			`{"metadata":{"name":"y","annotations":{"gateway.kubewharf.io/cluster":"a"}}}`},
+		{"annotations twice", `{"metadata":{"annotations":{"k":"v"},"annotations":{"j":"w"}}}`,
+			`{"metadata":{"annotations":{"j":"w","gateway.kubewharf.io/cluster":"a"}}}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out, _, err := mergeJSON([]result{ok("a", `{"kind":"XList","apiVersion":"v1","metadata":{},"items":[`+c.item+`]}`)}, true)
@@ -236,10 +249,38 @@ func TestMergeAnnotates(t *testing.T) {
 			if got := list.Items[0]; !jsonEqual(t, got, []byte(c.want)) {
 				t.Errorf("merged item %s, want %s", got, c.want)
 			}
-			if n := strings.Count(string(list.Items[0]), ClusterAnnotation); n > 1 {
+			if n := strings.Count(string(list.Items[0]), ClusterAnnotation); n > 1 && !strings.HasSuffix(c.name, "twice") {
 				t.Errorf("merged item %s names %s %d times", list.Items[0], ClusterAnnotation, n)
 			}
 		})
+	}
+}
+
+// TestMergeAnnotatesEveryItem: items of every shape side by side, the ones
+// copied token by token among them, each get the annotation, and the items
+// of several members are joined into one array.
+func TestMergeAnnotatesEveryItem(t *testing.T) {
+	items := []string{`{"a":1}`, `{"metadata":{"annotations":{"gateway.kubewharf.io/cluster":"forged"}}}`, `"s"`,
+		`{"metadata":null}`, `{"metadata":{"name":"n"},"metadata":{}}`, `{"metadata":{"annotations":null}}`, `{}`}
+	a := `{"kind":"XList","apiVersion":"v1","metadata":{},"items":[ ` + strings.Join(items, " ,\n ") + ` ]}`
+	empty := `{"kind":"XList","apiVersion":"v1","metadata":{},"items":[ ]}`
+	out, _, err := mergeJSON([]result{ok("a", a), ok("b", empty), ok("c", `{"kind":"XList","apiVersion":"v1","items":[{}]}`)}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct{ Items []json.RawMessage }
+	if err := json.Unmarshal(out, &list); err != nil || len(list.Items) != len(items)+1 {
+		t.Fatalf("merged %s: %v, want %d items", out, err, len(items)+1)
+	}
+	for i, item := range append(items, `{}`) {
+		cluster := "a"
+		if i == len(items) {
+			cluster = "c"
+		}
+		want := editDecoded(decodeJSON(t, []byte(item)), &metaEdit{cluster: cluster})
+		if got := decodeJSON(t, list.Items[i]); !reflect.DeepEqual(got, want) {
+			t.Errorf("item %d: merged %s, want %v", i, list.Items[i], want)
+		}
 	}
 }
 
@@ -285,7 +326,7 @@ func TestMergeTableRows(t *testing.T) {
 // never breaks off in the middle.
 func TestMergeLeavesOutBrokenAnswers(t *testing.T) {
 	for _, c := range []struct{ body, why string }{
-		{`{"kind":"PodList","apiVersion":"v1","items":[{"metadata":{}},{"a":}]}`, `missing value after object name within "/items/1/a"`},
+		{`{"kind":"PodList","apiVersion":"v1","items":[{"metadata":{}},{"a":}]}`, `at start of value within "/items/1/a"`},
 		{`{"kind":"PodList","apiVersion":"v1","items":{}}`, "items is not an array"},
 		{`{"kind":"PodList","apiVersion":"v1","items":[{"metadata":{"name":"` + "\xff" + `"}}]}`, "invalid UTF-8"},
 		{`{"kind":"Pod","apiVersion":"v1"}`, `kind "Pod"`},
