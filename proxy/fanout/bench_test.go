@@ -28,10 +28,35 @@ func configMapList(n int) []byte {
 	return []byte(b.String())
 }
 
+// configMapTable is a member's answer to a LIST of n ConfigMaps as Table
+// (kubectl get): three cells and the object's metadata per row.
+func configMapTable(n int) []byte {
+	var b strings.Builder
+	b.WriteString(`{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"123456"},"columnDefinitions":[` +
+		`{"name":"Name","type":"string","format":"name","description":"Name","priority":0},{"name":"Data","type":"string","format":"","description":"Data","priority":0},` +
+		`{"name":"Age","type":"string","format":"","description":"Age","priority":0}],"rows":[`)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"cells":["cm-%05d",2,"5m"],"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"cm-%05d","namespace":"bench-list","uid":"6a0e1f9c-6f3b-4c7e-9a52-%012d","resourceVersion":"%d","creationTimestamp":"2026-11-24T10:00:00Z","labels":{"app":"kube-gateway-bench"},`+
+			`"managedFields":[{"manager":"bench","operation":"Update","apiVersion":"v1","time":"2026-11-24T10:00:00Z","fieldsType":"FieldsV1","fieldsV1":{"f:data":{".":{},"f:index":{},"f:value":{}},"f:metadata":{"f:labels":{".":{},"f:app":{}}}}}]}}}`, i, i, i, 100000+i)
+	}
+	b.WriteString("]}\n")
+	return []byte(b.String())
+}
+
 // BenchmarkMerge merges two members' lists of 10,000 ConfigMaps (6.4 MB each)
 // and writes the merged list, as a fan-out LIST does after the members answered.
-func BenchmarkMerge(b *testing.B) {
-	a, c := configMapList(10000), configMapList(10000)
+func BenchmarkMerge(b *testing.B) { benchmarkMerge(b, configMapList(10000), configMapList(10000)) }
+
+// BenchmarkMergeTable merges two members' Tables of 10,000 ConfigMaps, as
+// kubectl get lists them.
+func BenchmarkMergeTable(b *testing.B) {
+	benchmarkMerge(b, configMapTable(10000), configMapTable(10000))
+}
+
+func benchmarkMerge(b *testing.B, a, c []byte) {
 	b.SetBytes(int64(len(a) + len(c)))
 	b.ReportAllocs()
 	for b.Loop() {

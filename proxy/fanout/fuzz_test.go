@@ -59,6 +59,30 @@ func FuzzCopyObject(f *testing.F) {
 				t.Errorf("%s\nmerged %s", item, merged)
 			}
 		}
+		// The item as a Table's row, twice, and as a row's object: the rows
+		// are spliced as the token copier copies them.
+		for _, row := range []string{item, `{"cells":[1],"object":` + item + `}`} {
+			table := `{"kind":"Table","apiVersion":"meta.k8s.io/v1","columnDefinitions":[],"rows":[` + row + `,` + row + `]}`
+			l, err := parseList([]byte(table))
+			if err != nil {
+				t.Fatalf("%s: %v", table, err)
+			}
+			merged, _, err := mergeJSON([]result{ok("member-a", table)}, true)
+			if err != nil {
+				t.Fatalf("%s: %v", table, err)
+			}
+			var got struct{ Rows json.RawMessage }
+			if err := json.Unmarshal(merged, &got); err != nil {
+				t.Fatalf("%s: merged %s: %v", table, merged, err)
+			}
+			want, err := tokenRows(part{cluster: "member-a", list: l})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(decodeJSON(t, got.Rows), decodeJSON(t, want)) {
+				t.Errorf("%s\nmerged rows %s\nwant %s", table, got.Rows, want)
+			}
+		}
 	})
 }
 

@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,9 +34,10 @@ type memberList struct {
 	// when the answer had none; count is its length.
 	items jsontext.Value
 	count int
-	// splices are where a list's items get the cluster annotation (not
-	// found for a Table's rows, which are copied token by token).
-	splices []splice
+	// splices are where the items get the cluster; byTokens: the rows are
+	// copied token by token instead (see itemSplicer).
+	splices  []splice
+	byTokens bool
 }
 
 // listMeta is the list metadata a merge reads and writes.
@@ -54,7 +56,8 @@ func parseList(body []byte) (*memberList, error) {
 	l := &memberList{}
 	var items, rows jsontext.Value
 	var nItems, nRows int
-	var splices []splice
+	var splices, rowSplices []splice
+	var rowsByTokens bool
 	err := eachMember(dec, func(key string) (err error) {
 		switch key {
 		case "kind":
@@ -77,7 +80,12 @@ func parseList(body []byte) (*memberList, error) {
 			})
 			splices = s.splices
 		case "rows":
-			rows, nRows, err = readArray(dec, body, key, nil)
+			s := &itemSplicer{dec: dec, body: body}
+			rows, nRows, err = readArray(dec, body, key, func(base int) error {
+				s.base = base
+				return s.row()
+			})
+			rowSplices, rowsByTokens = s.splices, s.byTokens
 		default:
 			err = dec.SkipValue()
 		}
@@ -100,7 +108,7 @@ func parseList(body []byte) (*memberList, error) {
 		for _, c := range cols {
 			l.columnNames = append(l.columnNames, c.Name)
 		}
-		l.items, l.count = rows, nRows
+		l.items, l.count, l.splices, l.byTokens = rows, nRows, rowSplices, rowsByTokens
 	case strings.HasSuffix(l.kind, "List"):
 		l.items, l.count, l.splices = items, nItems, splices
 	default:
@@ -169,54 +177,41 @@ type mergedList struct {
 // clusterColumn is the first column of a merged Table.
 const clusterColumn = `{"name":"Cluster","type":"string","format":"","description":"The upstream cluster the object is in.","priority":0}`
 
-// writeTo writes the merged list as JSON to w.
+// writeTo writes the merged list as JSON to w: each member's items (a
+// Table's rows) as it sent them, the cluster spliced in.
 func (m *mergedList) writeTo(w io.Writer) error {
 	meta, err := json.Marshal(listMeta{ResourceVersion: CompositeResourceVersion(m.versions), Continue: m.cont, RemainingItemCount: m.remaining})
 	if err != nil {
 		return err
 	}
-	if !m.parts[0].list.isTable() {
-		return m.writeList(w, meta)
-	}
-	c := newCopier(w)
-	c.token(jsontext.BeginObject)
-	c.token(jsontext.String("apiVersion"))
-	c.token(jsontext.String(m.apiVersion))
-	c.token(jsontext.String("kind"))
-	c.token(jsontext.String(m.kind))
-	c.token(jsontext.String("metadata"))
-	c.value(meta)
-	c.token(jsontext.String("columnDefinitions"))
-	c.token(jsontext.BeginArray)
-	c.value(jsontext.Value(clusterColumn))
-	c.elements(m.parts[0].list.columns, c.copyValue)
-	c.token(jsontext.EndArray)
-	c.token(jsontext.String("rows"))
-	c.token(jsontext.BeginArray)
-	for _, p := range m.parts {
-		edit := &metaEdit{cluster: p.cluster}
-		c.elements(p.list.items, func(dec *jsontext.Decoder) error { return c.copyRow(dec, edit) })
-	}
-	c.token(jsontext.EndArray)
-	c.token(jsontext.EndObject)
-	return c.err
-}
-
-// writeList writes a merged list that is not a Table, with metadata meta:
-// each member's items as it sent them, the cluster annotation spliced in.
-func (m *mergedList) writeList(w io.Writer, meta []byte) error {
 	head := []byte(`{"apiVersion":`)
 	head, _ = jsontext.AppendQuote(head, m.apiVersion)
 	head = append(head, `,"kind":`...)
 	head, _ = jsontext.AppendQuote(head, m.kind)
 	head = append(head, `,"metadata":`...)
 	head = append(head, meta...)
-	head = append(head, `,"items":[`...)
+	table := m.parts[0].list.isTable()
+	if table {
+		head = append(head, `,"columnDefinitions":[`+clusterColumn...)
+		if columns := bytes.TrimSpace(m.parts[0].list.columns[1 : len(m.parts[0].list.columns)-1]); len(columns) > 0 {
+			head = append(append(head, ','), columns...)
+		}
+		head = append(head, `],"rows":[`...)
+	} else {
+		head = append(head, `,"items":[`...)
+	}
 	sw := stickyWriter{w: w}
 	sw.write(head)
 	first := true
 	for _, p := range m.parts {
-		if p.list.count == 0 {
+		items, splices := p.list.items, p.list.splices
+		if p.list.byTokens {
+			if items, err = tokenRows(p); err != nil {
+				return err
+			}
+			splices = nil
+		}
+		if p.list.count == 0 || len(bytes.TrimSpace(items[1:len(items)-1])) == 0 {
 			continue
 		}
 		if !first {
@@ -224,11 +219,23 @@ func (m *mergedList) writeList(w io.Writer, meta []byte) error {
 		}
 		first = false
 		if sw.err == nil {
-			sw.err = writeSpliced(w, p.list.items, p.list.splices, p.cluster)
+			sw.err = writeSpliced(w, items, splices, p.cluster)
 		}
 	}
 	sw.write(listEnd)
 	return sw.err
+}
+
+// tokenRows is the array of p's Table rows copied token by token, rows that
+// are not objects left out.
+func tokenRows(p part) (jsontext.Value, error) {
+	var b bytes.Buffer
+	c := newCopier(&b)
+	edit := &metaEdit{cluster: p.cluster}
+	c.token(jsontext.BeginArray)
+	c.elements(p.list.items, func(dec *jsontext.Decoder) error { return c.copyRow(dec, edit) })
+	c.token(jsontext.EndArray)
+	return bytes.TrimSpace(b.Bytes()), c.err
 }
 
 var listEnd = []byte("]}\n")

@@ -321,6 +321,43 @@ func TestMergeTableRows(t *testing.T) {
 	}
 }
 
+// TestMergeTableRowsSpliced: rows of every shape, all objects, get the same
+// cells and object as the token copier gives them.
+func TestMergeTableRowsSpliced(t *testing.T) {
+	rows := []string{
+		`{"cells":["x",1],"object":{"metadata":{"name":"n","annotations":{"k":"v"}}}}`,
+		`{"cells":[],"object":{"kind":"X"}}`,
+		`{"cells":null,"object":{"metadata":null}}`,
+		`{"object":{"metadata":{"annotations":null}}}`,
+		`{"cells":"not an array","object":"not an object"}`,
+		`{}`,
+		` { "cells" : [ "y" ] , "conditions" : [ ] } `,
+		`{"cells":["a"],"cells":["b"]}`,
+		`{"object":{"metadata":{}},"object":{"metadata":{}}}`,
+		`{"cells":["z"],"object":{"metadata":{"annotations":{"gateway.kubewharf.io/cluster":"forged"}}}}`,
+	}
+	table := `{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{},"columnDefinitions":[{"name":"Name"}],"rows":[` + strings.Join(rows, ",") + `]}`
+	l, err := parseList([]byte(table))
+	if err != nil || l.byTokens {
+		t.Fatalf("parsed %v, %v: want rows to splice", err, l)
+	}
+	out, _, err := mergeJSON([]result{ok("a", table)}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := tokenRows(part{cluster: "a", list: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var merged struct{ Rows json.RawMessage }
+	if err := json.Unmarshal(out, &merged); err != nil {
+		t.Fatalf("merged %s: %v", out, err)
+	}
+	if !jsonEqual(t, merged.Rows, want) {
+		t.Errorf("rows\n%s\nwant, as the token copier writes them,\n%s", merged.Rows, want)
+	}
+}
+
 // TestMergeLeavesOutBrokenAnswers: a member whose answer is not a list of
 // valid JSON is left out before anything is written, so that the merged list
 // never breaks off in the middle.

@@ -7,23 +7,27 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 )
 
-// A list's items are written into the merged list as the member sent them,
-// with the cluster annotation spliced in at offsets found while the answer
-// is read (in the member's goroutine): one pass over the bytes to read and
-// check them, then a copy. Copying them token by token through an encoder,
-// which checks every value again, took two thirds of a merge's time.
+// A list's items (a Table's rows) are written into the merged list as the
+// member sent them, with the cluster annotation (and the cluster cell)
+// spliced in at offsets found while the answer is read (in the member's
+// goroutine): one pass over the bytes to read and check them, then a copy.
+// Copying them token by token through an encoder, which checks every value
+// again, took two thirds of a merge's time.
 //
-// Items of an unusual shape (metadata or annotations named twice, the
-// cluster annotation already there) are copied by the token copier, which
-// edits every occurrence; an item that is not an object, or whose metadata
-// or annotations are neither an object nor null, is copied unchanged.
+// Items and rows of an unusual shape (metadata, annotations, cells or object
+// named twice, the cluster annotation already there) are copied by the
+// token copier, which edits every occurrence; an item that is not an object,
+// or whose metadata or annotations are neither an object nor null, is copied
+// unchanged, and so are cells that are neither an array nor null.
 
-// splice is where a list's items change in the merged list: the bytes
-// items[at:at+skip] are replaced by what kind writes.
+// splice is where a list's items (or a Table's rows) change in the merged
+// list: the bytes items[at:at+skip] are replaced by what kind writes.
 type splice struct {
-	at, skip int
+	// int32: a list held for a merge is far smaller than 2 GiB (see
+	// ListMemory), and a splice per item or two is held with it.
+	at, skip int32
 	kind     spliceKind
-	// comma: the object the insertion ends has members before it.
+	// comma: the object or array the insertion goes into has other members.
 	comma bool
 }
 
@@ -42,9 +46,18 @@ const (
 	setMetadata
 	// copyItem copies the item with the token copier.
 	copyItem
+	// addCell adds the cluster as the first cell of a Table row.
+	addCell
+	// addCells adds cells holding it at the end of a row.
+	addCells
+	// setCells replaces cells that are null.
+	setCells
+	// copyRow copies the row with the token copier.
+	copyRow
 )
 
-// itemSplicer finds the splices of a member's list items as they are read.
+// itemSplicer finds the splices of a member's list items (or Table rows) as
+// they are read.
 type itemSplicer struct {
 	dec     *jsontext.Decoder
 	body    []byte // dec's input
@@ -54,6 +67,76 @@ type itemSplicer struct {
 	// metadata being read; unusual, when the item is copied token by token.
 	metadata, annotations int
 	unusual               bool
+	// byTokens: a row is not an object. The token copier leaves such rows
+	// out, which splices cannot do without the commas around them: the
+	// member's rows are copied token by token.
+	byTokens bool
+}
+
+// row reads the next row of a Table: its cells get the cluster first, its
+// object the cluster annotation.
+func (s *itemSplicer) row() error {
+	if s.dec.PeekKind() != '{' {
+		s.byTokens = true
+		return s.dec.SkipValue()
+	}
+	first := len(s.splices)
+	start := s.valueStart()
+	cells, objects := 0, 0
+	n, err := objectNames(s.dec, func(name jsontext.Value) error {
+		switch {
+		case nameIs(name, "cells"):
+			cells++
+			return s.cellsValue()
+		case nameIs(name, "object"):
+			objects++
+			return s.item()
+		}
+		return s.dec.SkipValue()
+	})
+	if err != nil {
+		return err
+	}
+	end := int(s.dec.InputOffset())
+	if cells == 0 {
+		s.mark(addCells, end-1, 0, n > 0)
+	}
+	if cells > 1 || objects > 1 {
+		s.splices = append(s.splices[:first], splice{at: int32(start - s.base), skip: int32(end - start), kind: copyRow})
+	}
+	return nil
+}
+
+// cellsValue reads the value of a row's cells.
+func (s *itemSplicer) cellsValue() error {
+	switch s.dec.PeekKind() {
+	case 'n':
+		return s.null(setCells)
+	case '[':
+	default:
+		return s.dec.SkipValue()
+	}
+	if _, err := s.dec.ReadToken(); err != nil {
+		return err
+	}
+	s.mark(addCell, int(s.dec.InputOffset()), 0, s.dec.PeekKind() != ']')
+	for s.dec.PeekKind() != ']' {
+		if err := s.dec.SkipValue(); err != nil {
+			return err
+		}
+	}
+	_, err := s.dec.ReadToken()
+	return err
+}
+
+// valueStart is the offset in body of the object next in the decoder: only
+// whitespace, and a comma or colon before it, lie between.
+func (s *itemSplicer) valueStart() int {
+	start := int(s.dec.InputOffset())
+	for s.body[start] != '{' {
+		start++
+	}
+	return start
 }
 
 // item reads the next item.
@@ -62,12 +145,7 @@ func (s *itemSplicer) item() error {
 		return s.dec.SkipValue()
 	}
 	first := len(s.splices)
-	// The item's first byte: only whitespace and the comma after the
-	// previous item lie between.
-	start := int(s.dec.InputOffset())
-	for s.body[start] != '{' {
-		start++
-	}
+	start := s.valueStart()
 	s.metadata, s.unusual = 0, false
 	n, err := objectNames(s.dec, func(name jsontext.Value) error {
 		if !nameIs(name, "metadata") {
@@ -83,7 +161,7 @@ func (s *itemSplicer) item() error {
 		s.mark(addMetadata, end-1, 0, n > 0)
 	}
 	if s.unusual {
-		s.splices = append(s.splices[:first], splice{at: start - s.base, skip: end - start, kind: copyItem})
+		s.splices = append(s.splices[:first], splice{at: int32(start - s.base), skip: int32(end - start), kind: copyItem})
 	}
 	return nil
 }
@@ -149,7 +227,7 @@ func (s *itemSplicer) null(kind spliceKind) error {
 
 // mark adds a splice at offset at of body.
 func (s *itemSplicer) mark(kind spliceKind, at, skip int, comma bool) {
-	s.splices = append(s.splices, splice{at: at - s.base, skip: skip, kind: kind, comma: comma})
+	s.splices = append(s.splices, splice{at: int32(at - s.base), skip: int32(skip), kind: kind, comma: comma})
 }
 
 // objectNames reads the object next in dec, calling member with each
@@ -184,16 +262,17 @@ func nameIs(name jsontext.Value, s string) bool {
 	return err == nil && string(unquoted) == s
 }
 
-// writeSpliced writes the inside of a list's raw items array (without its
-// brackets) to w with the cluster annotation spliced in.
+// writeSpliced writes the inside of a list's raw items array (or a Table's
+// rows), without its brackets, to w with the cluster spliced in.
 func writeSpliced(w io.Writer, items jsontext.Value, splices []splice, cluster string) error {
 	quoted, _ := jsontext.AppendQuote(nil, cluster) // valid UTF-8: a name
 	annotation := append([]byte(`"`+ClusterAnnotation+`":`), quoted...)
+	edit := &metaEdit{cluster: cluster}
 	sw := stickyWriter{w: w}
-	pos := 1 // items[0] is '['
+	pos := int32(1) // items[0] is '['
 	for _, s := range splices {
 		sw.write(items[pos:s.at])
-		if s.comma {
+		if s.comma && s.kind != addCell {
 			sw.write(comma)
 		}
 		switch s.kind {
@@ -207,10 +286,24 @@ func writeSpliced(w io.Writer, items jsontext.Value, splices []splice, cluster s
 			sw.write(openObject, annotation, closeObject)
 		case setMetadata:
 			sw.write(metadataValueOpen, annotation, closeObject, closeObject)
-		case copyItem:
+		case addCell:
+			sw.write(quoted)
+			if s.comma {
+				sw.write(comma)
+			}
+		case addCells:
+			sw.write(cellsOpen, quoted, closeArray)
+		case setCells:
+			sw.write(openArray, quoted, closeArray)
+		case copyItem, copyRow:
 			if sw.err == nil {
 				c := newCopier(w)
-				if err := c.copyObject(newDecoder(items[s.at:s.at+s.skip]), &metaEdit{cluster: cluster}); err != nil {
+				dec := newDecoder(items[s.at : s.at+s.skip])
+				copyValue := c.copyObject
+				if s.kind == copyRow {
+					copyValue = c.copyRow
+				}
+				if err := copyValue(dec, edit); err != nil {
 					return err
 				}
 				sw.err = c.err
@@ -229,6 +322,9 @@ var (
 	annotationsOpen   = []byte(`"annotations":{`)
 	metadataOpen      = []byte(`"metadata":{"annotations":{`)
 	metadataValueOpen = []byte(`{"annotations":{`)
+	openArray         = []byte{'['}
+	closeArray        = []byte{']'}
+	cellsOpen         = []byte(`"cells":[`)
 )
 
 // stickyWriter writes until the first error, which it keeps.
