@@ -404,17 +404,28 @@ type result struct {
 	// err is set when the member did not answer in time.
 	err error
 
-	// list and parseErr are what parse read in body.
+	// list and parseErr are what parse read in body; memory is the list's
+	// share of the memory bound, which body and list hold.
 	list     *memberList
 	parseErr error
+	memory   *hold
 }
 
 // parse reads the list in the answer's body, once.
 func (r *result) parse() (*memberList, error) {
 	if r.list == nil && r.parseErr == nil {
-		r.list, r.parseErr = parseList(r.body)
+		r.list, r.parseErr = parseList(r.body, r.memory)
 	}
 	return r.list, r.parseErr
+}
+
+// held is what the answer holds of the list's memory: its body, and what
+// parse found in it.
+func (r *result) held() int {
+	if r.list != nil {
+		return len(r.body) + r.list.held
+	}
+	return len(r.body)
 }
 
 // ask sends the list to every member, Parallel at a time, each bounded by
@@ -453,7 +464,7 @@ func (h *Handler) askOne(c *listCall, req *http.Request, name string) result {
 		w.body.Reset()
 		w.body.WriteString("its answer broke off")
 	}
-	r := result{cluster: name, code: w.code(), body: w.body.Bytes(), warnings: rec.texts}
+	r := result{cluster: name, code: w.code(), body: w.body.Bytes(), warnings: rec.texts, memory: c.memory}
 	r.warnings = append(r.warnings, memberWarnings(w.header)...)
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		r.err = fmt.Errorf("no complete answer within %s", c.timeout)

@@ -63,7 +63,7 @@ func FuzzCopyObject(f *testing.F) {
 		// are spliced as the token copier copies them.
 		for _, row := range []string{item, `{"cells":[1],"object":` + item + `}`} {
 			table := `{"kind":"Table","apiVersion":"meta.k8s.io/v1","columnDefinitions":[],"rows":[` + row + `,` + row + `]}`
-			l, err := parseList([]byte(table))
+			l, err := parseList([]byte(table), nil)
 			if err != nil {
 				t.Fatalf("%s: %v", table, err)
 			}

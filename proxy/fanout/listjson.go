@@ -35,9 +35,11 @@ type memberList struct {
 	items jsontext.Value
 	count int
 	// splices are where the items get the cluster; byTokens: the rows are
-	// copied token by token instead (see itemSplicer).
+	// copied token by token instead (see itemSplicer). The splices hold
+	// held bytes of the list's memory.
 	splices  []splice
 	byTokens bool
+	held     int
 }
 
 // listMeta is the list metadata a merge reads and writes.
@@ -50,14 +52,16 @@ type listMeta struct {
 func (l *memberList) isTable() bool { return l.kind == "Table" }
 
 // parseList reads a member's answer to a list: a JSON object whose kind ends
-// in List, or a Table. Its items are checked to be valid JSON, not decoded.
-func parseList(body []byte) (*memberList, error) {
+// in List, or a Table. Its items are checked to be valid JSON, not decoded;
+// where the cluster goes in them is charged to memory (nil: not bounded).
+func parseList(body []byte, memory *hold) (*memberList, error) {
 	dec := newDecoder(body)
 	l := &memberList{}
 	var items, rows jsontext.Value
 	var nItems, nRows int
 	var splices, rowSplices []splice
 	var rowsByTokens bool
+	held := 0 // by the splices of items and rows
 	err := eachMember(dec, func(key string) (err error) {
 		switch key {
 		case "kind":
@@ -73,37 +77,42 @@ func parseList(body []byte) (*memberList, error) {
 		case "columnDefinitions":
 			l.columns, _, err = readArray(dec, body, key, nil)
 		case "items":
-			s := &itemSplicer{dec: dec, body: body}
+			s := &itemSplicer{dec: dec, body: body, memory: memory}
 			items, nItems, err = readArray(dec, body, key, func(base int) error {
 				s.base = base
 				return s.item()
 			})
-			splices = s.splices
+			splices, held = s.splices, held+s.charged
 		case "rows":
-			s := &itemSplicer{dec: dec, body: body}
+			s := &itemSplicer{dec: dec, body: body, memory: memory}
 			rows, nRows, err = readArray(dec, body, key, func(base int) error {
 				s.base = base
 				return s.row()
 			})
-			rowSplices, rowsByTokens = s.splices, s.byTokens
+			rowSplices, rowsByTokens, held = s.splices, s.byTokens, held+s.charged
 		default:
 			err = dec.SkipValue()
 		}
 		return err
 	})
-	if err != nil {
+	l.held = held
+	fail := func(err error) (*memberList, error) {
+		memory.give(held)
 		return nil, err
+	}
+	if err != nil {
+		return fail(err)
 	}
 	switch {
 	case l.isTable():
 		if l.columns == nil {
-			return nil, errors.New("a Table without columnDefinitions")
+			return fail(errors.New("a Table without columnDefinitions"))
 		}
 		var cols []struct {
 			Name string `json:"name"`
 		}
 		if err := json.Unmarshal(l.columns, &cols); err != nil {
-			return nil, fmt.Errorf("columnDefinitions: %w", err)
+			return fail(fmt.Errorf("columnDefinitions: %w", err))
 		}
 		for _, c := range cols {
 			l.columnNames = append(l.columnNames, c.Name)
@@ -112,7 +121,7 @@ func parseList(body []byte) (*memberList, error) {
 	case strings.HasSuffix(l.kind, "List"):
 		l.items, l.count, l.splices = items, nItems, splices
 	default:
-		return nil, fmt.Errorf("kind %q", l.kind)
+		return fail(fmt.Errorf("kind %q", l.kind))
 	}
 	return l, nil
 }

@@ -210,3 +210,35 @@ func TestListMemoryGive(t *testing.T) {
 		t.Errorf("%d bytes held after giving back more than was held, want the other list's 800", m.Held())
 	}
 }
+
+// The places found in a list's items count against the bound too: a member
+// that answers many tiny items (each a place for the annotation) makes them
+// larger than its answer.
+func TestListMemoryCountsSplices(t *testing.T) {
+	tiny := []byte(`{"kind":"XList","apiVersion":"v1","items":[{}` + strings.Repeat(`,{}`, 9999) + `]}`) // 30 KB
+	h, _ := newHandler(nil)
+	h.Member = func(w http.ResponseWriter, _ *http.Request, _, _ string) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(tiny)
+	}
+	h.ListMemory = NewListMemory(int64(3*len(tiny) + 10000)) // the three answers, but not their places
+	rec := do(h, "*", "/api/v1/pods", "", nil)
+	if rec.Code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("%d %.200s: want a 413", rec.Code, rec.Body)
+	}
+	if st := statusOf(t, rec); !strings.Contains(st.Message, "--fan-out-list-memory") {
+		t.Errorf("%s: want the bound's flag named", st.Message)
+	}
+	if held := h.ListMemory.Held(); held != 0 {
+		t.Errorf("%d bytes still held after the list", held)
+	}
+
+	// With room for them, the list is served, and all is given back.
+	h.ListMemory = NewListMemory(int64(3 * (len(tiny) + 2*10000*spliceSize)))
+	if rec := do(h, "*", "/api/v1/pods", "", nil); rec.Code != http.StatusOK {
+		t.Fatalf("%d %.200s", rec.Code, rec.Body)
+	}
+	if held := h.ListMemory.Held(); held != 0 {
+		t.Errorf("%d bytes still held after the list", held)
+	}
+}

@@ -337,7 +337,7 @@ func TestMergeTableRowsSpliced(t *testing.T) {
 		`{"cells":["z"],"object":{"metadata":{"annotations":{"gateway.kubewharf.io/cluster":"forged"}}}}`,
 	}
 	table := `{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{},"columnDefinitions":[{"name":"Name"}],"rows":[` + strings.Join(rows, ",") + `]}`
-	l, err := parseList([]byte(table))
+	l, err := parseList([]byte(table), nil)
 	if err != nil || l.byTokens {
 		t.Fatalf("parsed %v, %v: want rows to splice", err, l)
 	}

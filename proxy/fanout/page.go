@@ -161,13 +161,13 @@ page:
 			if r.err == nil && r.code == http.StatusOK && remaining < asked {
 				if l, err := r.parse(); err == nil && int64(l.count) > remaining {
 					// Asked for more than is left now: for what is left.
-					c.memory.give(len(r.body))
+					c.memory.give(r.held())
 					r = askMember(i+j, remaining, "")
 				}
 			}
 			if take(i+j, r) {
 				for _, unused := range batch[j+1:] { // past the page
-					c.memory.give(len(unused.body))
+					c.memory.give(unused.held())
 				}
 				break page
 			}

@@ -3,6 +3,7 @@ package fanout
 import (
 	"bytes"
 	"io"
+	"unsafe"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -63,6 +64,11 @@ type itemSplicer struct {
 	body    []byte // dec's input
 	base    int    // the offset of the items array in body
 	splices []splice
+	// memory is the list's share of the memory bound, charged the splices'
+	// bytes as they grow: a member's answer of many tiny items would
+	// otherwise make them several times its size.
+	memory  *hold
+	charged int
 	// Names seen in the item being read: metadata, and annotations in the
 	// metadata being read; unusual, when the item is copied token by token.
 	metadata, annotations int
@@ -104,7 +110,7 @@ func (s *itemSplicer) row() error {
 	if cells > 1 || objects > 1 {
 		s.splices = append(s.splices[:first], splice{at: int32(start - s.base), skip: int32(end - start), kind: copyRow})
 	}
-	return nil
+	return s.charge()
 }
 
 // cellsValue reads the value of a row's cells.
@@ -163,6 +169,23 @@ func (s *itemSplicer) item() error {
 	if s.unusual {
 		s.splices = append(s.splices[:first], splice{at: int32(start - s.base), skip: int32(end - start), kind: copyItem})
 	}
+	return s.charge()
+}
+
+// spliceSize is the bytes a splice holds.
+const spliceSize = int(unsafe.Sizeof(splice{}))
+
+// charge takes from the list's memory what the splices grew to since the
+// last charge; past the bound, the list fails (Serve reports it).
+func (s *itemSplicer) charge() error {
+	held := cap(s.splices) * spliceSize
+	if held <= s.charged {
+		return nil
+	}
+	if err := s.memory.take(held - s.charged); err != nil {
+		return err
+	}
+	s.charged = held
 	return nil
 }
 
