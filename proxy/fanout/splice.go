@@ -194,12 +194,8 @@ func (s *itemSplicer) metadataValue() error {
 	if s.metadata++; s.metadata > 1 {
 		s.unusual = true
 	}
-	switch s.dec.PeekKind() {
-	case 'n':
-		return s.null(setMetadata)
-	case '{':
-	default:
-		return s.dec.SkipValue()
+	if object, err := s.objectNext(setMetadata); !object {
+		return err
 	}
 	s.annotations = 0
 	n, err := objectNames(s.dec, func(name jsontext.Value) error {
@@ -219,12 +215,8 @@ func (s *itemSplicer) annotationsValue() error {
 	if s.annotations++; s.annotations > 1 {
 		s.unusual = true
 	}
-	switch s.dec.PeekKind() {
-	case 'n':
-		return s.null(setAnnotations)
-	case '{':
-	default:
-		return s.dec.SkipValue()
+	if object, err := s.objectNext(setAnnotations); !object {
+		return err
 	}
 	n, err := objectNames(s.dec, func(name jsontext.Value) error {
 		if nameIs(name, ClusterAnnotation) {
@@ -236,6 +228,19 @@ func (s *itemSplicer) annotationsValue() error {
 		s.mark(addAnnotation, int(s.dec.InputOffset())-1, 0, n > 0)
 	}
 	return err
+}
+
+// objectNext tells whether the value next is an object, for the caller to
+// read; a null is read and marked to be replaced by ifNull, and any other
+// value skipped.
+func (s *itemSplicer) objectNext(ifNull spliceKind) (bool, error) {
+	switch s.dec.PeekKind() {
+	case '{':
+		return true, nil
+	case 'n':
+		return false, s.null(ifNull)
+	}
+	return false, s.dec.SkipValue()
 }
 
 // null reads the null value next and marks it to be replaced by kind.
