@@ -75,7 +75,7 @@ func FuzzCopyObject(f *testing.F) {
 			if err := json.Unmarshal(merged, &got); err != nil {
 				t.Fatalf("%s: merged %s: %v", table, merged, err)
 			}
-			want, err := tokenRows(part{cluster: "member-a", list: l})
+			want, err := tokenItems(part{cluster: "member-a", list: l})
 			if err != nil {
 				t.Fatal(err)
 			}

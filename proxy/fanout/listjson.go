@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -33,9 +34,9 @@ type memberList struct {
 	// when the answer had none; count is its length.
 	items jsontext.Value
 	count int
-	// splices are where the items get the cluster; byTokens: the rows are
-	// copied token by token instead (see itemSplicer). The splices hold
-	// held bytes of the list's memory.
+	// splices are where the items get the cluster; byTokens: the items are
+	// copied token by token instead (see itemSplicer, and answers past the
+	// splices' offsets). The splices hold held bytes of the list's memory.
 	splices  []splice
 	byTokens bool
 	held     int
@@ -121,6 +122,9 @@ func parseList(body []byte, memory *hold) (*memberList, error) {
 		l.items, l.count, l.splices = items, nItems, splices
 	default:
 		return fail(fmt.Errorf("kind %q", l.kind))
+	}
+	if len(body) > math.MaxInt32 { // past what a splice's offsets hold
+		l.byTokens = true
 	}
 	return l, nil
 }
@@ -214,7 +218,7 @@ func (m *mergedList) writeTo(w io.Writer) error {
 	for _, p := range m.parts {
 		items, splices := p.list.items, p.list.splices
 		if p.list.byTokens {
-			if items, err = tokenRows(p); err != nil {
+			if items, err = tokenItems(p); err != nil {
 				return err
 			}
 			splices = nil
@@ -234,14 +238,18 @@ func (m *mergedList) writeTo(w io.Writer) error {
 	return sw.err
 }
 
-// tokenRows is the array of p's Table rows copied token by token, rows that
-// are not objects left out.
-func tokenRows(p part) (jsontext.Value, error) {
+// tokenItems is the array of p's items copied token by token (a Table's
+// rows that are not objects left out).
+func tokenItems(p part) (jsontext.Value, error) {
 	var b bytes.Buffer
 	c := newCopier(&b)
 	edit := &metaEdit{cluster: p.cluster}
+	copyItem := c.copyObject
+	if p.list.isTable() {
+		copyItem = c.copyRow
+	}
 	c.token(jsontext.BeginArray)
-	c.elements(p.list.items, func(dec *jsontext.Decoder) error { return c.copyRow(dec, edit) })
+	c.elements(p.list.items, func(dec *jsontext.Decoder) error { return copyItem(dec, edit) })
 	c.token(jsontext.EndArray)
 	return bytes.TrimSpace(b.Bytes()), c.err
 }

@@ -282,6 +282,27 @@ func TestMergeAnnotatesEveryItem(t *testing.T) {
 			t.Errorf("item %d: merged %s, want %v", i, list.Items[i], want)
 		}
 	}
+
+	// Copied token by token (an answer past what splices hold), the same.
+	l, err := parseList([]byte(a), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.byTokens = true
+	var byTokens bytes.Buffer
+	m := &mergedList{apiVersion: "v1", kind: "XList", parts: []part{{cluster: "a", list: l}}, versions: map[string]string{"a": ""}}
+	if err := m.writeTo(&byTokens); err != nil {
+		t.Fatal(err)
+	}
+	var tokenList struct{ Items []json.RawMessage }
+	if err := json.Unmarshal(byTokens.Bytes(), &tokenList); err != nil || len(tokenList.Items) != len(items) {
+		t.Fatalf("copied by tokens %s: %v", byTokens.Bytes(), err)
+	}
+	for i := range items {
+		if !jsonEqual(t, tokenList.Items[i], list.Items[i]) {
+			t.Errorf("item %d: by tokens %s, spliced %s", i, tokenList.Items[i], list.Items[i])
+		}
+	}
 }
 
 // jsonEqual compares two JSON texts as values, numbers as written.
@@ -345,7 +366,7 @@ func TestMergeTableRowsSpliced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := tokenRows(part{cluster: "a", list: l})
+	want, err := tokenItems(part{cluster: "a", list: l})
 	if err != nil {
 		t.Fatal(err)
 	}
