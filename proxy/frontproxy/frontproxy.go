@@ -21,6 +21,7 @@ package frontproxy
 import (
 	"crypto/sha256"
 	"crypto/x509"
+	"errors"
 	"net/http"
 	"time"
 
@@ -105,6 +106,22 @@ func (v *Verifier) FromFrontProxy(req *http.Request) bool {
 		}
 	}
 	return false
+}
+
+// Loaded returns an error until the request-header CA bundle is loaded. The
+// bundle kept in the hub's kube-system/extension-apiserver-authentication
+// ConfigMap arrives with that ConfigMap's informer, after the server starts
+// serving; until then no front-proxy certificate verifies and every request
+// through the hub would get 401, so the server is not ready. A nil Verifier has
+// nothing to load.
+func (v *Verifier) Loaded() error {
+	if v == nil {
+		return nil
+	}
+	if _, ok := v.v.verifyOptions(); !ok {
+		return errors.New("the hub's front-proxy CA bundle (requestheader-client-ca-file) is not loaded yet")
+	}
+	return nil
 }
 
 type verifier struct {

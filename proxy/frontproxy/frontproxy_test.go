@@ -1,6 +1,7 @@
 package frontproxy
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"net/http"
@@ -9,11 +10,15 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kubewharf/kube-gateway/test/testca"
@@ -258,5 +263,55 @@ func BenchmarkAuthenticate(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// The CA bundle of the hub's extension-apiserver-authentication ConfigMap is
+// not there when the server starts: the library's first load reads an informer
+// that has not run yet. Loaded says so until the controller has loaded it, and
+// meanwhile no request comes from the front proxy.
+func TestLoadedOnlyOnceTheConfigMapIsRead(t *testing.T) {
+	front := testca.New(t, "front-proxy-ca")
+	hub := fake.NewClientset(&corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "extension-apiserver-authentication"},
+		Data:       map[string]string{"requestheader-client-ca-file": string(front.PEM)},
+	})
+	ca, err := dynamiccertificates.NewDynamicCAFromConfigMapController("request-header", metav1.NamespaceSystem, "extension-apiserver-authentication", "requestheader-client-ca-file", hub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What k8s.io/apiserver's delegating authentication does before serving.
+	if err := ca.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	v := NewVerifier(&authenticatorfactory.RequestHeaderConfig{
+		CAContentProvider:  ca,
+		AllowedClientNames: headerrequest.StaticStringSlice{},
+		UsernameHeaders:    headerrequest.StaticStringSlice{"X-Remote-User"},
+		UIDHeaders:         headerrequest.StaticStringSlice{},
+		GroupHeaders:       headerrequest.StaticStringSlice{},
+	})
+	req := request(client(t, front, "front-proxy-client", 2))
+	if err := v.Loaded(); err == nil {
+		t.Fatal("Loaded before the ConfigMap's informer ran")
+	}
+	if v.FromFrontProxy(req) {
+		t.Fatal("a front-proxy request trusted without a CA bundle")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), wait.ForeverTestTimeout)
+	defer cancel()
+	go ca.Run(ctx, 1)
+	if err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
+		return v.Loaded() == nil, nil
+	}); err != nil {
+		t.Fatalf("still not loaded: %v", v.Loaded())
+	}
+	if !v.FromFrontProxy(req) {
+		t.Fatal("loaded, but the front proxy's request is not trusted")
+	}
+	var none *Verifier
+	if err := none.Loaded(); err != nil {
+		t.Fatalf("a nil Verifier (no request-header configuration): %v", err)
 	}
 }

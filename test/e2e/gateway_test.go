@@ -91,8 +91,10 @@ func TestGatewayHealthAndMetrics(t *testing.T) {
 		}
 	}
 	code, body := gatewayGet(t, anonymous, "/readyz?verbose", nil)
-	if code != http.StatusOK || !strings.Contains(body, "[+]upstreamclusters-loaded ok") {
-		t.Errorf("readyz does not report the loaded upstream clusters: %d %s", code, body)
+	for _, check := range []string{"upstreamclusters-loaded", "front-proxy-ca-loaded"} {
+		if code != http.StatusOK || !strings.Contains(body, "[+]"+check+" ok") {
+			t.Errorf("readyz does not report %s: %d %s", check, code, body)
+		}
 	}
 
 	if code, _ := gatewayGet(t, anonymous, "/metrics", nil); code != http.StatusForbidden {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -90,9 +91,10 @@ func TestTracingCoversProxiedRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("proxied GET: %s", resp.Status)
+		t.Fatalf("proxied GET: %s: %s", resp.Status, body)
 	}
 
 	// Spans are exported in batches (every 5 s by default).

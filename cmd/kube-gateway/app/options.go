@@ -291,6 +291,7 @@ func (o *Options) Config() (*Config, error) {
 			AuthorizeProxySubpath:       o.AuthorizeProxySubpath,
 			Tracing:                     o.Recommended.Traces.ConfigFile != "",
 			Entry:                       entry,
+			FrontProxy:                  frontProxy,
 			LongRunning:                 longrunning.New(o.MaxLongRunningPerUser),
 			ConnectAdmissionPlugins:     o.connectAdmissionPlugins(),
 			MemberResponseHeaderTimeout: o.MemberResponseHeaderTimeout,

@@ -25,6 +25,7 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/fanout"
 	"github.com/kubewharf/kube-gateway/proxy/flowcontrol"
 	"github.com/kubewharf/kube-gateway/proxy/forward"
+	"github.com/kubewharf/kube-gateway/proxy/frontproxy"
 	"github.com/kubewharf/kube-gateway/proxy/longrunning"
 	"github.com/kubewharf/kube-gateway/proxy/metrics"
 	"github.com/kubewharf/kube-gateway/proxy/replicas"
@@ -58,6 +59,9 @@ type ExtraConfig struct {
 	// Entry restricts the gateway's API to requests through the hub's front
 	// proxy; nil with --direct-access.
 	Entry *chain.Entry
+	// FrontProxy verifies the hub's front-proxy certificates; the server is
+	// not ready before its CA bundle is loaded.
+	FrontProxy *frontproxy.Verifier
 	// LongRunning caps each user's open long-running proxied requests; nil:
 	// no cap.
 	LongRunning *longrunning.Limiter
@@ -230,6 +234,8 @@ func (c CompletedConfig) New() (*Server, error) {
 			return fmt.Errorf("upstream clusters not loaded yet")
 		}
 		return nil
+	}), healthz.NamedCheck("front-proxy-ca-loaded", func(*http.Request) error {
+		return c.extra.FrontProxy.Loaded()
 	})); err != nil {
 		return nil, err
 	}
