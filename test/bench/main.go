@@ -70,6 +70,7 @@ type options struct {
 	ListPerRound   int
 	Workers        int // creating the LIST objects
 	ProfileSeconds int
+	TraceSeconds   int // the execution traces of the c=1 tail
 	Idle           time.Duration
 	OutDir         string
 	Out            string
@@ -107,6 +108,7 @@ func main() {
 	flag.IntVar(&o.ListPerRound, "lists", 3, "full LISTs per target per round")
 	flag.IntVar(&o.Workers, "workers", 32, "concurrent creators of the LIST objects")
 	flag.IntVar(&o.ProfileSeconds, "profile-seconds", 10, "length of the gateway CPU profile (0: none)")
+	flag.IntVar(&o.TraceSeconds, "trace-seconds", 5, "length of the execution traces of the gateway and the floor proxy at c=1, read for where the slowest requests spend their time (0: none)")
 	flag.DurationVar(&o.Idle, "idle", 10*time.Second, "idle period that measures background CPU before the rounds")
 	flag.StringVar(&o.OutDir, "out-dir", "_output/bench", "directory for the report, the profile and the work dir's logs on failure")
 	flag.StringVar(&o.Out, "out", "", "also write the markdown report to this file (default <out-dir>/report.md)")
@@ -394,6 +396,16 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 			}
 		}
 	}
+	if o.TraceSeconds > 0 {
+		if err := traceTail(ctx, gw, gw.Client, gw.Header, env.GatewayURL+"/debug/pprof/trace", procs, o, rep); err != nil {
+			return nil, fmt.Errorf("trace of the gateway: %w", err)
+		}
+		if floorProxy != nil {
+			if err := traceTail(ctx, floorTarget, http.DefaultClient, nil, floorProxy.DebugURL+"/debug/pprof/trace", procs, o, rep); err != nil {
+				return nil, fmt.Errorf("trace of the floor proxy: %w", err)
+			}
+		}
+	}
 	return rep, nil
 }
 
@@ -570,6 +582,9 @@ type loadRun struct {
 	// the targets that cross it (AllocKnown).
 	AllocPerReq float64
 	AllocKnown  bool
+	// Kernel is, per request, the read and write system calls and the
+	// context switches of each process whose counts could be read.
+	Kernel map[string][3]float64
 }
 
 func (l loadRun) cpuPerReq(proc string) float64 {
@@ -598,11 +613,17 @@ func measureRate(ctx context.Context, t *measure.Target, procs []measure.Proc, h
 	if crossesGateway(t.Key) {
 		am = startAlloc(ctx, gw)
 	}
-	a := measure.SnapCPU(procs)
+	a, ak := measure.SnapCPU(procs), measure.SnapKernel(procs)
 	r := t.LoadRate(ctx, getPath, o.Rate, o.RateDuration, o.RateInflight)
-	b := measure.SnapCPU(procs)
+	b, bk := measure.SnapCPU(procs), measure.SnapKernel(procs)
 	l := loadRun{Requests: r.Requests, Errors: r.Errors, Elapsed: r.Elapsed, P50: r.Pct(50), P99: r.Pct(99), RPS: r.RPS(), CPU: b.Delta(a, hz),
-		Rate: r.Rate, MaxLag: r.MaxLag}
+		Rate: r.Rate, MaxLag: r.MaxLag, Kernel: map[string][3]float64{}}
+	for name, after := range bk {
+		if before, ok := ak[name]; ok && r.Requests > 0 {
+			n := float64(r.Requests)
+			l.Kernel[name] = [3]float64{float64(after.Reads-before.Reads) / n, float64(after.Writes-before.Writes) / n, float64(after.Switches-before.Switches) / n}
+		}
+	}
 	if r.FirstErr != nil {
 		l.FirstErr = r.FirstErr.Error()
 	}

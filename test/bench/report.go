@@ -41,6 +41,10 @@ type report struct {
 	// FloorProfile is the floor proxy's CPU profile at the throughput
 	// concurrency; nil without the floor or profiles.
 	FloorProfile *profileResult
+
+	// Tails are the execution traces of the c=1 load, the gateway's and
+	// the floor's.
+	Tails []tailTrace
 }
 
 // --- statistics ---
@@ -130,6 +134,12 @@ func allCPUR(rd roundData, k string) float64 {
 }
 
 func allocR(rd roundData, k string) float64 { return rd.Rate[k].AllocPerReq }
+
+// proxyKernel returns the proxy's read system calls (0), write system calls
+// (1) or context switches (2) per request in the fixed-rate run.
+func proxyKernel(i int) func(rd roundData, k string) float64 {
+	return func(rd roundData, k string) float64 { return rd.Rate[k].Kernel[proxyProc(k)][i] }
+}
 
 func proxyProc(k string) string {
 	if k == floor.Key {
@@ -256,6 +266,7 @@ func (r *report) markdown() string {
 	if o.Rate > 0 {
 		r.rateSection(p)
 	}
+	r.tailSection(p)
 
 	// LIST.
 	p("## LIST of %d ConfigMaps (no pagination)\n\n", o.ListObjects)

@@ -135,7 +135,12 @@ func (r *report) rateSection(p func(string, ...any)) {
 	row("member-b CPU per request", func(rd roundData, k string) float64 { return rd.Rate[k].cpuPerReq(member + "-1") }, measure.US, nil)
 	row("CPU per request, all processes", allCPUR, measure.US, nil)
 	row("gateway heap allocated per request", allocR, measure.KiB, map[string]bool{"direct": true, floor.Key: true})
-	p("\nProxy CPU is the floor proxy's for floor and kube-gateway's for gateway alone and hub + gateway. ")
+	count := func(x float64) string { return fmt.Sprintf("%.2f", x) }
+	row("proxy read system calls per request", proxyKernel(0), count, map[string]bool{"direct": true})
+	row("proxy write system calls per request", proxyKernel(1), count, map[string]bool{"direct": true})
+	row("proxy context switches per request", proxyKernel(2), count, map[string]bool{"direct": true})
+	p("\nProxy CPU and kernel counts are the floor proxy's for floor and kube-gateway's for gateway alone and hub + gateway. ")
+	p("System calls: `/proc/<pid>/io` syscr and syscw; context switches: voluntary and involuntary, summed over the process's threads (`/proc/<pid>/task/*/status`). Both count everything the process does in the run, also its health probes, metrics and watches of the hub. ")
 	p("Heap allocated per request: the gateway's `go_memstats_alloc_bytes_total` before and after the run (minus what one scrape allocates) over the run's requests.\n\n")
 
 	var short []string

@@ -77,6 +77,44 @@ func (b CPUSnap) Delta(a CPUSnap, hz float64) map[string]float64 {
 	return d
 }
 
+// Kernel counts what a process has asked of the kernel so far: read and
+// write system calls (/proc/<pid>/io syscr and syscw, all its threads) and
+// context switches (voluntary and not, summed over its threads'
+// /proc/<pid>/task/<tid>/status). A proxy pays them per request apart from
+// the CPU time: a switch is a goroutine parked with no other to run.
+type Kernel struct{ Reads, Writes, Switches uint64 }
+
+// SnapKernel reads the kernel counts of every process; a process whose
+// counts cannot be read is left out.
+func SnapKernel(procs []Proc) map[string]Kernel {
+	s := map[string]Kernel{}
+	for _, p := range procs {
+		if p.PID == 0 {
+			continue // this process: its threads come and go with the load
+		}
+		proc, err := open(p.PID)
+		if err != nil {
+			continue
+		}
+		io, err := proc.IO()
+		if err != nil {
+			continue
+		}
+		k := Kernel{Reads: io.SyscR, Writes: io.SyscW}
+		threads, err := procfs.AllThreads(p.PID)
+		if err != nil {
+			continue
+		}
+		for _, t := range threads {
+			if st, err := t.NewStatus(); err == nil {
+				k.Switches += st.VoluntaryCtxtSwitches + st.NonVoluntaryCtxtSwitches
+			}
+		}
+		s[p.Name] = k
+	}
+	return s
+}
+
 // Memory returns VmRSS and VmHWM of pid in kB.
 func Memory(pid int) (rssKB, hwmKB int64, err error) {
 	p, err := open(pid)
