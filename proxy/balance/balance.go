@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"sync/atomic"
+	"time"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 )
@@ -17,6 +18,9 @@ type Endpoint struct {
 	URL *url.URL
 	// inFlight counts the requests being served by this endpoint.
 	inFlight atomic.Int64
+	// lastDone is when the last request served by this endpoint ended, in
+	// Unix nanoseconds; 0 before the first.
+	lastDone atomic.Int64
 	// unhealthy is set by health checking; endpoints start healthy so that a new
 	// cluster serves at once, and the first failed probes take them out.
 	unhealthy atomic.Bool
@@ -36,11 +40,20 @@ func (e *Endpoint) SetHealthy(healthy bool) (changed bool) {
 // Start records a request starting on e; the returned func records its end.
 func (e *Endpoint) Start() (done func()) {
 	e.inFlight.Add(1)
-	return func() { e.inFlight.Add(-1) }
+	return func() {
+		e.lastDone.Store(time.Now().UnixNano())
+		e.inFlight.Add(-1)
+	}
 }
 
 // InFlight is the number of requests being served by e.
 func (e *Endpoint) InFlight() int64 { return e.inFlight.Load() }
+
+// BusyWithin reports whether e is serving a request or served one within
+// the last d.
+func (e *Endpoint) BusyWithin(d time.Duration) bool {
+	return e.inFlight.Load() > 0 || time.Now().UnixNano()-e.lastDone.Load() < int64(d)
+}
 
 // Picker chooses one of candidates (never empty) for a request.
 type Picker interface {

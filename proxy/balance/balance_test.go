@@ -1,8 +1,12 @@
 package balance
 
 import (
+	"context"
 	"net/url"
 	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 )
@@ -62,5 +66,28 @@ func TestLeastRequestAvoidsTheBusyEndpoint(t *testing.T) {
 func TestUnknownStrategy(t *testing.T) {
 	if _, err := New("Fastest"); err == nil {
 		t.Fatal("unknown strategy accepted")
+	}
+}
+
+// An endpoint is busy while it serves a request and for the given time after
+// the last one ended; one that never served any is not.
+func TestBusyWithin(t *testing.T) {
+	e := NewEndpoint(&url.URL{Scheme: "https", Host: "a"})
+	if e.BusyWithin(time.Hour) {
+		t.Fatal("busy before any request")
+	}
+	done := e.Start()
+	if !e.BusyWithin(0) {
+		t.Fatal("not busy while serving a request")
+	}
+	done()
+	if !e.BusyWithin(time.Hour) {
+		t.Fatal("not busy within an hour of a request that just ended")
+	}
+	const d = 20 * time.Millisecond
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
+		return !e.BusyWithin(d), nil
+	}); err != nil {
+		t.Fatalf("still busy within %v of a request that ended long ago", d)
 	}
 }

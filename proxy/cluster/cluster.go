@@ -308,7 +308,7 @@ func compile(uc *gatewayv1alpha1.UpstreamCluster, secret, tunnelSecret *corev1.S
 		c.routes = append(c.routes, r)
 	}
 
-	c.Health = health.NewChecker(c.Endpoints, func(e *balance.Endpoint) http.RoundTripper { return c.transports[e].Probe },
+	c.Health = health.NewChecker(c.Endpoints, func(e *balance.Endpoint) http.RoundTripper { return c.transports[e].ProbeWhile(e.BusyWithin) },
 		health.ConfigFrom(uc.Spec.HealthCheck), clock.RealClock{},
 		func(t health.ServerHealth) {
 			c.transitionsMu.Lock()

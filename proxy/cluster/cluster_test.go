@@ -782,3 +782,56 @@ func TestServersUnknownUntilJudged(t *testing.T) {
 		t.Errorf("server after a recompilation: %+v, want what was judged before", s)
 	}
 }
+
+// With ProbeOwnConnections the probes of an idle server open connections of
+// their own and leave none open; while the server serves a request they ride
+// on its pooled connection and open none.
+func TestProbeConnectionsFollowUse(t *testing.T) {
+	serverCA := testca.New(t, "server-ca")
+	m := newMember(t, serverCA, serverCA)
+	uc := upstreamCluster(m.URL)
+	uc.Spec.HealthCheck = &gatewayv1alpha1.HealthCheck{IntervalSeconds: 1}
+	c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token), "ca.crt": serverCA.PEM}), nil, nil,
+		cluster.Options{ProbeOwnConnections: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sched := health.NewScheduler(clock.RealClock{})
+	scheduling := make(chan struct{})
+	go func() { sched.Run(ctx); close(scheduling) }()
+	c.Health.Start(ctx, sched)
+	defer func() { cancel(); <-scheduling; <-c.Health.Done(); c.Release(nil) }()
+	requests := func() int {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return len(m.reqs)
+	}
+	waitRequests := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for requests() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d requests reached the member, want %d", requests(), n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	waitRequests(2) // two probes
+	waitConns(t, m, 0)
+	if accepted, _ := m.conns(); accepted < 2 {
+		t.Fatalf("two probes of an idle server over %d connections, want one each", accepted)
+	}
+
+	done := c.Endpoints[0].Start() // a request in flight, say a watch
+	defer done()
+	if err := get(t, c, m.URL); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := m.conns()
+	waitRequests(requests() + 2) // two probes more
+	if accepted, open := m.conns(); accepted != before || open != 1 {
+		t.Errorf("probes of a busy server: %d connections accepted (%d before them), %d open; want none more and the pooled one", accepted, before, open)
+	}
+}

@@ -36,9 +36,9 @@ type Config struct {
 	// BearerToken authenticates the gateway, or CertData and KeyData (PEM) do.
 	BearerToken       string
 	CertData, KeyData []byte
-	// ProbeOwnConnections makes each probe open a connection of its own and
-	// close it after the answer, instead of using the pooled connection; see
-	// New.
+	// ProbeOwnConnections makes each probe of an idle server open a
+	// connection of its own and close it after the answer, instead of using
+	// the pooled connection; see New and ProbeWhile.
 	ProbeOwnConnections bool
 	// ProxyURL, when set, is the egress proxy every connection goes through
 	// (http, https: CONNECT; socks5), with optional credentials; ProxyCAData
@@ -73,7 +73,7 @@ type Transports struct {
 	Upgrade proxyutil.UpgradeRequestRoundTripper
 	// Probe carries the gateway's own requests, such as health checks: the
 	// gateway's credential, no impersonation, the pooled connections or, with
-	// Config.ProbeOwnConnections, a connection per request.
+	// Config.ProbeOwnConnections, a connection per request (see ProbeWhile).
 	Probe http.RoundTripper
 	// Pooled carries requests whose credential and identity headers the
 	// caller set on a request of its own (Authorize, impersonate.Apply):
@@ -83,6 +83,36 @@ type Transports struct {
 
 	pooled, upgrade, probe *http.Transport
 	bearer                 string // "Bearer <token>", or "" with a client certificate
+	// pooledProbe is Probe over the pooled connections, for ProbeWhile.
+	pooledProbe http.RoundTripper
+}
+
+// ProbeWhile returns the round tripper of the server's health probes. It is
+// Probe, except that with Config.ProbeOwnConnections a probe goes over the
+// pooled connection while busy(idleConnTimeout) reports that the server
+// serves requests or served one within that time: the pooled connection is
+// open then anyway, kept by the requests, and the probe spares a TLS handshake
+// on the gateway and on the member. Once the requests stop, the probes stop
+// keeping it: it closes at most twice idleConnTimeout after the last one.
+func (t *Transports) ProbeWhile(busy func(time.Duration) bool) http.RoundTripper {
+	if t.probe == t.pooled {
+		return t.Probe
+	}
+	return probeRouter{busy: busy, pooled: t.pooledProbe, own: t.Probe}
+}
+
+// probeRouter sends a probe over the pooled connection while the server is
+// busy, over one of its own otherwise.
+type probeRouter struct {
+	busy        func(time.Duration) bool
+	pooled, own http.RoundTripper
+}
+
+func (p probeRouter) RoundTrip(req *http.Request) (*http.Response, error) {
+	if p.busy(idleConnTimeout) {
+		return p.pooled.RoundTrip(req)
+	}
+	return p.own.RoundTrip(req)
 }
 
 // Authorize sets the gateway's bearer token, if it authenticates with one, on
@@ -203,9 +233,10 @@ func (b *Builder) New() *Transports {
 	// connection behind, so a cluster nobody sends requests to holds none
 	// once the pooled one has been idle for idleConnTimeout; its memory (TLS
 	// and HTTP/2 state, a reader goroutine) is most of an idle cluster's. The
-	// price is a TLS handshake per probe, resumed to spare what it can: the
+	// price is a TLS handshake per probe, resumed to spare what it can (the
 	// session cache is the server's own, since the servers of a cluster may
-	// share a name (spec.clientConfig.serverName, or one host).
+	// share a name: spec.clientConfig.serverName, or one host), and paid only
+	// while the server is idle (ProbeWhile).
 	probeTransport := pooled
 	if b.cfg.ProbeOwnConnections {
 		probeTLS := b.upgradeTLS.Clone()
@@ -220,17 +251,16 @@ func (b *Builder) New() *Transports {
 
 	// Credential and impersonation are added by round trippers, on the way out:
 	// for upgrades on the request written to the dialed connection.
-	withIdentity := func(rt http.RoundTripper) http.RoundTripper {
-		rt = impersonate.NewRoundTripper(rt)
+	withCredential := func(rt http.RoundTripper) http.RoundTripper {
 		if b.bearer != "" {
 			rt = transport.NewBearerAuthRoundTripper(b.cfg.BearerToken, rt)
 		}
 		return rt
 	}
-	probe := http.RoundTripper(probeTransport)
-	if b.bearer != "" {
-		probe = transport.NewBearerAuthRoundTripper(b.cfg.BearerToken, probeTransport)
+	withIdentity := func(rt http.RoundTripper) http.RoundTripper {
+		return withCredential(impersonate.NewRoundTripper(rt))
 	}
+	probe := withCredential(probeTransport)
 	return &Transports{
 		RoundTripper: withIdentity(pooled),
 		Probe:        probe,
@@ -240,6 +270,7 @@ func (b *Builder) New() *Transports {
 		upgrade:      upgrade,
 		probe:        probeTransport,
 		bearer:       b.bearer,
+		pooledProbe:  withCredential(pooled),
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
-	"fmt"
 	"io"
 	"log"
 	"net"
@@ -38,12 +37,14 @@ func member(t *testing.T, min, max uint16) (url string, caPEM []byte) {
 	return s.URL, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.Certificate().Raw})
 }
 
-func probe(tr *Transports, url string) error {
+func probe(tr *Transports, url string) error { return probeVia(tr.Probe, url) }
+
+func probeVia(rt http.RoundTripper, url string) error {
 	req, err := http.NewRequest(http.MethodGet, url+"/readyz", nil)
 	if err != nil {
 		return err
 	}
-	resp, err := tr.Probe.RoundTrip(req)
+	resp, err := rt.RoundTrip(req)
 	if err != nil {
 		return err
 	}
@@ -153,10 +154,20 @@ func TestVerification(t *testing.T) {
 // By default probes share one pooled connection and leave it open. With
 // ProbeOwnConnections each probe opens a connection and leaves none behind (an
 // idle cluster then holds none), and it resumes the TLS session of the one
-// before instead of a full handshake.
+// before instead of a full handshake; unless the server is busy with
+// requests: then the probes ride on the pooled connection the requests keep
+// open anyway.
 func TestProbeConnections(t *testing.T) {
-	for _, own := range []bool{false, true} {
-		t.Run(fmt.Sprintf("own=%v", own), func(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		own, busy bool
+	}{
+		{"pooled", false, false},
+		{"pooled, busy", false, true},
+		{"own", true, false},
+		{"own, busy", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			var (
 				mu      sync.Mutex
 				open    = map[net.Conn]bool{}
@@ -164,9 +175,14 @@ func TestProbeConnections(t *testing.T) {
 				resumed []bool
 			)
 			s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				mu.Lock()
-				resumed = append(resumed, r.TLS.DidResume)
-				mu.Unlock()
+				if r.URL.Path == "/readyz" {
+					mu.Lock()
+					resumed = append(resumed, r.TLS.DidResume)
+					mu.Unlock()
+				}
+				if got, want := r.Header.Get("Authorization"), "Bearer "+token; got != want {
+					t.Errorf("%s with Authorization %q, want %q", r.URL.Path, got, want)
+				}
 				_, _ = w.Write([]byte("ok"))
 			}))
 			s.Config.ConnState = func(c net.Conn, st http.ConnState) {
@@ -183,19 +199,35 @@ func TestProbeConnections(t *testing.T) {
 			s.StartTLS()
 			t.Cleanup(s.Close)
 			tr, err := New(Config{CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.Certificate().Raw}),
-				BearerToken: token, ProbeOwnConnections: own})
+				BearerToken: token, ProbeOwnConnections: tc.own})
 			if err != nil {
 				t.Fatal(err)
 			}
-			const probes = 3
-			for i := 0; i < probes; i++ {
-				if err := probe(tr, s.URL); err != nil {
+			busyWithin := time.Duration(-1)
+			probes := tr.ProbeWhile(func(d time.Duration) bool { busyWithin = d; return tc.busy })
+			wantOpen, wantOpened := 1, 1
+			if tc.busy { // a request opened the pooled connection before
+				req, _ := http.NewRequest(http.MethodGet, s.URL+"/api", nil)
+				tr.Authorize(req.Header)
+				resp, err := tr.Pooled.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			const n = 3
+			for i := 0; i < n; i++ {
+				if err := probeVia(probes, s.URL); err != nil {
 					t.Fatal(err)
 				}
 			}
-			wantOpen, wantOpened, wantResumed := 1, 1, []bool{false, false, false}
-			if own {
-				wantOpen, wantOpened, wantResumed = 0, probes, []bool{false, true, true}
+			wantResumed := []bool{false, false, false}
+			if tc.own && !tc.busy {
+				wantOpen, wantOpened, wantResumed = 0, n, []bool{false, true, true}
+			}
+			if tc.own && busyWithin != idleConnTimeout {
+				t.Errorf("busy asked for the last %v, want the pooled connections' idle timeout %v", busyWithin, idleConnTimeout)
 			}
 			// The server sees a close when it reads the next request; poll.
 			_ = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
@@ -206,7 +238,7 @@ func TestProbeConnections(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			if len(open) != wantOpen || opened != wantOpened {
-				t.Errorf("after %d probes: %d connections opened, %d open; want %d and %d", probes, opened, len(open), wantOpened, wantOpen)
+				t.Errorf("after %d probes: %d connections opened, %d open; want %d and %d", n, opened, len(open), wantOpened, wantOpen)
 			}
 			if !slices.Equal(resumed, wantResumed) {
 				t.Errorf("TLS sessions resumed by the probes: %v, want %v", resumed, wantResumed)

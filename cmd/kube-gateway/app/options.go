@@ -63,8 +63,8 @@ type Options struct {
 	// MemberResponseHeaderTimeout bounds the wait for a member server's
 	// response headers to a request that is not long-running.
 	MemberResponseHeaderTimeout time.Duration
-	// ProbeWithNewConnections makes every health probe open a connection of
-	// its own, so that idle clusters hold none.
+	// ProbeWithNewConnections makes the health probes of idle servers open a
+	// connection of their own, so that idle clusters hold none.
 	ProbeWithNewConnections bool
 	// StatusLeaseName is the hub Lease, in SecretNamespace, whose holder
 	// writes UpstreamCluster status and records Events.
@@ -153,7 +153,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	gw.DurationVar(&o.MemberResponseHeaderTimeout, "member-response-header-timeout", o.MemberResponseHeaderTimeout,
 		"How long to wait for a member server's response headers to a proxied request that is not long-running (watches, log follow, exec, attach, port-forward and proxy are never cut). A server that stays silent longer is counted as failed toward its health; the client gets a 504, or the answer of another server when the request may be retried (GET, HEAD, OPTIONS). Keep it above the members' --request-timeout (60s by default), so that a busy server answers with its own 504 first. 0 waits forever.")
 	gw.BoolVar(&o.ProbeWithNewConnections, "probe-with-new-connections", o.ProbeWithNewConnections,
-		"Open a connection for every health probe and close it after the answer, instead of probing over the connection that proxied requests use. A cluster nobody sends requests to then holds no connection once its pooled one has been idle for 90s: about half the memory of an idle cluster (85 KiB less with two servers), for a TLS handshake per probe (about 0.7 ms of the gateway's CPU and 0.6 ms of the member's, at every health check interval). For fleets of many rarely used clusters where memory is much scarcer than CPU.")
+		"Probe a server that served no proxied request in the last 90s over a connection of its own, closed after the answer, instead of over the connection that proxied requests use. A cluster nobody sends requests to then holds no connection once its pooled one has been idle for 90s: about half the memory of an idle cluster (85 KiB less with two servers), for a TLS handshake per probe of an idle server (about 0.7 ms of the gateway's CPU and 0.6 ms of the member's, at every health check interval). Servers in use (open watches included) are probed over their pooled connection, as without this flag. For fleets with many rarely used clusters where memory is scarcer than CPU.")
 	gw.StringVar(&o.SecretNamespace, "secret-namespace", o.SecretNamespace,
 		"Hub namespace of the Secrets holding the gateway's credentials toward member clusters. The gateway reads Secrets only there, and UpstreamClusters may only reference Secrets there.")
 	gw.StringVar(&o.StatusLeaseName, "status-lease-name", o.StatusLeaseName,
