@@ -23,6 +23,8 @@ type tailTrace struct {
 	Run             loadRun
 	Requests        int // whole requests found in the trace
 	Median, Slowest measure.Band
+	// Running is how long each kind of goroutine ran during the trace.
+	Running map[string]time.Duration
 }
 
 // reverseProxyFrame is in the stack of every request both proxies forward,
@@ -54,12 +56,12 @@ func traceTail(ctx context.Context, t *measure.Target, client *http.Client, head
 		return err
 	}
 	defer f2.Close()
-	hs, err := measure.Handlings(f2, reverseProxyFrame)
+	tr, err := measure.ReadTrace(f2, reverseProxyFrame)
 	if err != nil {
 		return fmt.Errorf("reading the trace of %s: %w", t.Key, err)
 	}
-	tt.Requests = len(hs)
-	if tt.Median, tt.Slowest, err = measure.Bands(hs); err != nil {
+	tt.Requests, tt.Running = len(tr.Requests), tr.Running
+	if tt.Median, tt.Slowest, err = measure.Bands(tr.Requests); err != nil {
 		return fmt.Errorf("the trace of %s: %w", t.Key, err)
 	}
 	rep.Tails = append(rep.Tails, tt)
@@ -116,6 +118,59 @@ func (r *report) tailSection(p func(string, ...any)) {
 	row("in a GC phase (mark or stop-the-world)", func(b measure.Band) string { return us(b.InGC) })
 	row("requests a GC phase overlapped", func(b measure.Band) string { return fmt.Sprintf("%.0f %%", 100*b.ShareInGC) })
 	p("\n\n")
+	r.runningByKind(p)
+}
+
+// runningByKind sets the running time of each kind of goroutine, per request
+// of the trace, side by side for the traced proxies: every goroutine of the
+// proxy, not only the requests' own.
+func (r *report) runningByKind(p func(string, ...any)) {
+	p("The same traces, the time every goroutine of the proxy ran, by what it runs, divided by the requests the trace saw whole: where the CPU of a request goes, whichever goroutine spends it (a thread the kernel took off a CPU while a goroutine ran counts as running).\n\n")
+	p("| µs per request |")
+	for _, t := range r.Tails {
+		p(" %s |", t.label())
+	}
+	if len(r.Tails) == 2 {
+		p(" gateway − floor |")
+	}
+	p("\n|---|")
+	for range r.Tails {
+		p("---:|")
+	}
+	if len(r.Tails) == 2 {
+		p("---:|")
+	}
+	p("\n")
+	perReq := func(t tailTrace, kind string) float64 {
+		if t.Requests == 0 {
+			return 0
+		}
+		return float64(t.Running[kind]) / 1e3 / float64(t.Requests)
+	}
+	kinds := []string{measure.KindHandler, measure.KindMemberWriter, measure.KindMemberReader, measure.KindCallerServe,
+		measure.KindCallerReader, measure.KindCallerWriter, measure.KindGC, measure.KindOther}
+	total := make([]float64, len(r.Tails))
+	line := func(name string, v func(i int, t tailTrace) float64) {
+		p("| %s |", name)
+		var vs []float64
+		for i, t := range r.Tails {
+			vs = append(vs, v(i, t))
+			p(" %.0f |", vs[i])
+		}
+		if len(vs) == 2 {
+			p(" %+.0f |", vs[0]-vs[1])
+		}
+		p("\n")
+	}
+	for _, k := range kinds {
+		line(k, func(i int, t tailTrace) float64 {
+			x := perReq(t, k)
+			total[i] += x
+			return x
+		})
+	}
+	line("**all**", func(i int, _ tailTrace) float64 { return total[i] })
+	p("\n")
 }
 
 // tailParts lists every part seen, by how much the gateway's slowest

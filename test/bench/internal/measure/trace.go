@@ -1,6 +1,7 @@
 package measure
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -68,22 +69,34 @@ type handling struct {
 	proxies      bool       // a frame named the proxy's handler
 }
 
-// Handlings reads a Go execution trace (runtime/trace, /debug/pprof/trace)
-// and returns the requests it saw whole: goroutines started in it by a
-// function named runHandler (the HTTP/2 servers of net/http and
-// golang.org/x/net/http2 run each request's handler on one) that ended in
-// it, and whose stack named a function containing mustCall at some point
-// (say the reverse proxy's ServeHTTP, so that other requests the server
-// answered meanwhile are left out).
-func Handlings(r io.Reader, mustCall string) ([]Handling, error) {
+// Trace is what ReadTrace found in a Go execution trace of an HTTP/2 proxy.
+type Trace struct {
+	// Requests are the requests the trace saw whole (see ReadTrace).
+	Requests []Handling
+	// Running is how long the goroutines of each kind (GoroutineKind) ran
+	// during the trace, requests or not.
+	Running map[string]time.Duration
+}
+
+// ReadTrace reads a Go execution trace (runtime/trace, /debug/pprof/trace).
+// Its requests are the goroutines started in it by a function named
+// runHandler (the HTTP/2 servers of net/http and golang.org/x/net/http2 run
+// each request's handler on one) that ended in it, and whose stack named a
+// function containing mustCall at some point (say the reverse proxy's
+// ServeHTTP, so that other requests the server answered meanwhile are left
+// out).
+func ReadTrace(r io.Reader, mustCall string) (Trace, error) {
 	tr, err := trace.NewReader(r)
 	if err != nil {
-		return nil, err
+		return Trace{}, err
 	}
 	live := map[trace.GoID]*handling{}
 	var done []*handling
 	var gcFrom trace.Time // a collection's mark phase or a stop of the world under way since
 	var gc [][2]trace.Time
+	out := Trace{Running: map[string]time.Duration{}}
+	kinds := map[trace.GoID]string{}
+	runningSince := map[trace.GoID]trace.Time{}
 	names := func(s trace.Stack, sub string) bool {
 		for f := range s.Frames() {
 			if strings.Contains(f.Func, sub) {
@@ -98,7 +111,7 @@ func Handlings(r io.Reader, mustCall string) ([]Handling, error) {
 			break
 		}
 		if err != nil {
-			return nil, err
+			return Trace{}, err
 		}
 		now := ev.Time()
 		switch ev.Kind() {
@@ -109,9 +122,23 @@ func Handlings(r io.Reader, mustCall string) ([]Handling, error) {
 			}
 			id := st.Resource.Goroutine()
 			from, to := st.Goroutine()
+			if _, ok := kinds[id]; !ok {
+				if from == trace.GoNotExist {
+					kinds[id] = GoroutineKind(firstFrame(st.Stack))
+				} else if ev.Goroutine() == id && ev.Stack() != trace.NoStack {
+					kinds[id] = GoroutineKind(lastFrame(ev.Stack())) // older than the trace
+				}
+			}
+			if since, ok := runningSince[id]; ok && from == trace.GoRunning {
+				out.Running[cmp.Or(kinds[id], KindOther)] += time.Duration(now - since)
+				delete(runningSince, id)
+			}
+			if to == trace.GoRunning {
+				runningSince[id] = now
+			}
 			h := live[id]
 			if h == nil {
-				if from != trace.GoNotExist || !startsIn(st.Stack, ".runHandler") {
+				if from != trace.GoNotExist || !strings.HasSuffix(firstFrame(st.Stack), ".runHandler") {
 					continue
 				}
 				h = &handling{start: now, since: now, part: PartRunnable, Handling: Handling{Parts: map[string]time.Duration{}}}
@@ -177,7 +204,7 @@ func Handlings(r io.Reader, mustCall string) ([]Handling, error) {
 			}
 		}
 	}
-	out := make([]Handling, 0, len(done))
+	out.Requests = make([]Handling, 0, len(done))
 	for _, h := range done {
 		end := h.start + trace.Time(h.Total)
 		for _, g := range gc {
@@ -185,18 +212,61 @@ func Handlings(r io.Reader, mustCall string) ([]Handling, error) {
 				h.InGC += time.Duration(hi - lo)
 			}
 		}
-		out = append(out, h.Handling)
+		out.Requests = append(out.Requests, h.Handling)
 	}
 	return out, nil
 }
 
-// startsIn says whether the first frame of a goroutine's starting stack is
-// a function whose name ends in suffix.
-func startsIn(s trace.Stack, suffix string) bool {
+// firstFrame is the function of a stack's innermost frame: for a goroutine's
+// starting stack, the function it runs.
+func firstFrame(s trace.Stack) string {
 	for f := range s.Frames() {
-		return strings.HasSuffix(f.Func, suffix)
+		return f.Func
 	}
-	return false
+	return ""
+}
+
+// lastFrame is the function of a stack's outermost frame.
+func lastFrame(s trace.Stack) string {
+	var fn string
+	for f := range s.Frames() {
+		fn = f.Func
+	}
+	return fn
+}
+
+// Kinds of goroutines of an HTTP/2 reverse proxy, by the function they run.
+const (
+	KindHandler      = "request handlers (one per request)"
+	KindMemberWriter = "member requests' writers (one per request)"
+	KindMemberReader = "member connections' read loops"
+	KindCallerServe  = "caller connections' serve loops"
+	KindCallerReader = "caller connections' frame readers"
+	KindCallerWriter = "caller connections' frame writers"
+	KindGC           = "garbage collector (mark workers, sweeper, scavenger)"
+	KindOther        = "other"
+)
+
+// GoroutineKind names the kind of goroutine that runs function fn, alike for
+// golang.org/x/net/http2 and net/http's copy of it.
+func GoroutineKind(fn string) string {
+	switch {
+	case strings.HasSuffix(fn, ".runHandler"):
+		return KindHandler
+	case strings.HasSuffix(fn, "clientStream).doRequest"):
+		return KindMemberWriter
+	case strings.HasSuffix(fn, "ClientConn).readLoop"):
+		return KindMemberReader
+	case strings.HasSuffix(fn, "(*conn).serve"), strings.HasSuffix(fn, "serverConn).serve"):
+		return KindCallerServe
+	case strings.HasSuffix(fn, "serverConn).readFrames"):
+		return KindCallerReader
+	case strings.HasSuffix(fn, "serverConn).writeFrameAsync"):
+		return KindCallerWriter
+	case fn == "runtime.gcBgMarkWorker", fn == "runtime.bgsweep", fn == "runtime.bgscavenge":
+		return KindGC
+	}
+	return KindOther
 }
 
 // Band is the mean of a group of Handlings.

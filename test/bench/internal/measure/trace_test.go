@@ -17,7 +17,8 @@ import (
 // handler burns the CPU, one sleeps, one runs a collection, the member takes
 // its time for one, the rest answer at once. Handlings finds each proxied
 // request once, leaves out the requests the server answered without the
-// proxy, and puts the time where it belongs.
+// proxy, and puts the time where it belongs, also the running time of every
+// goroutine by its kind.
 func TestHandlingsSplitsEachRequest(t *testing.T) {
 	const slow = 30 * time.Millisecond
 	member := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -83,10 +84,18 @@ func TestHandlingsSplitsEachRequest(t *testing.T) {
 	get("/slow-member")
 	trace.Stop()
 
-	hs, err := Handlings(&buf, "httputil.(*ReverseProxy).ServeHTTP")
+	tr, err := ReadTrace(&buf, "httputil.(*ReverseProxy).ServeHTTP")
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The spinning handler ran at least that long; the connections' read
+	// loops and serve loops, older than the trace, are known by their stacks.
+	for kind, least := range map[string]time.Duration{KindHandler: slow, KindMemberReader: 1, KindCallerServe: 1, KindCallerReader: 1} {
+		if tr.Running[kind] < least {
+			t.Errorf("%s ran for %v, want at least %v: %v", kind, tr.Running[kind], least, tr.Running)
+		}
+	}
+	hs := tr.Requests
 	if len(hs) != fast+4 {
 		t.Fatalf("%d proxied requests found, want %d", len(hs), fast+4)
 	}
