@@ -752,6 +752,12 @@ type profileResult struct {
 // and takes a CPU profile of the gateway during it.
 func profile(ctx context.Context, env *harness.Env, gw *measure.Target, procs []measure.Proc, o options, rep *report, c int) error {
 	logf("profiling the gateway for %ds under the c=%d gateway-alone load", o.ProfileSeconds, c)
+	// Allocations reach the heap profile one collection late: without
+	// collections now, the allocation profile would also count the end of
+	// what ran before (a fan-out LIST of the last round, say).
+	if err := measure.ForceGC(ctx, gw.Client, gw.Header, env.GatewayURL); err != nil {
+		return err
+	}
 	// The CPU and the allocation profile cover the same seconds of the load.
 	base := env.GatewayURL + "/debug/pprof/"
 	cpuDone, allocDone := make(chan fetched, 1), make(chan fetched, 1)

@@ -101,10 +101,8 @@ func readProc(ctx context.Context, p *floor.Proxy) (procState, error) {
 		}
 		return string(body), err
 	}
-	for range 2 {
-		if _, err := get("/debug/pprof/heap?gc=1"); err != nil {
-			return st, err
-		}
+	if err := measure.ForceGC(ctx, http.DefaultClient, nil, p.DebugURL); err != nil {
+		return st, err
 	}
 	heap, err := get("/debug/pprof/heap?debug=1")
 	if err != nil {

@@ -119,34 +119,10 @@ func (s *scene) gatewayMetrics(ctx context.Context, sn *snapshot) error {
 	return nil
 }
 
-// forceGC makes the gateway collect garbage twice (its
-// /debug/pprof/heap?gc=1), so that the heap it reports next is what is live:
-// the first collection only moves sync.Pool contents to the pools' victim
-// caches, the second frees them.
+// forceGC makes the gateway collect garbage twice (measure.ForceGC), so
+// that the heap it reports next is what is live.
 func (s *scene) forceGC(ctx context.Context) error {
-	for range 2 {
-		if err := s.gcOnce(ctx); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (s *scene) gcOnce(ctx context.Context) error {
-	req, err := s.gatewayRoot.NewRequest(ctx, "/debug/pprof/heap?gc=1")
-	if err != nil {
-		return err
-	}
-	resp, err := s.gatewayRoot.Client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET /debug/pprof/heap?gc=1: %s", resp.Status)
-	}
-	return nil
+	return measure.ForceGC(ctx, s.gatewayRoot.Client, s.gatewayRoot.Header, s.env.GatewayURL)
 }
 
 // heapProfile saves the gateway's heap profile (what is in use as of its last

@@ -3,6 +3,8 @@ package measure
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os/exec"
 	"strings"
 	"time"
@@ -61,4 +63,33 @@ func TrimPprof(s string) string {
 		out = append(out, line)
 	}
 	return strings.TrimLeft(strings.Join(out, "\n"), "\n")
+}
+
+// ForceGC makes a Go server collect garbage twice through its net/http/pprof
+// handlers (GET root/debug/pprof/heap?gc=1 with client and header): the first
+// collection only moves sync.Pool contents to the pools' victim caches, the
+// second frees them. After it the server's heap profile is current too: the
+// runtime publishes allocations to the profile one collection late, so without
+// it a profile taken now still misses (and a delta profile started now then
+// counts) what was allocated just before.
+func ForceGC(ctx context.Context, client *http.Client, header http.Header, root string) error {
+	for range 2 {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, root+"/debug/pprof/heap?gc=1", nil)
+		if err != nil {
+			return err
+		}
+		for k, v := range header {
+			req.Header[k] = v
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET /debug/pprof/heap?gc=1: %s", resp.Status)
+		}
+	}
+	return nil
 }
