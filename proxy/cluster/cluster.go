@@ -172,6 +172,9 @@ type Options struct {
 	FlowShare *flowcontrol.Share
 	// ProbeOwnConnections: see transport.Config.
 	ProbeOwnConnections bool
+	// ProbeCount, when set, counts the cluster's health probes by the
+	// connection they went over.
+	ProbeCount *transport.ProbeCount
 }
 
 // Compile builds the runtime form of uc with the credential in secret. prev, the
@@ -308,7 +311,11 @@ func compile(uc *gatewayv1alpha1.UpstreamCluster, secret, tunnelSecret *corev1.S
 		c.routes = append(c.routes, r)
 	}
 
-	c.Health = health.NewChecker(c.Endpoints, func(e *balance.Endpoint) http.RoundTripper { return c.transports[e].ProbeWhile(e.BusyWithin) },
+	// A server is busy while it serves requests: see ProbeWhile.
+	probe := func(e *balance.Endpoint) http.RoundTripper {
+		return c.transports[e].ProbeWhile(e.BusyWithin, opts.ProbeCount)
+	}
+	c.Health = health.NewChecker(c.Endpoints, probe,
 		health.ConfigFrom(uc.Spec.HealthCheck), clock.RealClock{},
 		func(t health.ServerHealth) {
 			c.transitionsMu.Lock()

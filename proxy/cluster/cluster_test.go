@@ -791,8 +791,9 @@ func TestProbeConnectionsFollowUse(t *testing.T) {
 	m := newMember(t, serverCA, serverCA)
 	uc := upstreamCluster(m.URL)
 	uc.Spec.HealthCheck = &gatewayv1alpha1.HealthCheck{IntervalSeconds: 1}
+	var count gwtransport.ProbeCount
 	c, err := cluster.Compile(uc, secret(map[string][]byte{"token": []byte(token), "ca.crt": serverCA.PEM}), nil, nil,
-		cluster.Options{ProbeOwnConnections: true})
+		cluster.Options{ProbeOwnConnections: true, ProbeCount: &count})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -823,6 +824,10 @@ func TestProbeConnectionsFollowUse(t *testing.T) {
 	if accepted, _ := m.conns(); accepted < 2 {
 		t.Fatalf("two probes of an idle server over %d connections, want one each", accepted)
 	}
+	pooledBefore, ownBefore := count.Sent()
+	if pooledBefore != 0 || ownBefore < 2 {
+		t.Errorf("probes of an idle server counted over pooled and own connections: %d and %d", pooledBefore, ownBefore)
+	}
 
 	done := c.Endpoints[0].Start() // a request in flight, say a watch
 	defer done()
@@ -833,5 +838,8 @@ func TestProbeConnectionsFollowUse(t *testing.T) {
 	waitRequests(requests() + 2) // two probes more
 	if accepted, open := m.conns(); accepted != before || open != 1 {
 		t.Errorf("probes of a busy server: %d connections accepted (%d before them), %d open; want none more and the pooled one", accepted, before, open)
+	}
+	if pooled, _ := count.Sent(); pooled < 2 {
+		t.Errorf("%d probes of a busy server counted over the pooled connection, want 2 or more", pooled)
 	}
 }

@@ -34,7 +34,7 @@ type family struct {
 
 // registeredFamilies returns what a gateway serves on /metrics that a dashboard
 // may use: the proxy metrics (each recorded once, since a vector without series is
-// not gathered), the server health, replicas and fan-out gauges, and the process and Go runtime metrics
+// not gathered), the server health, replicas, fan-out and probe metrics, and the process and Go runtime metrics
 // of the legacy registry k8s.io/apiserver serves.
 func registeredFamilies(t *testing.T) map[string]family {
 	t.Helper()
@@ -47,6 +47,7 @@ func registeredFamilies(t *testing.T) map[string]family {
 	}))
 	reg.MustRegister(NewReplicasCollector(func() int { return 2 }))
 	reg.MustRegister(NewFanOutCollector(fanOutMemory{}))
+	reg.MustRegister(NewHealthProbesCollector(probeCounts{}))
 	m.Observe("member-a", "p", "s", "get", "pods", 200, time.Millisecond)
 	m.InFlight("member-a", "p", "s").Inc()
 	m.Rejected("member-a", "p", "s", ReasonTokenBucket)
@@ -322,3 +323,7 @@ type fanOutMemory struct{}
 
 func (fanOutMemory) Held() int64                      { return 1024 }
 func (fanOutMemory) Refused() (tooLarge, busy uint64) { return 1, 1 }
+
+type probeCounts struct{}
+
+func (probeCounts) Sent() (pooled, own uint64) { return 5, 2 }

@@ -43,6 +43,10 @@
 // NewServerHealthCollector): 1 when an enabled server of a usable cluster
 // receives requests, 0 when health checking took it out; read at scrape time.
 //
+// kube_gateway_health_probes_total{connection} (counter, see
+// NewHealthProbesCollector): health probes of member servers sent, by the
+// connection they went over, pooled or new (a TLS handshake each).
+//
 // # Labels
 //
 // Every label set is bounded; no label ever holds a raw path or a user name.
@@ -62,6 +66,7 @@
 //   - code: the HTTP status code, e.g. "200".
 //   - reason: see kube_gateway_proxy_rejected_requests_total.
 //   - endpoint: a server of spec.servers as written there (https://host:port).
+//   - connection: pooled or new.
 //
 // ForgetCluster deletes every series of a deleted cluster.
 package metrics

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
@@ -94,26 +95,49 @@ type Transports struct {
 // open then anyway, kept by the requests, and the probe spares a TLS handshake
 // on the gateway and on the member. Once the requests stop, the probes stop
 // keeping it: it closes at most twice idleConnTimeout after the last one.
-func (t *Transports) ProbeWhile(busy func(time.Duration) bool) http.RoundTripper {
-	if t.probe == t.pooled {
-		return t.Probe
+// Every probe is counted in count, unless it is nil.
+func (t *Transports) ProbeWhile(busy func(time.Duration) bool, count *ProbeCount) http.RoundTripper {
+	r := probeRouter{busy: busy, count: count, pooled: t.pooledProbe}
+	if t.probe != t.pooled {
+		r.own = t.Probe
 	}
-	return probeRouter{busy: busy, pooled: t.pooledProbe, own: t.Probe}
+	return r
 }
 
-// probeRouter sends a probe over the pooled connection while the server is
-// busy, over one of its own otherwise.
+// probeRouter sends a probe over the pooled connection, or over one of its
+// own (when it has one) while the server is idle.
 type probeRouter struct {
 	busy        func(time.Duration) bool
+	count       *ProbeCount
 	pooled, own http.RoundTripper
 }
 
 func (p probeRouter) RoundTrip(req *http.Request) (*http.Response, error) {
-	if p.busy(idleConnTimeout) {
-		return p.pooled.RoundTrip(req)
+	rt, own := p.pooled, p.own != nil && !p.busy(idleConnTimeout)
+	if own {
+		rt = p.own
 	}
-	return p.own.RoundTrip(req)
+	if p.count != nil {
+		p.count.add(own)
+	}
+	return rt.RoundTrip(req)
 }
+
+// ProbeCount counts health probes by the connection they went over. The zero
+// value is ready; it is safe for concurrent use.
+type ProbeCount struct{ pooled, own atomic.Uint64 }
+
+func (c *ProbeCount) add(own bool) {
+	if own {
+		c.own.Add(1)
+	} else {
+		c.pooled.Add(1)
+	}
+}
+
+// Sent returns how many probes went over a pooled connection and how many
+// over a connection of their own.
+func (c *ProbeCount) Sent() (pooled, own uint64) { return c.pooled.Load(), c.own.Load() }
 
 // Authorize sets the gateway's bearer token, if it authenticates with one, on
 // h, the headers of a request of the caller's own that goes through Pooled.

@@ -204,7 +204,8 @@ func TestProbeConnections(t *testing.T) {
 				t.Fatal(err)
 			}
 			busyWithin := time.Duration(-1)
-			probes := tr.ProbeWhile(func(d time.Duration) bool { busyWithin = d; return tc.busy })
+			var count ProbeCount
+			probes := tr.ProbeWhile(func(d time.Duration) bool { busyWithin = d; return tc.busy }, &count)
 			wantOpen, wantOpened := 1, 1
 			if tc.busy { // a request opened the pooled connection before
 				req, _ := http.NewRequest(http.MethodGet, s.URL+"/api", nil)
@@ -225,6 +226,13 @@ func TestProbeConnections(t *testing.T) {
 			wantResumed := []bool{false, false, false}
 			if tc.own && !tc.busy {
 				wantOpen, wantOpened, wantResumed = 0, n, []bool{false, true, true}
+			}
+			wantPooled, wantOwn := uint64(n), uint64(0)
+			if tc.own && !tc.busy {
+				wantPooled, wantOwn = 0, n
+			}
+			if pooled, own := count.Sent(); pooled != wantPooled || own != wantOwn {
+				t.Errorf("probes counted over pooled and own connections: %d and %d, want %d and %d", pooled, own, wantPooled, wantOwn)
 			}
 			if tc.own && busyWithin != idleConnTimeout {
 				t.Errorf("busy asked for the last %v, want the pooled connections' idle timeout %v", busyWithin, idleConnTimeout)

@@ -312,6 +312,11 @@ func TestProbesWithNewConnections(t *testing.T) {
 		}
 		return nil
 	})
+	// Every cluster of the suite is idle for this gateway: its probes open
+	// connections of their own.
+	if v, ok := g.metric(ctx, metrics.HealthProbesName, map[string]string{"connection": metrics.ConnectionNew}); !ok || v == 0 {
+		t.Errorf("%s{connection=%q} = %v (%v) while every server is idle", metrics.HealthProbesName, metrics.ConnectionNew, v, ok)
+	}
 	// The gateway probes every cluster of the suite over new connections and
 	// proxies nothing: it holds no connection to member-a, but for a probe in
 	// flight at the moment of a look.
@@ -340,6 +345,13 @@ func TestProbesWithNewConnections(t *testing.T) {
 	if n := toMemberA(); n < len(servers) {
 		t.Errorf("after a request to each server the gateway holds %d connections to them, want the %d pooled ones", n, len(servers))
 	}
+	// Servers in use are probed over their pooled connection.
+	eventually(t, 30*time.Second, func(ctx context.Context) error {
+		if v, ok := g.metric(ctx, metrics.HealthProbesName, map[string]string{"connection": metrics.ConnectionPooled}); !ok || v < float64(len(servers)) {
+			return errorf("%s{connection=%q} = %v (%v): the servers in use were not probed over their pooled connections yet", metrics.HealthProbesName, metrics.ConnectionPooled, v, ok)
+		}
+		return nil
+	})
 }
 
 // connectionsTo counts the established TCP connections of process pid to port

@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/kubewharf/kube-gateway/proxy/metrics"
 )
 
 // gatewayClient calls the gateway directly; with the front-proxy certificate it
@@ -103,6 +105,12 @@ func TestGatewayHealthAndMetrics(t *testing.T) {
 	admin := http.Header{"X-Remote-User": {"admin"}, "X-Remote-Group": {"system:masters"}}
 	code, body = gatewayGet(t, gatewayClient(t, true), "/metrics", admin)
 	if code != http.StatusOK || !strings.Contains(body, "apiserver_request_total") {
-		t.Errorf("GET /metrics as the hub's admin: %d (%d bytes)", code, len(body))
+		t.Fatalf("GET /metrics as the hub's admin: %d (%d bytes)", code, len(body))
+	}
+	// The suite's gateway probes over the pooled connections only.
+	pooled, okPooled := seriesValue(t, body, metrics.HealthProbesName, map[string]string{"connection": metrics.ConnectionPooled})
+	own, okOwn := seriesValue(t, body, metrics.HealthProbesName, map[string]string{"connection": metrics.ConnectionNew})
+	if !okPooled || !okOwn || pooled == 0 || own != 0 {
+		t.Errorf("%s: pooled %v (%v), new %v (%v); want probes over pooled connections only", metrics.HealthProbesName, pooled, okPooled, own, okOwn)
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/metrics"
 	"github.com/kubewharf/kube-gateway/proxy/replicas"
 	"github.com/kubewharf/kube-gateway/proxy/status"
+	"github.com/kubewharf/kube-gateway/proxy/transport"
 	"github.com/kubewharf/kube-gateway/registry/upstreamcluster"
 )
 
@@ -138,7 +139,12 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	controller.ClusterOptions.ProbeOwnConnections = c.extra.ProbeWithNewConnections
+	probes := &transport.ProbeCount{}
+	controller.ClusterOptions.ProbeCount = probes
 	if err := legacyregistry.Registerer().Register(metrics.NewServerHealthCollector(controller.EachServer)); err != nil {
+		return nil, err
+	}
+	if err := legacyregistry.Registerer().Register(metrics.NewHealthProbesCollector(probes)); err != nil {
 		return nil, err
 	}
 	identity := status.Identity()
