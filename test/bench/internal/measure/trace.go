@@ -114,6 +114,12 @@ func ReadTrace(r io.Reader, mustCall string) (Trace, error) {
 			return Trace{}, err
 		}
 		now := ev.Time()
+		// Any event a request's goroutine emits with its stack can show it
+		// proxying: blocking, a system call, starting a goroutine (the
+		// HTTP/2 client starts one per request, from inside RoundTrip).
+		if h := live[ev.Goroutine()]; h != nil && !h.proxies && names(ev.Stack(), mustCall) {
+			h.proxies = true
+		}
 		switch ev.Kind() {
 		case trace.EventStateTransition:
 			st := ev.StateTransition()
@@ -152,9 +158,6 @@ func ReadTrace(r io.Reader, mustCall string) (Trace, error) {
 			var own trace.Stack
 			if ev.Goroutine() == id {
 				own = ev.Stack()
-			}
-			if !h.proxies && names(own, mustCall) {
-				h.proxies = true
 			}
 			switch to {
 			case trace.GoRunning:

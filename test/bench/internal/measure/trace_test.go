@@ -11,6 +11,8 @@ import (
 	"runtime/trace"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Requests through an HTTP/2 reverse proxy to an HTTP/2 member, traced: one
@@ -73,6 +75,7 @@ func TestHandlingsSplitsEachRequest(t *testing.T) {
 	if err := trace.Start(&buf); err != nil {
 		t.Skipf("the test binary is traced already: %v", err)
 	}
+	idle := runtime.NumGoroutine() // the tracer's own included
 	const fast = 40
 	for i := 0; i < fast; i++ {
 		get("/fast")
@@ -82,6 +85,11 @@ func TestHandlingsSplitsEachRequest(t *testing.T) {
 	get("/sleep")
 	get("/gc")
 	get("/slow-member")
+	// A handler's goroutine ends a little after its client has the answer;
+	// only requests whose goroutine ended in the trace are whole.
+	for deadline := time.Now().Add(wait.ForeverTestTimeout); runtime.NumGoroutine() > idle && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	trace.Stop()
 
 	tr, err := ReadTrace(&buf, "httputil.(*ReverseProxy).ServeHTTP")
