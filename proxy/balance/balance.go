@@ -19,7 +19,7 @@ type Endpoint struct {
 	// inFlight counts the requests being served by this endpoint.
 	inFlight atomic.Int64
 	// lastDone is when the last request served by this endpoint ended, in
-	// Unix nanoseconds; 0 before the first.
+	// nanoseconds since epoch; 0 before the first.
 	lastDone atomic.Int64
 	// unhealthy is set by health checking; endpoints start healthy so that a new
 	// cluster serves at once, and the first failed probes take them out.
@@ -41,10 +41,14 @@ func (e *Endpoint) SetHealthy(healthy bool) (changed bool) {
 func (e *Endpoint) Start() (done func()) {
 	e.inFlight.Add(1)
 	return func() {
-		e.lastDone.Store(time.Now().UnixNano())
+		e.lastDone.Store(int64(time.Since(epoch)))
 		e.inFlight.Add(-1)
 	}
 }
+
+// epoch is the origin of lastDone: times since it are read on the monotonic
+// clock, which a change of the wall clock does not move.
+var epoch = time.Now()
 
 // InFlight is the number of requests being served by e.
 func (e *Endpoint) InFlight() int64 { return e.inFlight.Load() }
@@ -52,7 +56,11 @@ func (e *Endpoint) InFlight() int64 { return e.inFlight.Load() }
 // BusyWithin reports whether e is serving a request or served one within
 // the last d.
 func (e *Endpoint) BusyWithin(d time.Duration) bool {
-	return e.inFlight.Load() > 0 || time.Now().UnixNano()-e.lastDone.Load() < int64(d)
+	if e.inFlight.Load() > 0 {
+		return true
+	}
+	last := e.lastDone.Load()
+	return last != 0 && int64(time.Since(epoch))-last < int64(d)
 }
 
 // Picker chooses one of candidates (never empty) for a request.
