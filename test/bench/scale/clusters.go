@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/metrics"
 	"github.com/kubewharf/kube-gateway/test/bench/internal/measure"
 	"github.com/kubewharf/kube-gateway/test/harness"
 )
@@ -72,6 +73,10 @@ type idle struct {
 	// functions in it (only when asked for).
 	CPUFile, CPUTop string
 	Probes          float64 // /readyz requests per second seen by member-a's replicas
+	// ProbesPooled and ProbesNew are the gateway's probes per second over
+	// pooled connections and over new ones (a TLS handshake each), from its
+	// kube_gateway_health_probes_total.
+	ProbesPooled, ProbesNew float64
 	StatusWrites    int     // MODIFIED events of the K UpstreamClusters (0 in the baseline)
 	Err             string
 }
@@ -217,7 +222,7 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 		measure.Dur(medianDur(res.UpstreamClusters.Watch)), measure.Dur(medianDur(res.ConfigMaps.Watch)))
 
 	logf("clusters: fan-out LIST and WATCH over the %d clusters", o.Clusters+2)
-	res.FanOut = fanOutPhase(ctx, s, o.Clusters+2, o.ListRepeats, res.AfterIdle.GatewayCPU,
+	res.FanOut = fanOutPhase(ctx, s, o.Clusters+2, o.ListRepeats, res.AfterIdle.GatewayCPU, baseIdle,
 		filepath.Join(o.OutDir, "kube-gateway-cpu-fanout.pprof"), filepath.Join(o.OutDir, "kube-gateway-heap-fanout.pprof"))
 	logf("clusters: fan-out LIST %s; WATCH open in %s, %d events in %s%s", measure.Dur(medianDur(res.FanOut.List)),
 		measure.Dur(res.FanOut.WatchOpen), res.FanOut.Events.Events, measure.Dur(res.FanOut.Events.Took), firstErr(res.FanOut.Err))
@@ -332,6 +337,7 @@ func (s *scene) idle(ctx context.Context, d time.Duration, ucs dynamic.Namespace
 		}
 	}
 	probesBefore, perr := s.memberAProbes(ctx)
+	pooledBefore, newBefore, gerr := s.gatewayProbes(ctx)
 	cpuBefore, _ := measure.CPUTicks(s.gatewayPID)
 	memberBefore := s.memberACPUTicks()
 	hz, _ := measure.ClockTicks()
@@ -379,7 +385,26 @@ loop:
 	} else if out.Err == "" {
 		out.Err = fmt.Sprint("member-a metrics: ", perr, perr2)
 	}
+	pooledAfter, newAfter, gerr2 := s.gatewayProbes(ctx)
+	if gerr == nil && gerr2 == nil {
+		out.ProbesPooled = (pooledAfter - pooledBefore) / out.For.Seconds()
+		out.ProbesNew = (newAfter - newBefore) / out.For.Seconds()
+	} else if out.Err == "" {
+		out.Err = fmt.Sprint("gateway metrics: ", gerr, gerr2)
+	}
 	return out
+}
+
+// gatewayProbes reads the gateway's health probes sent so far over pooled
+// connections and over new ones.
+func (s *scene) gatewayProbes(ctx context.Context) (pooled, own float64, err error) {
+	m, err := s.gatewayRoot.Scrape(ctx, s.env.GatewayURL+"/metrics")
+	if err != nil {
+		return 0, 0, err
+	}
+	pooled, _ = m.Sum(metrics.HealthProbesName, map[string]string{"connection": metrics.ConnectionPooled})
+	own, _ = m.Sum(metrics.HealthProbesName, map[string]string{"connection": metrics.ConnectionNew})
+	return pooled, own, nil
 }
 
 // memberAProbes adds up the /readyz requests every member-a replica served

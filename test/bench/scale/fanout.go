@@ -51,6 +51,11 @@ type fanOutResult struct {
 	Events, TableEvents changeEvents
 	// HeapFile and HeapTop: the heap profile while the watch is open.
 	HeapFile, HeapTop string
+	// Watched is a steady-state window with the watch open: every cluster
+	// has a request in flight on one of its servers, which the gateway then
+	// probes over its pooled connection whatever --probe-with-new-connections
+	// says.
+	Watched idle
 	Err               string
 }
 
@@ -74,7 +79,7 @@ type changeEvents struct {
 //
 // The gateway's CPU figures are net of idleCPU (seconds per second), what it
 // spends meanwhile on the clusters' health probes.
-func fanOutPhase(ctx context.Context, s *scene, members, repeats int, idleCPU float64, cpuFile, heapFile string) *fanOutResult {
+func fanOutPhase(ctx context.Context, s *scene, members, repeats int, idleCPU float64, watched time.Duration, cpuFile, heapFile string) *fanOutResult {
 	res := &fanOutResult{Members: members, IdleCPU: idleCPU}
 	net := func(ticks int64, hz float64, d time.Duration) float64 {
 		return max(0, float64(ticks)/hz-idleCPU*d.Seconds())
@@ -147,6 +152,8 @@ func fanOutPhase(ctx context.Context, s *scene, members, repeats int, idleCPU fl
 	} else {
 		res.HeapFile = heapFile
 	}
+	logf("clusters: %s steady state with the fan-out watch open", watched)
+	res.Watched = s.idle(ctx, watched, nil, "")
 
 	var why string
 	res.Events, why = s.changeEvents(ctx, body, memberClients, members, net, false, cpuFile)
@@ -266,7 +273,8 @@ func (r *report) fanOutSection(p func(string, ...any), f *fanOutResult) {
 	p("### Fan-out over the %d clusters\n\n", f.Members)
 	p("Through the hub, `upstreamclusters/*/proxy/api/v1/namespaces/%s/configmaps`: a LIST (strict, median of %d) and a WATCH with bookmarks (as client-go's informers watch) over every registered cluster; then one ConfigMap created on member-a and one on member-b, which every cluster of the burst (all member-a) and the harness's two see: one ADDED event per cluster in the merged watch. The same again through a WATCH of Tables without bookmarks, as kubectl get --watch asks, whose every event carries the composite resourceVersion.\n\n", fanOutNS, len(f.List))
 	n := float64(f.Members)
-	p("The gateway's CPU figures are net of what the idle gateway spends meanwhile on the clusters' health probes (%.1f ms/s).\n\n", 1e3*f.IdleCPU)
+	p("The gateway's CPU figures are net of what the idle gateway spends meanwhile on the clusters' health probes (%.1f ms/s). ", 1e3*f.IdleCPU)
+	p("While the WATCH is open, a steady-state window like the cluster phase's measures the idle gateway again: every cluster then has a request in flight on one of its servers, which the gateway probes over that server's pooled connection even with --probe-with-new-connections.\n\n")
 	p("| fan-out over %d clusters | total | per cluster |\n|---|---:|---:|\n", f.Members)
 	if len(f.List) > 0 {
 		cpu := measure.Median(f.ListCPU)
@@ -282,6 +290,11 @@ func (r *report) fanOutSection(p func(string, ...any), f *fanOutResult) {
 		p("| WATCH: until every member's watch is open | %s | |\n", measure.Dur(f.WatchOpen))
 		p("| gateway goroutines with the WATCH open | | %.2f |\n", f.WatchGoroutines)
 		p("| gateway heap / stacks with the WATCH open (after a GC) | | %s / %s |\n", measure.KiB(f.WatchHeap), measure.KiB(f.WatchStacks))
+	}
+	if w := f.Watched; w.For > 0 {
+		p("| %s with the WATCH open and nothing changing: gateway CPU | %.1f ms/s | %.1f µs/s |\n", w.For.Round(time.Second), 1e3*w.GatewayCPU, 1e6*w.GatewayCPU/n)
+		p("| the same: member-a CPU (both replicas) | %.1f ms/s | %.1f µs/s |\n", 1e3*w.MemberACPU, 1e6*w.MemberACPU/n)
+		p("| the same: gateway probes over pooled / new connections | %.1f / %.1f /s | |\n", w.ProbesPooled, w.ProbesNew)
 	}
 	for _, e := range []struct {
 		what string
