@@ -77,8 +77,8 @@ type idle struct {
 	// pooled connections and over new ones (a TLS handshake each), from its
 	// kube_gateway_health_probes_total.
 	ProbesPooled, ProbesNew float64
-	StatusWrites    int     // MODIFIED events of the K UpstreamClusters (0 in the baseline)
-	Err             string
+	StatusWrites            int // MODIFIED events of the K UpstreamClusters (0 in the baseline)
+	Err                     string
 }
 
 // listStat is the LIST and WATCH of one kind through the hub.

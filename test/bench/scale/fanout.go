@@ -56,7 +56,7 @@ type fanOutResult struct {
 	// probes over its pooled connection whatever --probe-with-new-connections
 	// says.
 	Watched idle
-	Err               string
+	Err     string
 }
 
 // changeEvents are the events of one change per member in a merged watch:
