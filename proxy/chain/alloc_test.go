@@ -7,8 +7,9 @@
 package chain_test
 
 import (
-	"runtime"
 	"testing"
+
+	"github.com/kubewharf/kube-gateway/test/allocbudget"
 )
 
 // The allocation budget of one proxied GET through the short chain,
@@ -23,19 +24,5 @@ const (
 func TestChainAllocatesWithinBudget(t *testing.T) {
 	serve := proxiedGET(t)
 	serve()
-	const runs = 200
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	allocs := testing.AllocsPerRun(runs, serve)
-	runtime.ReadMemStats(&after)
-	// AllocsPerRun runs serve once more to warm up.
-	bytes := (after.TotalAlloc - before.TotalAlloc) / (runs + 1)
-	t.Logf("per proxied GET through the chain: %.0f allocations, %d bytes", allocs, bytes)
-	if allocs > maxChainAllocs {
-		t.Errorf("%.0f allocations per proxied GET through the chain, more than %d", allocs, maxChainAllocs)
-	}
-	if bytes > maxChainBytes {
-		t.Errorf("%d bytes allocated per proxied GET through the chain, more than %d", bytes, maxChainBytes)
-	}
+	allocbudget.Check(t, "proxied GET through the chain", serve, maxChainAllocs, maxChainBytes)
 }

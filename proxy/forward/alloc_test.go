@@ -7,8 +7,9 @@
 package forward_test
 
 import (
-	"runtime"
 	"testing"
+
+	"github.com/kubewharf/kube-gateway/test/allocbudget"
 )
 
 // The allocation budget of one proxied GET, BenchmarkServe's, in-process
@@ -26,19 +27,5 @@ const (
 func TestServeAllocatesWithinBudget(t *testing.T) {
 	serve := smallGET(t, hubUser())
 	serve() // the connection to the member
-	const runs = 200
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	allocs := testing.AllocsPerRun(runs, serve)
-	runtime.ReadMemStats(&after)
-	// AllocsPerRun runs serve once more to warm up.
-	bytes := (after.TotalAlloc - before.TotalAlloc) / (runs + 1)
-	t.Logf("per proxied GET: %.0f allocations, %d bytes", allocs, bytes)
-	if allocs > maxServeAllocs {
-		t.Errorf("%.0f allocations per proxied GET, more than %d", allocs, maxServeAllocs)
-	}
-	if bytes > maxServeBytes {
-		t.Errorf("%d bytes allocated per proxied GET, more than %d", bytes, maxServeBytes)
-	}
+	allocbudget.Check(t, "proxied GET", serve, maxServeAllocs, maxServeBytes)
 }
