@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -51,12 +52,7 @@ func traceTail(ctx context.Context, t *measure.Target, client *http.Client, head
 	if err := os.WriteFile(tt.File, f.data, 0o644); err != nil {
 		return err
 	}
-	f2, err := os.Open(tt.File)
-	if err != nil {
-		return err
-	}
-	defer f2.Close()
-	tr, err := measure.ReadTrace(f2, reverseProxyFrame)
+	tr, err := measure.ReadTrace(bytes.NewReader(f.data), reverseProxyFrame)
 	if err != nil {
 		return fmt.Errorf("reading the trace of %s: %w", t.Key, err)
 	}

@@ -272,7 +272,7 @@ func GoroutineKind(fn string) string {
 	return KindOther
 }
 
-// Band is the mean of a group of Handlings.
+// Band is the mean of a group of requests (Handlings).
 type Band struct {
 	N      int
 	Total  time.Duration

@@ -17,7 +17,7 @@ import (
 
 // Requests through an HTTP/2 reverse proxy to an HTTP/2 member, traced: one
 // handler burns the CPU, one sleeps, one runs a collection, the member takes
-// its time for one, the rest answer at once. Handlings finds each proxied
+// its time for one, the rest answer at once. ReadTrace finds each proxied
 // request once, leaves out the requests the server answered without the
 // proxy, and puts the time where it belongs, also the running time of every
 // goroutine by its kind.
