@@ -275,6 +275,17 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 	}
 	rep.Procs = procs
 	gwPID := procs[0].PID
+	// Whose allocations a target's fixed-rate run measures: the gateway's
+	// for the targets that cross it, the floor proxy's for the floor.
+	allocs := func(key string) allocCounter {
+		switch {
+		case crossesGateway(key):
+			return gatewayAllocs(gw)
+		case key == floor.Key && floorProxy != nil:
+			return floorAllocs(floorProxy)
+		}
+		return nil
+	}
 
 	// Background CPU of every process while nothing is sent.
 	logf("idle %s: background CPU", o.Idle)
@@ -330,7 +341,7 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 		}
 		if o.Rate > 0 {
 			for _, t := range order {
-				rd.Rate[t.Key] = measureRate(ctx, t, procs, rep.Hz, o, gw)
+				rd.Rate[t.Key] = measureRate(ctx, t, procs, rep.Hz, o, allocs)
 			}
 		}
 		for i := 0; i < o.ListPerRound; i++ {
@@ -578,8 +589,9 @@ type loadRun struct {
 	// The fixed-rate run only.
 	Rate   float64       // asked for, per second
 	MaxLag time.Duration // the longest a request waited for a free slot past its schedule
-	// AllocPerReq is the heap the gateway allocated per request (bytes), for
-	// the targets that cross it (AllocKnown).
+	// AllocPerReq is the heap the proxy allocated per request (bytes): the
+	// gateway for the targets that cross it, the floor proxy for the floor
+	// (AllocKnown).
 	AllocPerReq float64
 	AllocKnown  bool
 	// Kernel is, per request, the read and write system calls and the
@@ -606,12 +618,12 @@ func measureLoad(ctx context.Context, t *measure.Target, procs []measure.Proc, h
 }
 
 // measureRate runs the fixed-rate GET load against t and reads the CPU of
-// every process and, for the targets that cross the gateway, the heap bytes
-// the gateway allocated per request.
-func measureRate(ctx context.Context, t *measure.Target, procs []measure.Proc, hz float64, o options, gw *measure.Target) loadRun {
+// every process and, when allocs has a counter for t, the heap bytes the
+// proxy of t allocated per request.
+func measureRate(ctx context.Context, t *measure.Target, procs []measure.Proc, hz float64, o options, allocs func(key string) allocCounter) loadRun {
 	var am *allocMeter
-	if crossesGateway(t.Key) {
-		am = startAlloc(ctx, gw)
+	if c := allocs(t.Key); c != nil {
+		am = startAlloc(ctx, c)
 	}
 	a, ak := measure.SnapCPU(procs), measure.SnapKernel(procs)
 	r := t.LoadRate(ctx, getPath, o.Rate, o.RateDuration, o.RateInflight)
@@ -635,20 +647,23 @@ func measureRate(ctx context.Context, t *measure.Target, procs []measure.Proc, h
 	return l
 }
 
-// allocMeter measures the heap bytes the gateway allocates during a
+// allocCounter reads a process's cumulative count of allocated heap bytes.
+type allocCounter func(context.Context) (float64, error)
+
+// allocMeter measures the heap bytes a process allocates during a
 // measurement from its cumulative counter: read twice before and once after,
 // (after - mid) - (mid - before), so that what one scrape itself allocates
 // cancels out.
 type allocMeter struct {
-	gw          *measure.Target
+	read        allocCounter
 	before, mid float64
 	err         error
 }
 
-func startAlloc(ctx context.Context, gw *measure.Target) *allocMeter {
-	m := &allocMeter{gw: gw}
-	if m.before, m.err = gatewayAllocBytes(ctx, gw); m.err == nil {
-		m.mid, m.err = gatewayAllocBytes(ctx, gw)
+func startAlloc(ctx context.Context, read allocCounter) *allocMeter {
+	m := &allocMeter{read: read}
+	if m.before, m.err = read(ctx); m.err == nil {
+		m.mid, m.err = read(ctx)
 	}
 	return m
 }
@@ -659,7 +674,7 @@ func (m *allocMeter) stop(ctx context.Context) (bytes float64, ok bool) {
 	if m.err != nil {
 		return 0, false
 	}
-	after, err := gatewayAllocBytes(ctx, m.gw)
+	after, err := m.read(ctx)
 	if err != nil {
 		return 0, false
 	}
@@ -700,7 +715,7 @@ func measureList(ctx context.Context, t *measure.Target, procs []measure.Proc, h
 	var am *allocMeter
 	var s *measure.RSSSampler
 	if t.Key != "direct" {
-		am = startAlloc(ctx, gw)
+		am = startAlloc(ctx, gatewayAllocs(gw))
 		s = measure.StartRSS(ctx, gwPID, 10*time.Millisecond)
 	}
 	a := measure.SnapCPU(procs)
@@ -721,14 +736,30 @@ func measureList(ctx context.Context, t *measure.Target, procs []measure.Proc, h
 	return lr, err
 }
 
-// gatewayAllocBytes reads the gateway's cumulative count of allocated heap
-// bytes from its /metrics.
-func gatewayAllocBytes(ctx context.Context, gw *measure.Target) (float64, error) {
-	m, err := gw.Scrape(ctx, strings.TrimSuffix(gw.Base, harness.ProxyPath(member))+"/metrics")
-	if err != nil {
-		return 0, err
+// gatewayAllocs reads the gateway's cumulative count of allocated heap bytes
+// from its /metrics.
+func gatewayAllocs(gw *measure.Target) allocCounter {
+	url := strings.TrimSuffix(gw.Base, harness.ProxyPath(member)) + "/metrics"
+	return func(ctx context.Context) (float64, error) {
+		m, err := gw.Scrape(ctx, url)
+		if err != nil {
+			return 0, err
+		}
+		return m.AllocBytes()
 	}
-	return m.AllocBytes()
+}
+
+// floorAllocs reads the floor proxy's cumulative count of allocated heap
+// bytes from the /metrics of its debug listener.
+func floorAllocs(fp *floor.Proxy) allocCounter {
+	debug := &measure.Target{Client: http.DefaultClient}
+	return func(ctx context.Context) (float64, error) {
+		m, err := debug.Scrape(ctx, fp.DebugURL+"/metrics")
+		if err != nil {
+			return 0, err
+		}
+		return m.AllocBytes()
+	}
 }
 
 // profileResult is a CPU profile of the gateway under one load.

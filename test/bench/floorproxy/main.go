@@ -14,9 +14,10 @@
 // At start it generates a serving certificate for 127.0.0.1 signed by its own
 // CA (both written to DIR/ca.crt), listens on 127.0.0.1:0 and then writes
 // its address "127.0.0.1:PORT" to DIR/addr (atomically: readers see it whole
-// or not at all). Before that it serves net/http/pprof over plain HTTP on
-// another loopback port, written to DIR/debug-addr, so that the benchmarks can
-// read its heap, stacks and goroutines as they read the gateway's; nothing on
+// or not at all). Before that it serves net/http/pprof and the Go runtime's
+// Prometheus metrics (/metrics) over plain HTTP on another loopback port,
+// written to DIR/debug-addr, so that the benchmarks can read its heap, stacks,
+// goroutines and the bytes it allocates as they read the gateway's; nothing on
 // the proxy path touches it. It exits on SIGTERM or SIGINT.
 package main
 
@@ -40,6 +41,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	certutil "k8s.io/client-go/util/cert"
 )
 
@@ -124,7 +126,10 @@ func run(upstream, upstreamCA, tokenFile, dir string) error {
 	if err != nil {
 		return err
 	}
-	debugSrv := &http.Server{Handler: http.DefaultServeMux, ReadHeaderTimeout: 30 * time.Second} // net/http/pprof registers there
+	// net/http/pprof registers on the default mux; /metrics has the default
+	// registry's Go runtime and process collectors.
+	http.Handle("/metrics", promhttp.Handler())
+	debugSrv := &http.Server{Handler: http.DefaultServeMux, ReadHeaderTimeout: 30 * time.Second}
 	go func() { _ = debugSrv.Serve(debugLn) }()
 	defer debugSrv.Close()
 	if err := writeAtomic(filepath.Join(dir, "debug-addr"), []byte(debugLn.Addr().String())); err != nil {
