@@ -121,8 +121,14 @@ func (r *report) watchSection(p func(string, ...any), w *watchResult) {
 	p("| time to open, rate | %s, %.0f/s | %s, %.0f/s |\n", w.Gateway.Took.Round(10*time.Millisecond), float64(n)/w.Gateway.Took.Seconds(), w.Hub.Took.Round(10*time.Millisecond), float64(mHub)/w.Hub.Took.Seconds())
 	p("| failed to open | %d%s | %d%s |\n", w.Gateway.Errors, firstErr(w.Gateway.FirstErr), w.Hub.Errors, firstErr(w.Hub.FirstErr))
 	p("| ended before the bench closed them | %d | %d |\n\n", w.EarlyGateway, w.EarlyHub)
-	p("After closing every watch: RSS %s → %s (%s before), goroutines %.0f (%.0f before), heap in use %s (%s before).\n\n",
-		measure.MB(float64(a.RSSKB)), measure.MB(float64(w.AfterClose.RSSKB)), measure.MB(float64(b.RSSKB)), w.AfterClose.Goroutines, b.Goroutines, mib(w.AfterClose.HeapInuse), mib(b.HeapInuse))
+	c := w.AfterClose
+	p("After closing every watch: RSS %s → %s (%s before), goroutines %.0f (%.0f before), live heap %s (%s before; heap in use, with the spans the freed objects leave partly used, %s against %s), connections to member-b %d (%d before). ",
+		measure.MB(float64(a.RSSKB)), measure.MB(float64(c.RSSKB)), measure.MB(float64(b.RSSKB)), c.Goroutines, b.Goroutines, mib(c.HeapAlloc), mib(b.HeapAlloc), mib(c.HeapInuse), mib(b.HeapInuse), sum(c.ToMemberB), sum(b.ToMemberB))
+	if w.Settled {
+		p("Goroutines and connections were back %s after the close (the connections' idle timeout is 90 s); RSS falls as the Go runtime returns freed memory to the system, which it does gradually.\n\n", w.SettleTook.Round(100*time.Millisecond))
+	} else {
+		p("**Goroutines or connections were not back within %s** (`-settle`).\n\n", o.Settle)
+	}
 
 	if f := w.Floor; f != nil {
 		nf := f.Watches.Opened
@@ -144,6 +150,9 @@ func (r *report) watchSection(p func(string, ...any), w *watchResult) {
 
 	if w.HeapFile != "" {
 		p("The gateway's heap in use with every watch open, by allocation site (`%s`; `go tool pprof -sample_index=inuse_space -top`):\n\n```\n%s```\n\n", w.HeapFile, measure.TrimPprof(w.HeapTop))
+	}
+	if w.HeapLeftTop != "" {
+		p("What the gateway's heap holds after closing every watch beyond what it held before them, by allocation site (`go tool pprof -sample_index=inuse_space -top -base %s %s`):\n\n```\n%s```\n\n", w.HeapBeforeFile, w.HeapClosedFile, measure.TrimPprof(w.HeapLeftTop))
 	}
 
 	e := w.Events

@@ -94,6 +94,7 @@ type snapshot struct {
 	At         time.Time
 	RSSKB      int64
 	HeapInuse  float64 // go_memstats_heap_inuse_bytes
+	HeapAlloc  float64 // go_memstats_heap_alloc_bytes: after a forced collection, what is live
 	StackInuse float64 // go_memstats_stack_inuse_bytes
 	Goroutines float64 // go_goroutines
 	OpenFiles  int
@@ -114,6 +115,7 @@ func (s *scene) gatewayMetrics(ctx context.Context, sn *snapshot) error {
 		return err
 	}
 	sn.HeapInuse, _ = m.Sum("go_memstats_heap_inuse_bytes", nil)
+	sn.HeapAlloc, _ = m.Sum("go_memstats_heap_alloc_bytes", nil)
 	sn.StackInuse, _ = m.Sum("go_memstats_stack_inuse_bytes", nil)
 	sn.Goroutines, _ = m.Sum("go_goroutines", nil)
 	return nil

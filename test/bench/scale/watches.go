@@ -210,10 +210,14 @@ type watchResult struct {
 	EarlyGateway int64 // idle watches that ended before they were closed
 	EarlyHub     int64
 	SettleTook   time.Duration
+	Settled      bool // goroutines and connections to member-b came back within -settle
 	Events       eventResult
 	Series       []point
 	HeapFile     string // the gateway's heap profile with every watch open
 	HeapTop      string // its top sites by bytes in use
+	// The gateway's heap profiles before the watches and after closing them,
+	// and the top sites of what the second holds more than the first.
+	HeapBeforeFile, HeapClosedFile, HeapLeftTop string
 	Floor        *floorResult
 }
 
@@ -256,6 +260,11 @@ func watchPhase(ctx context.Context, s *scene, o options) (*watchResult, error) 
 	}
 
 	res.Before = s.take(ctx, "before", true)
+	res.HeapBeforeFile = filepath.Join(o.OutDir, "kube-gateway-heap-before-watches.pprof")
+	if err := s.saveProfile(ctx, "/debug/pprof/heap", res.HeapBeforeFile); err != nil {
+		logf("watches: heap profile: %v", err)
+		res.HeapBeforeFile = ""
+	}
 	logf("watches: before: gateway RSS %s, %0.f goroutines, %v connections to member-b", measure.MB(float64(res.Before.RSSKB)), res.Before.Goroutines, res.Before.ToMemberB)
 	var open atomic.Int64
 	sr := startSeries(ctx, s, o.SampleInterval, func() int { return int(open.Load()) })
@@ -319,11 +328,13 @@ func watchPhase(ctx context.Context, s *scene, o options) (*watchResult, error) 
 	res.Hub.Close()
 	res.EarlyGateway, res.EarlyHub = res.Gateway.early.Load(), res.Hub.early.Load()
 	// The gateway ends a closed watch's upstream stream and goroutines
-	// asynchronously: wait until its goroutines are back near the start.
+	// asynchronously, and keeps the connections to member-b (each with a
+	// read loop) until their idle timeout: wait until its goroutines are back
+	// near the start and its connections to member-b back to the start's.
 	closed := time.Now()
 	for time.Since(closed) < o.Settle {
-		var sn snapshot
-		if err := s.gatewayMetrics(ctx, &sn); err == nil && sn.Goroutines <= res.Before.Goroutines*1.1+20 {
+		if s.settled(ctx, res.Before) {
+			res.Settled = true
 			break
 		}
 		if err := sleep(ctx, 500*time.Millisecond); err != nil {
@@ -332,6 +343,16 @@ func watchPhase(ctx context.Context, s *scene, o options) (*watchResult, error) 
 	}
 	res.SettleTook = time.Since(closed)
 	res.AfterClose = s.take(ctx, "after close", true)
+	if res.HeapBeforeFile != "" {
+		res.HeapClosedFile = filepath.Join(o.OutDir, "kube-gateway-heap-watches-closed.pprof")
+		if err := s.saveProfile(ctx, "/debug/pprof/heap", res.HeapClosedFile); err != nil {
+			logf("watches: heap profile: %v", err)
+			res.HeapClosedFile = ""
+		} else {
+			bin, _ := harness.GatewayBinary(s.env.BinDir)
+			res.HeapLeftTop = measure.Pprof(ctx, bin, res.HeapClosedFile, "-sample_index=inuse_space", "-top", "-nodecount=12", "-base", res.HeapBeforeFile)
+		}
+	}
 	logf("watches: after closing (%s): gateway RSS %s, %.0f goroutines, %v connections to member-b",
 		res.SettleTook.Round(100*time.Millisecond), measure.MB(float64(res.AfterClose.RSSKB)), res.AfterClose.Goroutines, res.AfterClose.ToMemberB)
 	if err := sleep(ctx, 2*o.SampleInterval); err != nil {
@@ -340,6 +361,24 @@ func watchPhase(ctx context.Context, s *scene, o options) (*watchResult, error) 
 	res.Series = sr.Stop()
 	sr = nil
 	return res, nil
+}
+
+// settled reports whether the gateway's goroutines are back near before's and
+// its connections to member-b are no more than before's.
+func (s *scene) settled(ctx context.Context, before snapshot) bool {
+	var sn snapshot
+	if err := s.gatewayMetrics(ctx, &sn); err != nil || sn.Goroutines > before.Goroutines*1.1+20 {
+		return false
+	}
+	conns, err := measure.TCPConns(s.gatewayPID)
+	if err != nil {
+		return false
+	}
+	n := 0
+	for _, p := range s.memberBPorts {
+		n += measure.CountConns(conns, p, true)
+	}
+	return n <= sum(before.ToMemberB)
 }
 
 func firstErr(e string) string {
