@@ -215,10 +215,11 @@ type watchResult struct {
 	Series       []point
 	HeapFile     string // the gateway's heap profile with every watch open
 	HeapTop      string // its top sites by bytes in use
+	Floor        *floorResult
+
 	// The gateway's heap profiles before the watches and after closing them,
 	// and the top sites of what the second holds more than the first.
 	HeapBeforeFile, HeapClosedFile, HeapLeftTop string
-	Floor        *floorResult
 }
 
 // eventResult is the event delivery measurement.
