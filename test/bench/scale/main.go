@@ -49,6 +49,7 @@ type options struct {
 	EventRate       float64       // ConfigMap updates per second
 	EventDuration   time.Duration // how long updates are published
 	Settle          time.Duration // longest wait for the gateway to release closed watches and their connections
+	WatchCycles     int           // open-and-close cycles of the idle watches
 	Clusters        int           // UpstreamClusters registered in the burst
 	Burst           int           // concurrent applies of the burst
 	ReadyTimeout    time.Duration
@@ -75,6 +76,7 @@ func main() {
 	flag.IntVar(&o.OpenConcurrency, "open-concurrency", 50, "concurrent watch openers")
 	flag.Float64Var(&o.EventRate, "event-rate", 100, "ConfigMap updates per second published to the watched namespace")
 	flag.DurationVar(&o.EventDuration, "event-duration", 30*time.Second, "how long updates are published")
+	flag.IntVar(&o.WatchCycles, "watch-cycles", 2, "times the idle watches are opened and closed (events are published in the first): what closing leaves behind would pile up from one to the next")
 	flag.DurationVar(&o.Settle, "settle", 2*time.Minute, "longest wait after closing the watches for the gateway's goroutines and its connections to member-b to come back down (idle connections close after 90 s)")
 	flag.IntVar(&o.Clusters, "clusters", 1000, "UpstreamClusters applied in one burst (0: no cluster phase)")
 	flag.IntVar(&o.Burst, "burst-concurrency", 32, "concurrent server-side applies of the burst")

@@ -130,6 +130,24 @@ func (r *report) watchSection(p func(string, ...any), w *watchResult) {
 		p("**Goroutines or connections were not back within %s** (`-settle`).\n\n", o.Settle)
 	}
 
+	if len(w.Cycles) > 0 {
+		p("The watches opened and closed again (%d through the gateway alone and %d through hub + gateway each time, no events), each snapshot after the same wait and two forced collections:\n\n", o.Watches, o.HubWatches)
+		p("| after closing | gateway RSS | live heap | Go heap in use | goroutines | TCP gateway → member-b | back after | opened (failed) |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		p("| before any watch | %s | %s | %s | %.0f | %s | | |\n", measure.MB(float64(b.RSSKB)), mib(b.HeapAlloc), mib(b.HeapInuse), b.Goroutines, ints(b.ToMemberB))
+		back := func(ok bool, took time.Duration) string {
+			if !ok {
+				return fmt.Sprintf("not within %s", o.Settle)
+			}
+			return took.Round(100 * time.Millisecond).String()
+		}
+		p("| cycle 1 | %s | %s | %s | %.0f | %s | %s | %d (%d) |\n", measure.MB(float64(c.RSSKB)), mib(c.HeapAlloc), mib(c.HeapInuse), c.Goroutines, ints(c.ToMemberB), back(w.Settled, w.SettleTook), n+mHub, w.Gateway.Errors+w.Hub.Errors)
+		for i, cr := range w.Cycles {
+			a := cr.AfterClose
+			p("| cycle %d | %s | %s | %s | %.0f | %s | %s | %d (%d%s) |\n", i+2, measure.MB(float64(a.RSSKB)), mib(a.HeapAlloc), mib(a.HeapInuse), a.Goroutines, ints(a.ToMemberB), back(cr.Settled, cr.SettleTook), cr.Opened, cr.Errors, firstErr(cr.FirstErr))
+		}
+		p("\n")
+	}
+
 	if f := w.Floor; f != nil {
 		nf := f.Watches.Opened
 		perWatch := func(before, after float64, fmtv func(float64) string) string { return per(before, after, nf, fmtv) }

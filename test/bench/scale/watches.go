@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -216,10 +217,22 @@ type watchResult struct {
 	HeapFile     string // the gateway's heap profile with every watch open
 	HeapTop      string // its top sites by bytes in use
 	Floor        *floorResult
+	// Cycles are the open-and-close cycles after the first (-watch-cycles).
+	Cycles []cycleResult
 
 	// The gateway's heap profiles before the watches and after closing them,
 	// and the top sites of what the second holds more than the first.
 	HeapBeforeFile, HeapClosedFile, HeapLeftTop string
+}
+
+// cycleResult is one more open-and-close of the idle watches: whatever
+// closing leaves behind would pile up from one to the next.
+type cycleResult struct {
+	Opened, Errors int
+	FirstErr       string
+	Settled        bool
+	SettleTook     time.Duration
+	AfterClose     snapshot
 }
 
 // eventResult is the event delivery measurement.
@@ -328,21 +341,9 @@ func watchPhase(ctx context.Context, s *scene, o options) (*watchResult, error) 
 	res.Gateway.Close()
 	res.Hub.Close()
 	res.EarlyGateway, res.EarlyHub = res.Gateway.early.Load(), res.Hub.early.Load()
-	// The gateway ends a closed watch's upstream stream and goroutines
-	// asynchronously, and keeps the connections to member-b (each with a
-	// read loop) until their idle timeout: wait until its goroutines are back
-	// near the start and its connections to member-b back to the start's.
-	closed := time.Now()
-	for time.Since(closed) < o.Settle {
-		if s.settled(ctx, res.Before) {
-			res.Settled = true
-			break
-		}
-		if err := sleep(ctx, 500*time.Millisecond); err != nil {
-			return nil, err
-		}
+	if res.Settled, res.SettleTook, err = s.settle(ctx, res.Before, o.Settle); err != nil {
+		return nil, err
 	}
-	res.SettleTook = time.Since(closed)
 	res.AfterClose = s.take(ctx, "after close", true)
 	if res.HeapBeforeFile != "" {
 		res.HeapClosedFile = filepath.Join(o.OutDir, "kube-gateway-heap-watches-closed.pprof")
@@ -356,12 +357,45 @@ func watchPhase(ctx context.Context, s *scene, o options) (*watchResult, error) 
 	}
 	logf("watches: after closing (%s): gateway RSS %s, %.0f goroutines, %v connections to member-b",
 		res.SettleTook.Round(100*time.Millisecond), measure.MB(float64(res.AfterClose.RSSKB)), res.AfterClose.Goroutines, res.AfterClose.ToMemberB)
+	for c := 2; c <= o.WatchCycles; c++ {
+		sr.setPhase(fmt.Sprintf("cycle %d", c))
+		logf("watches: cycle %d: opening and closing %d + %d idle watches", c, o.Watches, o.HubWatches)
+		g := openWatches(ctx, s.gateway, idleWatchPath(), o.Watches, o.OpenConcurrency, &open, discard)
+		h := openWatches(ctx, s.hub, idleWatchPath(), o.HubWatches, o.OpenConcurrency, &open, discard)
+		g.Close()
+		h.Close()
+		cr := cycleResult{Opened: g.Opened + h.Opened, Errors: g.Errors + h.Errors, FirstErr: cmp.Or(g.FirstErr, h.FirstErr)}
+		if cr.Settled, cr.SettleTook, err = s.settle(ctx, res.Before, o.Settle); err != nil {
+			return nil, err
+		}
+		cr.AfterClose = s.take(ctx, fmt.Sprintf("after close, cycle %d", c), true)
+		logf("watches: cycle %d closed (%s): gateway RSS %s, live heap %s, %.0f goroutines, %v connections to member-b", c,
+			cr.SettleTook.Round(100*time.Millisecond), measure.MB(float64(cr.AfterClose.RSSKB)), mib(cr.AfterClose.HeapAlloc), cr.AfterClose.Goroutines, cr.AfterClose.ToMemberB)
+		res.Cycles = append(res.Cycles, cr)
+	}
 	if err := sleep(ctx, 2*o.SampleInterval); err != nil {
 		return nil, err
 	}
 	res.Series = sr.Stop()
 	sr = nil
 	return res, nil
+}
+
+// settle waits up to d for the gateway to be back to before (settled); the
+// gateway ends a closed watch's upstream stream and goroutines
+// asynchronously, and keeps the connections to member-b (each with a read
+// loop) until their idle timeout.
+func (s *scene) settle(ctx context.Context, before snapshot, d time.Duration) (ok bool, took time.Duration, err error) {
+	start := time.Now()
+	for time.Since(start) < d {
+		if s.settled(ctx, before) {
+			return true, time.Since(start), nil
+		}
+		if err := sleep(ctx, 500*time.Millisecond); err != nil {
+			return false, time.Since(start), err
+		}
+	}
+	return false, time.Since(start), nil
 }
 
 // settled reports whether the gateway's goroutines are back near before's and
