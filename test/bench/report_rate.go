@@ -68,14 +68,19 @@ func (r *report) headline(p func(string, ...any)) {
 	}
 	p("The target column is the gateway's goal, a ratio to the floor measured in the same rounds (or, for the heap, an amount), judged on the median; when the rounds disagree it also says in how many the goal was met.\n\n")
 	p("| metric | gateway alone | floor | gateway / floor | gateway − floor | direct | gateway / direct | target |\n|---|---:|---:|---:|---:|---:|---:|---|\n")
+	// floorCells are the floor's median, gateway / floor and gateway − floor
+	// of f, and the ratio itself.
+	floorCells := func(f func(roundData, string) float64, fmtv func(float64) string) (fl, ratio, diff string, rt float64) {
+		rt, d := r.vs(func(rd roundData) float64 { return f(rd, "gateway") }, func(rd roundData) float64 { return f(rd, floor.Key) })
+		return fmtv(r.med(f, floor.Key)), measure.X(rt), fmtv(d), rt
+	}
 	// target is the goal for gateway / floor: at most (or, with atLeast, at
 	// least) goal; 0 means none.
 	row := func(name string, f func(roundData, string) float64, fmtv func(float64) string, withDirect bool, goal float64, atLeast bool) {
 		fl, ratio, diff, verdictCell := "–", "–", "–", ""
 		if hasFloor {
-			gw, fw := func(rd roundData) float64 { return f(rd, "gateway") }, func(rd roundData) float64 { return f(rd, floor.Key) }
-			rt, d := r.vs(gw, fw)
-			fl, ratio, diff = fmtv(r.med(f, floor.Key)), measure.X(rt), fmtv(d)
+			var rt float64
+			fl, ratio, diff, rt = floorCells(f, fmtv)
 			meets := func(x float64) bool { return x <= goal }
 			cmp := "≤"
 			if atLeast {
@@ -83,8 +88,8 @@ func (r *report) headline(p func(string, ...any)) {
 			}
 			if goal > 0 {
 				verdictCell = fmt.Sprintf("%s %s: %s", cmp, measure.X(goal), roundsVerdict(meets(rt), r.per(func(rd roundData) float64 {
-					if b := fw(rd); b != 0 {
-						return gw(rd) / b
+					if b := f(rd, floor.Key); b != 0 {
+						return f(rd, "gateway") / b
 					}
 					return math.NaN() // meets no goal
 				}), meets))
@@ -105,8 +110,7 @@ func (r *report) headline(p func(string, ...any)) {
 		heap := r.med(allocR, "gateway")
 		fl, ratio, diff := "–", "–", "–"
 		if hasFloor && r.allocKnown(floor.Key) {
-			rt, d := r.vs(func(rd roundData) float64 { return allocR(rd, "gateway") }, func(rd roundData) float64 { return allocR(rd, floor.Key) })
-			fl, ratio, diff = measure.KiB(r.med(allocR, floor.Key)), measure.X(rt), measure.KiB(d)
+			fl, ratio, diff, _ = floorCells(allocR, measure.KiB)
 		}
 		heapVerdict := roundsVerdict(heap <= heapGoal, r.per(func(rd roundData) float64 { return allocR(rd, "gateway") }), func(x float64) bool { return x <= heapGoal })
 		p("| **heap allocated per proxied GET at %.0f/s** | %s | %s | %s | %s | – | | ≤ %s: %s |\n", o.Rate, measure.KiB(heap), fl, ratio, diff, measure.KiB(heapGoal), heapVerdict)
