@@ -9,6 +9,10 @@
 //     connections to member-b before, with them open and after closing them;
 //     then ConfigMap updates at a fixed rate and the delay until sample
 //     watches through the gateway and directly on member-b receive them.
+//   - Sessions: S idle exec sessions (cat, over WebSocket) through the
+//     gateway alone to the stand-in kubelet's pod on member-a: the gateway's
+//     memory, goroutines and connections per session, each session checked
+//     to carry a line both ways before and after the snapshot.
 //   - Clusters: K UpstreamClusters applied in one burst (each with
 //     member-a's two servers): time until all are Ready, RSS, goroutines and
 //     connections per cluster, health probes the member sees, the gateway's
@@ -50,6 +54,7 @@ type options struct {
 	EventDuration   time.Duration // how long updates are published
 	Settle          time.Duration // longest wait for the gateway to release closed watches and their connections
 	WatchCycles     int           // open-and-close cycles of the idle watches
+	Sessions        int           // idle exec sessions through the gateway alone
 	Clusters        int           // UpstreamClusters registered in the burst
 	Burst           int           // concurrent applies of the burst
 	ReadyTimeout    time.Duration
@@ -78,6 +83,7 @@ func main() {
 	flag.DurationVar(&o.EventDuration, "event-duration", 30*time.Second, "how long updates are published")
 	flag.IntVar(&o.WatchCycles, "watch-cycles", 2, "times the idle watches are opened and closed (events are published in the first): what closing leaves behind would pile up from one to the next")
 	flag.DurationVar(&o.Settle, "settle", 2*time.Minute, "longest wait after closing the watches for the gateway's goroutines and its connections to member-b to come back down (idle connections close after 90 s)")
+	flag.IntVar(&o.Sessions, "sessions", 1000, "idle exec sessions (cat, over WebSocket as kubectl) opened through the gateway alone to the stand-in kubelet's pod on member-a (0: no session phase)")
 	flag.IntVar(&o.Clusters, "clusters", 1000, "UpstreamClusters applied in one burst (0: no cluster phase)")
 	flag.IntVar(&o.Burst, "burst-concurrency", 32, "concurrent server-side applies of the burst")
 	flag.DurationVar(&o.ReadyTimeout, "ready-timeout", 5*time.Minute, "longest wait for every applied UpstreamCluster to be Ready")
@@ -195,9 +201,16 @@ func run(ctx context.Context, env *harness.Env, o options, rep *report) error {
 			}
 		}
 	}
+	if o.Sessions > 0 {
+		sr, err := sessionPhase(ctx, s, o)
+		if err != nil {
+			return fmt.Errorf("sessions: %w", err)
+		}
+		rep.Sessions = sr
+	}
 	if o.Clusters > 0 {
-		if rep.Watches != nil {
-			// The watches leave a grown heap that Go returns to the system
+		if rep.Watches != nil || rep.Sessions != nil {
+			// The watches and sessions leave a grown heap that Go returns to the system
 			// only slowly: RSS per cluster needs a fresh process.
 			if s, err = restartGateway(ctx, env); err != nil {
 				return err

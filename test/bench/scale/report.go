@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kubewharf/kube-gateway/test/bench/internal/measure"
+	"github.com/kubewharf/kube-gateway/test/harness"
 )
 
 type report struct {
@@ -23,6 +24,7 @@ type report struct {
 	GatewayFDLimit uint64
 	Restarted      bool // the gateway was restarted between the phases
 	Watches        *watchResult
+	Sessions       *sessionResult
 	Clusters       *clusterResult
 }
 
@@ -45,6 +47,9 @@ func (r *report) markdown() string {
 	p("Snapshots of the gateway follow two forced garbage collections (`/debug/pprof/heap?gc=1`; the second empties the sync.Pool victim caches), so heap figures are what is live; RSS is VmRSS from /proc; connections are the established TCP sockets the process holds (/proc/<pid>/fd and /proc/net/tcp).\n\n")
 	if w := r.Watches; w != nil {
 		r.watchSection(p, w)
+	}
+	if sr := r.Sessions; sr != nil {
+		r.sessionSection(p, sr)
 	}
 	if c := r.Clusters; c != nil {
 		r.clusterSection(p, c)
@@ -306,4 +311,43 @@ func fmtTook(d time.Duration, got, want int) string {
 		return "not within the timeout"
 	}
 	return d.Round(100 * time.Millisecond).String()
+}
+
+func (r *report) sessionSection(p func(string, ...any), sr *sessionResult) {
+	o := r.Opts
+	p("## Exec sessions\n\n")
+	p("Idle `kubectl exec`-style sessions: `cat` in pod `%s/%s` of member-a (the stand-in kubelet), streamed over WebSocket as kubectl does by default (client-go's `remotecommand.NewWebSocketExecutor`), through the gateway alone (the hub's front-proxy certificate and `X-Remote-*` headers), %d opened %d at a time. ",
+		harness.AliceNamespace, harness.ShellPod, sr.N, o.OpenConcurrency)
+	p("Every session is an upgraded HTTP/1.1 connection into the gateway and one out of it to a member-a server (upgrades are not multiplexed). Each wrote a line and got it back before the snapshot, and once more after it; then its stdin was closed, so that `cat` ended and the session with it.\n\n")
+	p("| state | gateway RSS | Go heap in use | Go stacks in use | goroutines | open files | TCP gateway → member-a | TCP bench → gateway |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, sn := range []snapshot{sr.Before, sr.Open, sr.Closed} {
+		label := sn.Label
+		switch sn.Label {
+		case "sessions open":
+			label = fmt.Sprintf("%d sessions open (%s to open)", sr.Opened, sr.OpenTook.Round(100*time.Millisecond))
+		case "sessions closed":
+			label = fmt.Sprintf("all closed (%s later)", sr.SettleTook.Round(100*time.Millisecond))
+		}
+		p("| %s | %s | %s | %s | %.0f | %d | %s | %d |\n", label, measure.MB(float64(sn.RSSKB)), mib(sn.HeapInuse), mib(sn.StackInuse), sn.Goroutines, sn.OpenFiles, ints(sn.ToMemberA), sn.BenchToGateway)
+	}
+	p("\n")
+	b, g, n := sr.Before, sr.Open, sr.Opened
+	kib := func(x float64) string { return measure.KiB(x) }
+	count := func(x float64) string { return fmt.Sprintf("%.2f", x) }
+	p("| per open session | through the gateway alone |\n|---|---:|\n")
+	p("| gateway RSS | %s |\n", per(float64(b.RSSKB)*1024, float64(g.RSSKB)*1024, n, kib))
+	p("| Go heap in use | %s |\n", per(b.HeapInuse, g.HeapInuse, n, kib))
+	p("| Go stacks in use | %s |\n", per(b.StackInuse, g.StackInuse, n, kib))
+	p("| goroutines | %s |\n", per(b.Goroutines, g.Goroutines, n, count))
+	p("| open files | %s |\n", per(float64(b.OpenFiles), float64(g.OpenFiles), n, count))
+	p("| TCP connections gateway → member-a | %s |\n", per(float64(sum(b.ToMemberA)), float64(sum(g.ToMemberA)), n, count))
+	p("\nSessions open: %d of %d; echoed again after the snapshot: %d; failed: %d%s. ", sr.Opened, sr.N, sr.Echoed, sr.Failed, firstErr(sr.FirstErr))
+	if sr.Settled {
+		p("After closing, the gateway's goroutines and connections to member-a were back within %s.\n\n", sr.SettleTook.Round(100*time.Millisecond))
+	} else {
+		p("**After closing, the gateway's goroutines or connections to member-a were not back within %s.**\n\n", o.Settle)
+	}
+	if sr.HeapTop != "" {
+		p("What the gateway's heap holds with the sessions open beyond what it held before them, by allocation site (`go tool pprof -sample_index=inuse_space -top -base %s %s`):\n\n```\n%s```\n\n", sr.HeapBeforeFile, sr.HeapOpenFile, measure.TrimPprof(sr.HeapTop))
+	}
 }

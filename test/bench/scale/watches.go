@@ -399,7 +399,7 @@ func (s *scene) settle(ctx context.Context, before snapshot, d time.Duration) (o
 }
 
 // settled reports whether the gateway's goroutines are back near before's and
-// its connections to member-b are no more than before's.
+// its connections to member-b and member-a are no more than before's.
 func (s *scene) settled(ctx context.Context, before snapshot) bool {
 	var sn snapshot
 	if err := s.gatewayMetrics(ctx, &sn); err != nil || sn.Goroutines > before.Goroutines*1.1+20 {
@@ -409,11 +409,14 @@ func (s *scene) settled(ctx context.Context, before snapshot) bool {
 	if err != nil {
 		return false
 	}
-	n := 0
-	for _, p := range s.memberBPorts {
-		n += measure.CountConns(conns, p, true)
+	count := func(ports []int) int {
+		n := 0
+		for _, p := range ports {
+			n += measure.CountConns(conns, p, true)
+		}
+		return n
 	}
-	return n <= sum(before.ToMemberB)
+	return count(s.memberBPorts) <= sum(before.ToMemberB) && count(s.memberAPorts) <= sum(before.ToMemberA)
 }
 
 func firstErr(e string) string {
