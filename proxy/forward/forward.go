@@ -81,6 +81,8 @@ type Forwarder struct {
 	proxy, longRunning *reverseProxy
 	// stop ends the long-running responses of longRunning.
 	stop context.CancelFunc
+	// splice lends upgraded connections their copy buffers.
+	splice *bufferPool
 }
 
 // DefaultResponseHeaderTimeout is the default ResponseHeaderTimeout. A member
@@ -100,6 +102,7 @@ func NewForwarder(m *metrics.Metrics) *Forwarder {
 		proxy:                 newReverseProxy(shortBufferSize, false, nil, headers),
 		longRunning:           newReverseProxy(longRunningBufferSize, true, stopping, headers),
 		stop:                  stop,
+		splice:                newBufferPool(spliceBufferSize),
 	}
 }
 
@@ -130,7 +133,7 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 	defer inFlight.Dec()
 
 	start := time.Now()
-	recorder := &statusRecorder{ResponseWriter: w, client: req.Context()}
+	recorder := &statusRecorder{ResponseWriter: w, client: req.Context(), splice: f.splice}
 	// A response that breaks off mid-body is aborted by the reverse proxy's
 	// panic (http.ErrAbortHandler), which skips the rest of Serve: count it
 	// while the panic goes by, without recovering (other panics keep their

@@ -17,6 +17,9 @@ type statusRecorder struct {
 	hijacked bool
 	// attempt is the attempt under way, or the last one.
 	attempt *attempt
+	// splice, if set, lends the buffers a hijacked connection is copied
+	// through (splicedConn).
+	splice *bufferPool
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
@@ -41,7 +44,11 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 // connection, so the code is counted as 101.
 func (s *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	s.hijacked = true
-	return s.ResponseWriter.(http.Hijacker).Hijack()
+	conn, rw, err := s.ResponseWriter.(http.Hijacker).Hijack()
+	if err != nil || s.splice == nil {
+		return conn, rw, err
+	}
+	return &splicedConn{Conn: conn, buffers: s.splice}, rw, nil
 }
 
 // Unwrap implements responsewriter.UserProvidedDecorator, and lets
