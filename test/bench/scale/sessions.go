@@ -27,6 +27,7 @@ type sessionResult struct {
 	Failed   int           // sessions that ended with an error before the bench closed them
 	FirstErr string        // the first such error
 	OpenTook time.Duration // from the first start to the last first echo
+
 	Before, Open, Closed snapshot
 	Settled              bool
 	SettleTook           time.Duration
