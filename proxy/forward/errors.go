@@ -47,8 +47,9 @@ func tooManyRequests(clusterName, policy, schema string, retryAfter time.Duratio
 // cap. Nothing tells when one of the user's streams ends: retry after 1s, as
 // for a full maxRequestsInflight schema.
 func tooManyLongRunning(user string, limit int) error {
-	return apierrors.NewTooManyRequests(fmt.Sprintf("user %q has %d long-running requests (watches, log streams, exec, attach, port-forward) open through this kube-gateway, "+
-		"the most it allows per user (--%s): close some, or have the operator raise the limit", user, limit, longrunning.Flag), retryAfterSeconds)
+	return apierrors.NewTooManyRequests(fmt.Sprintf("user %q holds as many long-running requests open through this kube-gateway as it allows per user: %d "+
+		"(--%s; a watch or log stream counts %d, an exec, attach or port-forward session %d). Close some, or have the operator raise the limit",
+		user, limit, longrunning.Flag, longrunning.StreamSlots, longrunning.SessionSlots), retryAfterSeconds)
 }
 
 // unavailable is the 503 of a cluster that cannot serve now.

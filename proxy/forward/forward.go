@@ -122,7 +122,8 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 		return
 	}
 	route := r.Cluster.Route(&attrs)
-	schema, release, err := f.admit(r.Cluster.Name, route, &attrs)
+	upgrade := httpstream.IsUpgradeRequest(req)
+	schema, release, err := f.admit(r.Cluster.Name, route, &attrs, upgrade)
 	if err != nil {
 		r.Errors.Error(err)
 		return
@@ -146,7 +147,7 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 			f.Metrics.Aborted(r.Cluster.Name, route.Policy, schema, attrs.Verb, resource)
 		}
 	}()
-	last, ok := f.attempts(recorder, req, r, route, &attrs)
+	last, ok := f.attempts(recorder, req, r, route, &attrs, upgrade)
 	returned = true
 	if !ok {
 		f.Metrics.Rejected(r.Cluster.Name, route.Policy, schema, metrics.ReasonNoReadyServer)
@@ -181,16 +182,20 @@ func (f *Forwarder) prepare(req *http.Request, r Request) (request.Attributes, e
 	return attrs, nil
 }
 
-// admit takes a slot of the user's long-running cap for a long-running
-// request, then asks the route's flow-control schema, if any, to let the
-// request in. It returns the schema's name and what to call when the request
-// ends.
-func (f *Forwarder) admit(clusterName string, route *cluster.Route, attrs *request.Attributes) (schema string, release func(), err error) {
+// admit takes slots of the user's long-running cap for a long-running
+// request (more for an upgrade: it holds connections of its own), then asks
+// the route's flow-control schema, if any, to let the request in. It returns
+// the schema's name and what to call when the request ends.
+func (f *Forwarder) admit(clusterName string, route *cluster.Route, attrs *request.Attributes, upgrade bool) (schema string, release func(), err error) {
 	schema = route.Schema.Name()
 	releaseUser := noop
 	if attrs.LongRunning {
+		slots := longrunning.StreamSlots
+		if upgrade {
+			slots = longrunning.SessionSlots
+		}
 		var ok bool
-		if releaseUser, ok = f.LongRunning.Acquire(attrs.User.GetName()); !ok {
+		if releaseUser, ok = f.LongRunning.Acquire(attrs.User.GetName(), slots); !ok {
 			f.Metrics.Rejected(clusterName, route.Policy, schema, metrics.ReasonLongRunningPerUser)
 			return schema, nil, tooManyLongRunning(attrs.User.GetName(), f.LongRunning.Max())
 		}
@@ -216,8 +221,7 @@ func noop() {}
 // failure may not be retried, or no server is left. ok is false when not even
 // one server could be tried. The inbound request is never changed: each
 // attempt sends a copy.
-func (f *Forwarder) attempts(w *statusRecorder, req *http.Request, r Request, route *cluster.Route, attrs *request.Attributes) (last *attempt, ok bool) {
-	upgrade := httpstream.IsUpgradeRequest(req)
+func (f *Forwarder) attempts(w *statusRecorder, req *http.Request, r Request, route *cluster.Route, attrs *request.Attributes, upgrade bool) (last *attempt, ok bool) {
 	retryable := isRetryable(req, attrs, upgrade)
 	identity := r.Cluster.Impersonation.Identity(r.User)
 	var failed *balance.Endpoint

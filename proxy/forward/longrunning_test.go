@@ -194,3 +194,49 @@ func TestServeLongRunningRefusedByFlowControlFreesSlot(t *testing.T) {
 		t.Fatalf("a refused watch holds %d slots of the user's cap", n)
 	}
 }
+
+// An exec, attach or port-forward session holds connections of its own, so it
+// takes longrunning.SessionSlots of its user's cap while it is open: with a
+// cap of 4 a second session is refused with a Status that says how sessions
+// count, and admitted again once the first ended.
+func TestServeSessionTakesItsSlots(t *testing.T) {
+	m := newMember(t)
+	c := compile(t, m.caPEM, nil, m.URL)
+	f := forward.NewForwarder(metrics.New())
+	f.LongRunning = longrunning.New(4)
+	errs := &errorRecorder{}
+	u := hubUser()
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		rt := byPrefix(req)
+		f.Serve(w, req, forward.Request{Cluster: c, Path: rt.path, RawQuery: rt.rawQuery, User: u, Errors: responseErrors{rec: errs, w: w}})
+	}))
+	t.Cleanup(gw.Close)
+	const execPath = proxyPrefix + "/api/v1/namespaces/default/pods/p/exec?command=sh&stdin=true"
+
+	conn, _, resp := upgrade(t, gw.URL, execPath, nil)
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("first session: %s, want 101; errors: %v", resp.Status, errs.all())
+	}
+	if got := f.LongRunning.Open(u.Name); got != longrunning.SessionSlots {
+		t.Fatalf("an open session takes %d slots, want %d", got, longrunning.SessionSlots)
+	}
+	_, _, second := upgrade(t, gw.URL, execPath, nil)
+	if second.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("second session with 1 slot free: %s, want 429", second.Status)
+	}
+	if got := errs.all(); len(got) != 1 || !apierrors.IsTooManyRequests(got[0]) || !strings.Contains(got[0].Error(), "session 3") {
+		t.Fatalf("refusals = %v, want one 429 that says what a session counts", got)
+	}
+
+	_ = conn.Close() // the client ends the session
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
+		return f.LongRunning.Open(u.Name) == 0, nil
+	}); err != nil {
+		t.Fatalf("%d slots still taken after the session ended", f.LongRunning.Open(u.Name))
+	}
+	if _, _, again := upgrade(t, gw.URL, execPath, nil); again.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("a session after the first ended: %s, want 101", again.Status)
+	}
+}

@@ -10,17 +10,17 @@ func TestLimiterCapsEachUser(t *testing.T) {
 	l := New(2)
 	var releases []func()
 	for i := 0; i < 2; i++ {
-		release, ok := l.Acquire("alice")
+		release, ok := l.Acquire("alice", StreamSlots)
 		if !ok {
 			t.Fatalf("request %d of alice refused below the limit", i)
 		}
 		releases = append(releases, release)
 	}
-	if _, ok := l.Acquire("alice"); ok {
+	if _, ok := l.Acquire("alice", StreamSlots); ok {
 		t.Fatal("third request of alice admitted past the limit of 2")
 	}
 	// Another user has a budget of its own.
-	bob, ok := l.Acquire("bob")
+	bob, ok := l.Acquire("bob", StreamSlots)
 	if !ok {
 		t.Fatal("bob refused while alice is at her limit")
 	}
@@ -30,11 +30,11 @@ func TestLimiterCapsEachUser(t *testing.T) {
 	if got := l.Open("alice"); got != 1 {
 		t.Fatalf("alice holds %d after one release, want 1", got)
 	}
-	again, ok := l.Acquire("alice")
+	again, ok := l.Acquire("alice", StreamSlots)
 	if !ok {
 		t.Fatal("alice refused after a release")
 	}
-	if _, ok := l.Acquire("alice"); ok {
+	if _, ok := l.Acquire("alice", StreamSlots); ok {
 		t.Fatal("a double release freed a second slot")
 	}
 	again()
@@ -53,7 +53,7 @@ func TestNoLimit(t *testing.T) {
 			t.Fatalf("New(%d) = %v, want nil (no limit)", max, l)
 		}
 		for i := 0; i < 100; i++ {
-			release, ok := l.Acquire("alice")
+			release, ok := l.Acquire("alice", StreamSlots)
 			if !ok || release == nil {
 				t.Fatalf("nil limiter refused request %d", i)
 			}
@@ -77,7 +77,7 @@ func TestConcurrent(t *testing.T) {
 			u := g % 2
 			user := []string{"alice", "system:serviceaccount:fleet:controller"}[u]
 			for i := 0; i < 500; i++ {
-				release, ok := l.Acquire(user)
+				release, ok := l.Acquire(user, StreamSlots)
 				if !ok {
 					continue
 				}
@@ -99,5 +99,49 @@ func TestConcurrent(t *testing.T) {
 	}
 	if n := l.Users(); n != 0 {
 		t.Fatalf("%d users tracked after every request ended", n)
+	}
+}
+
+// An exec, attach or port-forward session takes the slots of what it holds;
+// a cap below one session's slots still admits one session at a time.
+func TestSessionsTakeTheirSlots(t *testing.T) {
+	l := New(4)
+	session, ok := l.Acquire("alice", SessionSlots)
+	if !ok {
+		t.Fatal("a session refused with 4 slots free")
+	}
+	watch, ok := l.Acquire("alice", StreamSlots)
+	if !ok {
+		t.Fatal("a watch refused with 1 slot free")
+	}
+	if got := l.Open("alice"); got != SessionSlots+StreamSlots {
+		t.Fatalf("alice takes %d slots, want %d", got, SessionSlots+StreamSlots)
+	}
+	if _, ok := l.Acquire("alice", StreamSlots); ok {
+		t.Fatal("a watch admitted with every slot taken")
+	}
+	watch()
+	if _, ok := l.Acquire("alice", SessionSlots); ok {
+		t.Fatal("a second session admitted with 1 slot free")
+	}
+	session()
+	if got := l.Open("alice"); got != 0 {
+		t.Fatalf("alice takes %d slots after both ended", got)
+	}
+
+	small := New(2)
+	first, ok := small.Acquire("bob", SessionSlots)
+	if !ok {
+		t.Fatal("a session refused by a cap of 2 with nothing open")
+	}
+	if _, ok := small.Acquire("bob", SessionSlots); ok {
+		t.Fatal("a second session admitted past a cap of 2")
+	}
+	if _, ok := small.Acquire("bob", StreamSlots); ok {
+		t.Fatal("a watch admitted next to a session past a cap of 2")
+	}
+	first()
+	if n := small.Users(); n != 0 {
+		t.Fatalf("%d users tracked after the session ended", n)
 	}
 }

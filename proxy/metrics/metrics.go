@@ -92,7 +92,8 @@ const (
 	ReasonMaxInflight   = "MaxInflight"
 	ReasonNoReadyServer = "NoReadyServer"
 	// ReasonLongRunningPerUser: the user holds as many long-running requests
-	// open through this gateway as --max-long-running-requests-per-user allows.
+	// open through this gateway as --max-long-running-requests-per-user allows
+	// (an exec, attach or port-forward session counts 3).
 	ReasonLongRunningPerUser = "LongRunningPerUser"
 )
 
