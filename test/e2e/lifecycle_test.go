@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -243,11 +244,27 @@ func TestDeletedClustersReleaseEverything(t *testing.T) {
 	})
 }
 
-// On SIGTERM the gateway ends proxied watches cleanly (a complete response, so
-// clients simply reconnect) and exits within a bounded time; restarted, it
-// serves again.
+// On SIGTERM the gateway ends proxied watches and watches of its own API
+// cleanly (a complete response, so clients simply reconnect) and exits within
+// a bounded time; restarted, it serves again.
 func TestGracefulShutdown(t *testing.T) {
-	ctx := testContext(t, 2*time.Minute)
+	ctx := testContext(t, 3*time.Minute)
+	// With the default shutdown timeout (--request-timeout, 60 s), longer
+	// than the 30 s below, instead of the suite's 5 s: a watch that is only
+	// cut when the process exits must show.
+	args := env.Gateway.Args
+	env.Gateway.Args = append(slices.Clone(args), "--request-timeout=60s")
+	restarted := false
+	t.Cleanup(func() {
+		env.Gateway.Args = args
+		if !restarted {
+			_ = env.Gateway.Restart(context.Background())
+		}
+	})
+	if err := env.Gateway.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitUsable(t, harness.MemberB)
 	cfg := env.ProxyConfig(harness.UserAdmin, harness.MemberB)
 	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
@@ -270,24 +287,47 @@ func TestGracefulShutdown(t *testing.T) {
 		_, err := io.Copy(io.Discard, resp.Body)
 		streamEnded <- err
 	}()
+	// A watch of UpstreamClusters, as the hub's garbage collector and fleet
+	// tools' informers hold, straight to the gateway (through the hub, the
+	// hub would end the client's stream either way): cut, it would end with
+	// an error when the process exits at the end of its shutdown timeout.
+	own := gatewayClient(t, true)
+	own.Timeout = 0
+	ownReq, err := http.NewRequestWithContext(ctx, http.MethodGet, env.GatewayURL+"/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters?watch=true", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ownReq.Header = http.Header{"X-Remote-User": {harness.UserAdmin}, "X-Remote-Group": {"system:masters"}}
+	ownResp, err := own.Do(ownReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ownResp.Body.Close()
+	if ownResp.StatusCode != http.StatusOK {
+		t.Fatalf("watch of UpstreamClusters: %s", ownResp.Status)
+	}
+	ownEnded := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, ownResp.Body)
+		ownEnded <- err
+	}()
 
-	restarted := false
-	t.Cleanup(func() {
-		if !restarted {
-			_ = env.Gateway.Restart(context.Background())
-		}
-	})
 	stopped := time.Now()
 	if err := env.Gateway.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-streamEnded:
-		if err != nil {
-			t.Fatalf("the watch was cut instead of ended: %v", err)
+	for _, w := range []struct {
+		name  string
+		ended chan error
+	}{{"proxied watch", streamEnded}, {"watch of UpstreamClusters", ownEnded}} {
+		select {
+		case err := <-w.ended:
+			if err != nil {
+				t.Fatalf("the %s was cut instead of ended: %v", w.name, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the %s outlived the gateway's shutdown", w.name)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the watch outlived the gateway's shutdown")
 	}
 	eventually(t, 30*time.Second, func(context.Context) error {
 		if env.Gateway.Running() {
@@ -295,8 +335,9 @@ func TestGracefulShutdown(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("watch ended and gateway exited %s after SIGTERM", time.Since(stopped).Round(100*time.Millisecond))
+	t.Logf("watches ended and gateway exited %s after SIGTERM", time.Since(stopped).Round(100*time.Millisecond))
 
+	env.Gateway.Args = args
 	if err := env.Gateway.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
