@@ -218,7 +218,7 @@ func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
 	k := c.K
 	p("## Clusters\n\n")
 	if r.Restarted {
-		p("The gateway was restarted (same flags and data) after the watch phase, so that this phase starts from a fresh process. ")
+		p("The gateway was restarted (same flags and data) after the watch and session phases, so that this phase starts from a fresh process. ")
 	}
 	p("%d UpstreamClusters applied (server-side apply, %d at a time) in one burst, each with member-a's two servers and its Secret, next to the harness's two clusters. ", k, o.Burst)
 	p("Compiled: every object's `status.observedGeneration` equals its generation; Ready: also its `Ready` condition is True (LIST through the hub every second). ")
