@@ -244,6 +244,34 @@ func TestDeletedClustersReleaseEverything(t *testing.T) {
 	})
 }
 
+// openWatch opens the watch at url with client and header, fails t unless it
+// is 200, and reads it to its end in the background: the channel gets the
+// error it ended with, nil for a complete response.
+func openWatch(ctx context.Context, t *testing.T, client *http.Client, url string, header http.Header) <-chan error {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("watch %s: %s", url, resp.Status)
+	}
+	ended := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, resp.Body)
+		ended <- err
+	}()
+	return ended
+}
+
 // On SIGTERM the gateway ends proxied watches and watches of its own API
 // cleanly (a complete response, so clients simply reconnect) and exits within
 // a bounded time; restarted, it serves again.
@@ -270,47 +298,14 @@ func TestGracefulShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.Host+"/api/v1/namespaces/default/configmaps?watch=true", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("watch: %s", resp.Status)
-	}
-	streamEnded := make(chan error, 1)
-	go func() {
-		_, err := io.Copy(io.Discard, resp.Body)
-		streamEnded <- err
-	}()
+	streamEnded := openWatch(ctx, t, client, cfg.Host+"/api/v1/namespaces/default/configmaps?watch=true", nil)
 	// A watch of UpstreamClusters, as the hub's garbage collector and fleet
-	// tools' informers hold, straight to the gateway (through the hub, the
-	// hub would end the client's stream either way): cut, it would end with
-	// an error when the process exits at the end of its shutdown timeout.
+	// tools' informers hold, straight to the gateway: unless the gateway ends
+	// it, it stays open until the shutdown timeout.
 	own := gatewayClient(t, true)
 	own.Timeout = 0
-	ownReq, err := http.NewRequestWithContext(ctx, http.MethodGet, env.GatewayURL+"/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters?watch=true", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ownReq.Header = http.Header{"X-Remote-User": {harness.UserAdmin}, "X-Remote-Group": {"system:masters"}}
-	ownResp, err := own.Do(ownReq)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ownResp.Body.Close()
-	if ownResp.StatusCode != http.StatusOK {
-		t.Fatalf("watch of UpstreamClusters: %s", ownResp.Status)
-	}
-	ownEnded := make(chan error, 1)
-	go func() {
-		_, err := io.Copy(io.Discard, ownResp.Body)
-		ownEnded <- err
-	}()
+	ownEnded := openWatch(ctx, t, own, env.GatewayURL+"/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters?watch=true",
+		http.Header{"X-Remote-User": {harness.UserAdmin}, "X-Remote-Group": {"system:masters"}})
 
 	stopped := time.Now()
 	if err := env.Gateway.Signal(syscall.SIGTERM); err != nil {
@@ -318,7 +313,7 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	for _, w := range []struct {
 		name  string
-		ended chan error
+		ended <-chan error
 	}{{"proxied watch", streamEnded}, {"watch of UpstreamClusters", ownEnded}} {
 		select {
 		case err := <-w.ended:

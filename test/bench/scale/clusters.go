@@ -188,7 +188,7 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 	sr.setPhase("steady")
 	res.After = s.take(ctx, fmt.Sprintf("%d clusters", o.Clusters+2), true)
 	res.HeapFile = filepath.Join(o.OutDir, "kube-gateway-heap-clusters.pprof")
-	if res.HeapTop, err = s.heapProfile(ctx, res.HeapFile); err != nil {
+	if res.HeapTop, err = s.heapProfile(ctx, res.HeapFile, ""); err != nil {
 		logf("clusters: heap profile: %v", err)
 		res.HeapFile = ""
 	}

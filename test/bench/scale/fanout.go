@@ -147,7 +147,7 @@ func fanOutPhase(ctx context.Context, s *scene, members, repeats int, idleCPU fl
 	res.WatchGoroutines = (open.Goroutines - before.Goroutines) / float64(members)
 	res.WatchHeap = (open.HeapInuse - before.HeapInuse) / float64(members)
 	res.WatchStacks = (open.StackInuse - before.StackInuse) / float64(members)
-	if res.HeapTop, err = s.heapProfile(ctx, heapFile); err != nil {
+	if res.HeapTop, err = s.heapProfile(ctx, heapFile, ""); err != nil {
 		logf("clusters: fan-out heap profile: %v", err)
 	} else {
 		res.HeapFile = heapFile

@@ -128,13 +128,18 @@ func (s *scene) forceGC(ctx context.Context) error {
 }
 
 // heapProfile saves the gateway's heap profile (what is in use as of its last
-// collection) to file and returns pprof's top sites by bytes in use.
-func (s *scene) heapProfile(ctx context.Context, file string) (string, error) {
+// collection) to file and returns pprof's top sites by bytes in use: beyond
+// what the profile in base holds, unless base is "".
+func (s *scene) heapProfile(ctx context.Context, file, base string) (string, error) {
 	if err := s.saveProfile(ctx, "/debug/pprof/heap", file); err != nil {
 		return "", err
 	}
 	bin, _ := harness.GatewayBinary(s.env.BinDir)
-	return measure.Pprof(ctx, bin, file, "-sample_index=inuse_space", "-top", "-nodecount=12"), nil
+	args := []string{"-sample_index=inuse_space", "-top", "-nodecount=12"}
+	if base != "" {
+		args = append(args, "-base", base)
+	}
+	return measure.Pprof(ctx, bin, file, args...), nil
 }
 
 // cpuProfile saves the gateway's CPU profile of the next d (less a second, so

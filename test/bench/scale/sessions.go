@@ -107,12 +107,9 @@ func sessionPhase(ctx context.Context, s *scene, o options) (*sessionResult, err
 	res.Open = s.take(ctx, "sessions open", true)
 	if res.HeapBeforeFile != "" {
 		res.HeapOpenFile = filepath.Join(o.OutDir, "kube-gateway-heap-sessions.pprof")
-		if err := s.saveProfile(ctx, "/debug/pprof/heap", res.HeapOpenFile); err != nil {
+		if res.HeapTop, err = s.heapProfile(ctx, res.HeapOpenFile, res.HeapBeforeFile); err != nil {
 			logf("sessions: heap profile: %v", err)
 			res.HeapOpenFile = ""
-		} else {
-			bin, _ := harness.GatewayBinary(s.env.BinDir)
-			res.HeapTop = measure.Pprof(ctx, bin, res.HeapOpenFile, "-sample_index=inuse_space", "-top", "-nodecount=12", "-base", res.HeapBeforeFile)
 		}
 	}
 

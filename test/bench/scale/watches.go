@@ -321,7 +321,7 @@ func watchPhase(ctx context.Context, s *scene, o options) (*watchResult, error) 
 	logf("watches: all open: gateway RSS %s, %.0f goroutines, %v connections to member-b, %d from the hub",
 		measure.MB(float64(res.AllOpen.RSSKB)), res.AllOpen.Goroutines, res.AllOpen.ToMemberB, res.AllOpen.HubToGateway)
 	res.HeapFile = filepath.Join(o.OutDir, "kube-gateway-heap-watches.pprof")
-	if res.HeapTop, err = s.heapProfile(ctx, res.HeapFile); err != nil {
+	if res.HeapTop, err = s.heapProfile(ctx, res.HeapFile, ""); err != nil {
 		logf("watches: heap profile: %v", err)
 		res.HeapFile = ""
 	}
@@ -347,12 +347,9 @@ func watchPhase(ctx context.Context, s *scene, o options) (*watchResult, error) 
 	res.AfterClose = s.take(ctx, "after close", true)
 	if res.HeapBeforeFile != "" {
 		res.HeapClosedFile = filepath.Join(o.OutDir, "kube-gateway-heap-watches-closed.pprof")
-		if err := s.saveProfile(ctx, "/debug/pprof/heap", res.HeapClosedFile); err != nil {
+		if res.HeapLeftTop, err = s.heapProfile(ctx, res.HeapClosedFile, res.HeapBeforeFile); err != nil {
 			logf("watches: heap profile: %v", err)
 			res.HeapClosedFile = ""
-		} else {
-			bin, _ := harness.GatewayBinary(s.env.BinDir)
-			res.HeapLeftTop = measure.Pprof(ctx, bin, res.HeapClosedFile, "-sample_index=inuse_space", "-top", "-nodecount=12", "-base", res.HeapBeforeFile)
 		}
 	}
 	logf("watches: after closing (%s): gateway RSS %s, %.0f goroutines, %v connections to member-b",
