@@ -265,31 +265,18 @@ func clusterName(i int) string { return fmt.Sprintf("scale-%05d", i) }
 
 // applyClusters server-side applies n UpstreamClusters, c at a time.
 func applyClusters(ctx context.Context, ucs dynamic.NamespaceableResourceInterface, ma *harness.Cluster, n, c int) (errs int, first string) {
-	var next atomic.Int64
 	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for w := 0; w < c; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n || ctx.Err() != nil {
-					return
-				}
-				name := clusterName(i)
-				if _, err := ucs.Apply(ctx, name, upstreamCluster(name, ma), metav1.ApplyOptions{FieldManager: fieldMgr, Force: true}); err != nil {
-					mu.Lock()
-					errs++
-					if first == "" {
-						first = err.Error()
-					}
-					mu.Unlock()
-				}
+	concurrently(ctx, n, c, func(i int) {
+		name := clusterName(i)
+		if _, err := ucs.Apply(ctx, name, upstreamCluster(name, ma), metav1.ApplyOptions{FieldManager: fieldMgr, Force: true}); err != nil {
+			mu.Lock()
+			errs++
+			if first == "" {
+				first = err.Error()
 			}
-		}()
-	}
-	wg.Wait()
+			mu.Unlock()
+		}
+	})
 	return errs, first
 }
 

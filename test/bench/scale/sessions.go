@@ -52,10 +52,7 @@ type session struct {
 // closed: cat exits 0) and waits for the gateway to let go.
 func sessionPhase(ctx context.Context, s *scene, o options) (*sessionResult, error) {
 	res := &sessionResult{N: o.Sessions}
-	cfg, err := gatewaySessionConfig(s.env)
-	if err != nil {
-		return nil, err
-	}
+	cfg := gatewaySessionConfig(s)
 	q := url.Values{"command": {"cat"}, "container": {"main"}, "stdin": {"true"}, "stdout": {"true"}}
 	execURL, err := url.Parse(cfg.Host + "/api/v1/namespaces/" + harness.AliceNamespace + "/pods/" + harness.ShellPod + "/exec?" + q.Encode())
 	if err != nil {
@@ -75,28 +72,15 @@ func sessionPhase(ctx context.Context, s *scene, o options) (*sessionResult, err
 	var failed atomic.Int64
 	var errOnce sync.Once
 	start := time.Now()
-	var next atomic.Int64
-	var openers sync.WaitGroup
-	for range o.OpenConcurrency {
-		openers.Add(1)
-		go func() {
-			defer openers.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= o.Sessions || sctx.Err() != nil {
-					return
-				}
-				ss, err := openSession(sctx, cfg, execURL, fmt.Sprintf("open-%d", i))
-				if err != nil {
-					failed.Add(1)
-					errOnce.Do(func() { res.FirstErr = err.Error() })
-					continue
-				}
-				sessions[i] = ss
-			}
-		}()
-	}
-	openers.Wait()
+	concurrently(sctx, o.Sessions, o.OpenConcurrency, func(i int) {
+		ss, err := openSession(sctx, cfg, execURL, fmt.Sprintf("open-%d", i))
+		if err != nil {
+			failed.Add(1)
+			errOnce.Do(func() { res.FirstErr = err.Error() })
+			return
+		}
+		sessions[i] = ss
+	})
 	res.OpenTook = time.Since(start)
 	for _, ss := range sessions {
 		if ss != nil {
@@ -166,10 +150,12 @@ func sessionPhase(ctx context.Context, s *scene, o options) (*sessionResult, err
 }
 
 // gatewaySessionConfig is a client configuration for member-a through the
-// gateway alone, as the hub's aggregator reaches it for admin.
-func gatewaySessionConfig(env *harness.Env) (*restclient.Config, error) {
+// gateway alone, with the identity of the scene's gateway target (what the
+// hub's aggregator sends for admin).
+func gatewaySessionConfig(s *scene) *restclient.Config {
+	env := s.env
 	certFile, keyFile := env.FrontProxyClientCert()
-	headers := http.Header{"X-Remote-User": {harness.UserAdmin}, "X-Remote-Group": {"system:masters", "system:authenticated"}}
+	headers := s.gateway.Header
 	return &restclient.Config{
 		Host:            env.GatewayURL + harness.ProxyPath(harness.MemberA),
 		TLSClientConfig: restclient.TLSClientConfig{CAFile: env.GatewayCAFile, CertFile: certFile, KeyFile: keyFile},
@@ -182,7 +168,7 @@ func gatewaySessionConfig(env *harness.Env) (*restclient.Config, error) {
 				return rt.RoundTrip(req)
 			})
 		},
-	}, nil
+	}
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)

@@ -69,53 +69,61 @@ type watchSet struct {
 func openWatches(parent context.Context, t *measure.Target, path string, n, c int, open *atomic.Int64, read func(i int, body io.Reader)) *watchSet {
 	ws := &watchSet{}
 	ws.ctx, ws.cancel = context.WithCancel(parent)
-	var next atomic.Int64
 	var mu sync.Mutex
-	var openers sync.WaitGroup
 	start := time.Now()
-	for w := 0; w < c; w++ {
-		openers.Add(1)
+	concurrently(ws.ctx, n, c, func(i int) {
+		body, err := openWatch(ws.ctx, t, path, "")
+		if err != nil {
+			mu.Lock()
+			ws.Errors++
+			if ws.FirstErr == "" {
+				ws.FirstErr = err.Error()
+			}
+			mu.Unlock()
+			return
+		}
+		ws.open.Add(1)
+		if open != nil {
+			open.Add(1)
+		}
+		ws.wg.Add(1)
 		go func() {
-			defer openers.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n || ws.ctx.Err() != nil {
-					return
-				}
-				body, err := openWatch(ws.ctx, t, path, "")
-				if err != nil {
-					mu.Lock()
-					ws.Errors++
-					if ws.FirstErr == "" {
-						ws.FirstErr = err.Error()
-					}
-					mu.Unlock()
-					continue
-				}
-				ws.open.Add(1)
-				if open != nil {
-					open.Add(1)
-				}
-				ws.wg.Add(1)
-				go func() {
-					defer ws.wg.Done()
-					read(i, body)
-					body.Close()
-					ws.open.Add(-1)
-					if open != nil {
-						open.Add(-1)
-					}
-					if ws.ctx.Err() == nil {
-						ws.early.Add(1)
-					}
-				}()
+			defer ws.wg.Done()
+			read(i, body)
+			body.Close()
+			ws.open.Add(-1)
+			if open != nil {
+				open.Add(-1)
+			}
+			if ws.ctx.Err() == nil {
+				ws.early.Add(1)
 			}
 		}()
-	}
-	openers.Wait()
+	})
 	ws.Took = time.Since(start)
 	ws.Opened = int(ws.open.Load())
 	return ws
+}
+
+// concurrently calls f for 0 to n-1, c calls at a time, and returns when
+// every call returned; once ctx is done it starts no more.
+func concurrently(ctx context.Context, n, c int, f func(i int)) {
+	var next atomic.Int64
+	var workers sync.WaitGroup
+	for range c {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				f(i)
+			}
+		}()
+	}
+	workers.Wait()
 }
 
 // openWatch opens a watch of path and returns its body; accept, when set, is
