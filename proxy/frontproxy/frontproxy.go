@@ -7,11 +7,16 @@
 // certificate; the library checks its chain (a public-key signature check per
 // certificate) for each of them, which cost more CPU than all of the gateway's
 // own proxying (docs/benchmark.md; kubernetes/kubernetes#90533). A verified
-// certificate is remembered by the SHA-256 of its DER bytes, for as long as the
-// request-header CA bundle is the same and the verified chain is within its
-// validity period: the same bytes against the same roots at a time inside that
-// period give the same answer. Possession of the certificate's key is proven by
-// the TLS handshake of every connection, as before.
+// certificate is remembered by identity, for as long as the request-header CA
+// bundle is the same and the verified chain is within its validity period: the
+// TLS stack parses a connection's certificates once, at its handshake, and
+// every request of the connection carries the same *x509.Certificate, which
+// nothing modifies; the same certificate against the same roots at a time
+// inside that period gives the same answer. So a connection's certificate is
+// verified at its first request, and its other requests cost a map lookup
+// without hashing or locking (the entry decision and the authenticator both
+// ask, on every request). Possession of the certificate's key is proven by the
+// TLS handshake of every connection, as before.
 //
 // The same verification tells the entry decision (proxy/chain) whether a
 // request comes from the front proxy at all: by default the gateway serves its
@@ -19,10 +24,11 @@
 package frontproxy
 
 import (
-	"crypto/sha256"
 	"crypto/x509"
 	"errors"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apiserver/pkg/authentication/authenticator"
@@ -32,11 +38,13 @@ import (
 	"k8s.io/apiserver/pkg/authentication/request/union"
 	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/lru"
 )
 
-// cacheSize bounds the remembered certificates: a hub has a handful of
-// front-proxy certificates at a time (one per apiserver, plus rotation).
+// cacheSize bounds the remembered certificates, one per connection of the hub:
+// a few long-lived HTTP/2 connections per hub apiserver, and one for each open
+// exec, attach or port-forward (upgrades use HTTP/1.1). When it is reached the
+// cache starts over; a connection's next request verifies its certificate
+// again.
 const cacheSize = 64
 
 // WithCachedVerification returns an authenticator that first tries the
@@ -73,7 +81,6 @@ func newVerifier(rh *authenticatorfactory.RequestHeaderConfig, clk clock.Passive
 		usernameHeaders: rh.UsernameHeaders,
 		headers:         headerrequest.NewDynamic(rh.UsernameHeaders, rh.UIDHeaders, rh.GroupHeaders, rh.ExtraHeaderPrefixes),
 		clock:           clk,
-		verified:        lru.New(cacheSize),
 	}}
 }
 
@@ -130,7 +137,8 @@ type verifier struct {
 	usernameHeaders headerrequest.StringSliceProvider
 	headers         authenticator.Request
 	clock           clock.PassiveClock
-	verified        *lru.Cache // [sha256.Size]byte -> verification
+	verified        sync.Map // *x509.Certificate (a connection's leaf) -> verification
+	size            atomic.Int32
 }
 
 // verification is a successful chain verification of a certificate.
@@ -170,13 +178,11 @@ func (v *verifier) trusted(req *http.Request) bool {
 func (v *verifier) verify(certs []*x509.Certificate, opts x509.VerifyOptions) bool {
 	leaf := certs[0]
 	now := v.clock.Now()
-	key := sha256.Sum256(leaf.Raw)
-	if cached, ok := v.verified.Get(key); ok {
+	if cached, ok := v.verified.Load(leaf); ok {
 		c := cached.(verification)
 		if c.roots == opts.Roots && c.intermediates == opts.Intermediates && !now.Before(c.notBefore) && !now.After(c.notAfter) {
 			return true
 		}
-		v.verified.Remove(key)
 	}
 	configured := opts.Intermediates
 	if opts.Intermediates == nil && len(certs) > 1 {
@@ -199,8 +205,23 @@ func (v *verifier) verify(certs []*x509.Certificate, opts x509.VerifyOptions) bo
 			c.notAfter = cert.NotAfter
 		}
 	}
-	v.verified.Add(key, c)
+	v.remember(leaf, c)
 	return true
+}
+
+// remember records that leaf verified as c, starting over when the cache is
+// full. The bound is approximate under concurrency, which is all it needs to
+// be: it keeps the cache from holding every certificate of connections long
+// gone.
+func (v *verifier) remember(leaf *x509.Certificate, c verification) {
+	if _, replaced := v.verified.Swap(leaf, c); replaced {
+		return
+	}
+	if v.size.Add(1) > cacheSize {
+		v.verified.Clear()
+		v.size.Store(1)
+		v.verified.Store(leaf, c)
+	}
 }
 
 // allowed applies the allowed client names, read on every request because the

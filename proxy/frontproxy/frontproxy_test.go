@@ -266,6 +266,24 @@ func BenchmarkAuthenticate(b *testing.B) {
 	}
 }
 
+// BenchmarkTrusted is the check every request through the hub makes twice (the
+// entry decision and the authenticator), on one connection's certificate, from
+// all CPUs at once.
+func BenchmarkTrusted(b *testing.B) {
+	front := testca.New(b, "front-proxy-ca")
+	f := newFixture(b, front, "front-proxy-client")
+	req := request(client(b, front, "front-proxy-client", 2))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if !f.verifier.v.trusted(req) {
+				b.Error("not trusted")
+				return
+			}
+		}
+	})
+}
+
 // The CA bundle of the hub's extension-apiserver-authentication ConfigMap is
 // not there when the server starts: the library's first load reads an informer
 // that has not run yet. Loaded says so until the controller has loaded it, and
@@ -313,5 +331,48 @@ func TestLoadedOnlyOnceTheConfigMapIsRead(t *testing.T) {
 	var none *Verifier
 	if err := none.Loaded(); err != nil {
 		t.Fatalf("a nil Verifier (no request-header configuration): %v", err)
+	}
+}
+
+// Every request of a connection carries the certificate its handshake parsed;
+// that one is remembered, and another connection's copy of the same bytes is
+// verified on its own. The cache stays within its bound as connections come
+// and go.
+func TestVerificationIsRememberedPerConnection(t *testing.T) {
+	front := testca.New(t, "front-proxy-ca")
+	f := newFixture(t, front, "front-proxy-client")
+	cert := client(t, front, "front-proxy-client", 2)
+	remembered := func(c *x509.Certificate) bool { _, ok := f.verifier.v.verified.Load(c); return ok }
+
+	if got, _ := f.authenticate(t, request(cert)); got != "alice" || !remembered(cert) {
+		t.Fatalf("first request: %q, certificate remembered: %v", got, remembered(cert))
+	}
+	reconnected, err := x509.ParseCertificate(cert.Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if remembered(reconnected) {
+		t.Fatal("another connection's certificate was taken as verified before it was")
+	}
+	if got, _ := f.authenticate(t, request(reconnected)); got != "alice" || !remembered(reconnected) {
+		t.Fatalf("another connection: %q, certificate remembered: %v", got, remembered(reconnected))
+	}
+
+	for i := range 2 * cacheSize {
+		c, err := x509.ParseCertificate(cert.Raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := f.authenticate(t, request(c)); got != "alice" {
+			t.Fatalf("connection %d: %q", i, got)
+		}
+		if !remembered(c) {
+			t.Fatalf("connection %d: its certificate was not remembered", i)
+		}
+	}
+	n := 0
+	f.verifier.v.verified.Range(func(any, any) bool { n++; return true })
+	if n > cacheSize {
+		t.Fatalf("%d certificates remembered, want at most %d", n, cacheSize)
 	}
 }
