@@ -59,27 +59,28 @@ import (
 )
 
 type options struct {
-	Rounds         int
-	Requests       int           // per target per round at concurrency 1
-	Concurrency    int           // the throughput run
-	Duration       time.Duration // per target per round at Concurrency
-	Rate           float64       // GETs per second of the fixed-rate run, the same for every target
-	RateDuration   time.Duration // per target per round at Rate
-	RateInflight   int           // most requests outstanding in the fixed-rate run
-	ListObjects    int
-	ListPerRound   int
-	Workers        int // creating the LIST objects
-	ProfileSeconds int
-	TraceSeconds   int // the execution traces of the c=1 tail
-	Idle           time.Duration
-	OutDir         string
-	Out            string
-	Keep           bool
-	GatewayEnv     []string
-	GatewayArgs    []string
-	Floor          bool // the floor target (test/bench/floorproxy)
-	DirectMode     bool // the gateway runs with --direct-access; the direct-mode target
-	Konnectivity   bool // the konnectivity target: member-b through a konnectivity server and agent
+	Rounds            int
+	Requests          int           // per target per round at concurrency 1
+	Concurrency       int           // the throughput run
+	Duration          time.Duration // per target per round at Concurrency
+	Rate              float64       // GETs per second of the fixed-rate run, the same for every target
+	RateDuration      time.Duration // per target per round at Rate
+	RateInflight      int           // most requests outstanding in the fixed-rate run
+	ListObjects       int
+	ListPerRound      int
+	Workers           int // creating the LIST objects
+	ProfileSeconds    int
+	TraceSeconds      int // the execution traces of the c=1 tail
+	Idle              time.Duration
+	OutDir            string
+	Out               string
+	Keep              bool
+	GatewayEnv        []string
+	GatewayArgs       []string
+	Floor             bool // the floor target (test/bench/floorproxy)
+	FloorImpersonates bool // the floor impersonates the gateway target's identity with the gateway's member token
+	DirectMode        bool // the gateway runs with --direct-access; the direct-mode target
+	Konnectivity      bool // the konnectivity target: member-b through a konnectivity server and agent
 }
 
 const (
@@ -114,6 +115,7 @@ func main() {
 	flag.StringVar(&o.Out, "out", "", "also write the markdown report to this file (default <out-dir>/report.md)")
 	flag.BoolVar(&o.Keep, "keep", false, "keep the environment's work dir (logs) after a successful run")
 	flag.BoolVar(&o.Floor, "floor", true, "also measure GETs through test/bench/floorproxy, a minimal Go reverse proxy (the floor of proxying cost)")
+	flag.BoolVar(&o.FloorImpersonates, "floor-impersonates", false, "the floor proxy sends the gateway's member token and impersonates the identity the gateway impersonates (admin, system:masters), so that the member authorizes the same impersonation for both")
 	flag.BoolVar(&o.DirectMode, "direct-mode", false, "start the gateway with --direct-access (for every target) and also measure GETs with the hub admin token sent straight to the gateway, without the hub")
 	flag.BoolVar(&o.Konnectivity, "konnectivity", false, "also measure GETs through the gateway to member-b registered through a konnectivity server and agent (make tools builds them)")
 	measure.GatewayFlags(flag.CommandLine, &o.GatewayEnv, &o.GatewayArgs)
@@ -242,7 +244,7 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 	var floorProxy *floor.Proxy
 	var floorTarget *measure.Target
 	if o.Floor {
-		fp, ft, err := floor.Start(ctx, floorBin, filepath.Join(env.WorkDir, "floor"), env.Members[member])
+		fp, ft, err := floor.Start(ctx, floorBin, filepath.Join(env.WorkDir, "floor"), env.Members[member], o.FloorImpersonates)
 		if err != nil {
 			return nil, fmt.Errorf("floor proxy: %w", err)
 		}

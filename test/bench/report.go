@@ -180,6 +180,9 @@ func (r *report) markdown() string {
 	} else {
 		p("Every process (etcd, hub, member-a ×2, member-b, kube-gateway, this client) on 127.0.0.1 of the same machine. ")
 	}
+	if r.hasFloor() && o.FloorImpersonates {
+		p("The floor proxy impersonates (-floor-impersonates): it sends the gateway's member token and names admin and its groups in Impersonate-* headers, as the gateway does, so member-b authorizes the same impersonation on both paths. ")
+	}
 	if len(o.GatewayArgs) > 0 {
 		p("The gateway's command line adds %s. ", strings.Join(o.GatewayArgs, " "))
 	}
@@ -488,7 +491,12 @@ func (r *report) floorSection(p func(string, ...any)) {
 	c := r.Opts.Concurrency
 	p("## Floor: a minimal Go reverse proxy\n\n")
 	p("`floor` is `test/bench/floorproxy`, a separate process in front of member-b: TLS 1.2+ and HTTP/2 in (a certificate from its own CA), ")
-	p("HTTP/2 out over one pooled `http.Transport`, `httputil.ReverseProxy` (Rewrite, a sync.Pool of 32 KiB buffers, FlushInterval 0 as the gateway for requests that are not long-running) that puts the member admin token on the request; ")
+	p("HTTP/2 out over one pooled `http.Transport`, `httputil.ReverseProxy` (Rewrite, a sync.Pool of 32 KiB buffers, FlushInterval 0 as the gateway for requests that are not long-running) that puts ")
+	if r.Opts.FloorImpersonates {
+		p("the gateway's member token and the impersonation headers the gateway sends for admin (`Impersonate-User: admin`, `Impersonate-Group: system:masters`, `system:authenticated`) on the request; ")
+	} else {
+		p("the member admin token on the request (it impersonates nobody, so member-b does less per request than behind the gateway: `-floor-impersonates` changes that); ")
+	}
 	p("no authentication, authorization, admission, metrics or per-request logging. ")
 	p("A Go proxy in the gateway's place does at least this work, so it is the floor: the gateway's own overhead is gateway minus floor. ")
 	p("Measured in the same rounds and rotation as the other targets (GETs only, no LIST). ")

@@ -140,8 +140,6 @@ type extraGatewayClient struct {
 	c      *http.Client
 }
 
-var adminHeader = http.Header{"X-Remote-User": {harness.UserAdmin}, "X-Remote-Group": {"system:masters", "system:authenticated"}}
-
 // proxy sends a request for the member path to the cluster.
 func (g extraGatewayClient) proxy(ctx context.Context, method, path string) (int, string) {
 	g.t.Helper()
@@ -154,7 +152,7 @@ func (g extraGatewayClient) do(ctx context.Context, method, path string) (int, s
 	if err != nil {
 		g.t.Fatal(err)
 	}
-	req.Header = adminHeader.Clone()
+	req.Header = harness.AdminFrontProxyHeader()
 	resp, err := g.c.Do(req)
 	if err != nil {
 		g.t.Fatalf("%s %s: %v", method, path, err)

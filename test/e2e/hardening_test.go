@@ -21,10 +21,6 @@ import (
 	"github.com/kubewharf/kube-gateway/test/harness"
 )
 
-// adminHeaders are the identity headers the hub's aggregator sends for its
-// admin (trusted only with a front-proxy certificate).
-var adminHeaders = http.Header{"X-Remote-User": {"admin"}, "X-Remote-Group": {"system:masters", "system:authenticated"}}
-
 // copyFile copies src to dst (mode 0600).
 func copyFile(t *testing.T, src, dst string) {
 	t.Helper()
@@ -108,7 +104,7 @@ func listAsAdmin(ctx context.Context, c *http.Client, url string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	req.Header = adminHeaders.Clone()
+	req.Header = harness.AdminFrontProxyHeader()
 	resp, err := c.Do(req)
 	if err != nil {
 		return 0, err
@@ -313,7 +309,7 @@ func TestSlowHeaderClientsAreCut(t *testing.T) {
 		if n > base+2*conns+100 {
 			t.Fatalf("%d goroutines with %d slow clients (baseline %d): not bounded by the connections", n, conns, base)
 		}
-		if code, body := gatewayGet(t, normal, harness.ProxyPath(harness.MemberB)+"/version", adminHeaders); code != http.StatusOK {
+		if code, body := gatewayGet(t, normal, harness.ProxyPath(harness.MemberB)+"/version", harness.AdminFrontProxyHeader()); code != http.StatusOK {
 			t.Fatalf("a normal request among slow clients: %d %s", code, body)
 		}
 		time.Sleep(2 * time.Second) // sampling interval, not a wait for readiness
@@ -383,7 +379,7 @@ func TestVanishedClientsFreeGoroutines(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req.Header = adminHeaders.Clone()
+		req.Header = harness.AdminFrontProxyHeader()
 		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatal(err)

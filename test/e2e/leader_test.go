@@ -25,7 +25,7 @@ type withAdminHeaders struct{ rt http.RoundTripper }
 func (w withAdminHeaders) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = req.Clone(req.Context())
 	req.Header.Set("X-Remote-User", harness.UserAdmin)
-	req.Header["X-Remote-Group"] = []string{"system:masters", "system:authenticated"}
+	req.Header["X-Remote-Group"] = harness.AdminGroups()
 	return w.rt.RoundTrip(req)
 }
 

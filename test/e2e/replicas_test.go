@@ -225,7 +225,7 @@ func getCode(ctx context.Context, g extraGatewayClient, path string) (int, error
 	if err != nil {
 		return 0, err
 	}
-	req.Header = adminHeader.Clone()
+	req.Header = harness.AdminFrontProxyHeader()
 	resp, err := g.c.Do(req)
 	if err != nil {
 		return 0, err

@@ -86,7 +86,7 @@ func TestTracingCoversProxiedRequests(t *testing.T) {
 	}
 	req.Header.Set("Traceparent", "00-"+hex.EncodeToString(traceID)+"-"+hex.EncodeToString(parentID)+"-01")
 	req.Header.Set("X-Remote-User", harness.UserAdmin)
-	req.Header["X-Remote-Group"] = []string{"system:masters", "system:authenticated"}
+	req.Header["X-Remote-Group"] = harness.AdminGroups()
 	resp, err := gatewayClient(t, true).Do(req)
 	if err != nil {
 		t.Fatal(err)

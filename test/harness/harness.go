@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,6 +52,16 @@ const (
 	UserBob     = "bob"
 	UserGateway = "kube-gateway"
 )
+
+// AdminGroups returns the hub admin's groups as the hub authenticates it, the
+// ones its aggregator sends the gateway in X-Remote-Group.
+func AdminGroups() []string { return []string{"system:masters", "system:authenticated"} }
+
+// AdminFrontProxyHeader returns the identity headers the hub's aggregator
+// sends the gateway for its admin, next to its front-proxy client certificate.
+func AdminFrontProxyHeader() http.Header {
+	return http.Header{"X-Remote-User": {UserAdmin}, "X-Remote-Group": AdminGroups()}
+}
 
 // Names used on the hub and the members.
 const (

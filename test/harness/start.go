@@ -510,7 +510,7 @@ func (e *Env) startGatewayProcess(ctx context.Context, name string, extraArgs []
 		return p, url, err
 	}
 	client := httpsClient(e.pki.gatewayCA.CertPEM, &cert)
-	hdr := http.Header{"X-Remote-User": {UserAdmin}, "X-Remote-Group": {"system:masters", "system:authenticated"}}
+	hdr := AdminFrontProxyHeader()
 	p.probe = func(ctx context.Context) error {
 		return probeReadyz(ctx, client, url, "", hdr)
 	}

@@ -7,9 +7,13 @@
 //
 // It authenticates nobody, authorizes nothing, keeps no metrics and logs
 // nothing per request. It adds one bearer token for the member and forwards
-// everything else as it came.
+// everything else as it came. With -impersonate-user it also names one fixed
+// identity in Impersonate-User and Impersonate-Group headers, as a proxy in the
+// gateway's place must for the member's RBAC to apply to the hub's user: the
+// member then authorizes the impersonation as it does for the gateway's
+// requests.
 //
-//	floorproxy -upstream https://127.0.0.1:PORT -upstream-ca ca.crt -token-file token -dir DIR
+//	floorproxy -upstream https://127.0.0.1:PORT -upstream-ca ca.crt -token-file token -dir DIR [-impersonate-user U -impersonate-groups G1,G2]
 //
 // At start it generates a serving certificate for 127.0.0.1 signed by its own
 // CA (both written to DIR/ca.crt), listens on 127.0.0.1:0 and then writes
@@ -50,14 +54,29 @@ func main() {
 	upstreamCA := flag.String("upstream-ca", "", "PEM file with the CA of the upstream's serving certificate")
 	tokenFile := flag.String("token-file", "", "file with the bearer token sent to the upstream")
 	dir := flag.String("dir", "", "directory that receives ca.crt and addr")
+	impersonateUser := flag.String("impersonate-user", "", "user to name in Impersonate-User on every request (the token's user must be allowed to impersonate it); empty: none")
+	impersonateGroups := flag.String("impersonate-groups", "", "comma-separated groups to name in Impersonate-Group, with -impersonate-user")
 	flag.Parse()
-	if err := run(*upstream, *upstreamCA, *tokenFile, *dir); err != nil {
+	var id *identity
+	if *impersonateUser != "" {
+		id = &identity{user: []string{*impersonateUser}}
+		if *impersonateGroups != "" {
+			id.groups = strings.Split(*impersonateGroups, ",")
+		}
+	}
+	if err := run(*upstream, *upstreamCA, *tokenFile, *dir, id); err != nil {
 		fmt.Fprintf(os.Stderr, "floorproxy: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(upstream, upstreamCA, tokenFile, dir string) error {
+// identity is the one the proxy impersonates on every request: the header
+// values, shared by all requests (the transport only reads them).
+type identity struct {
+	user, groups []string
+}
+
+func run(upstream, upstreamCA, tokenFile, dir string, id *identity) error {
 	if upstream == "" || upstreamCA == "" || tokenFile == "" || dir == "" {
 		return errors.New("-upstream, -upstream-ca, -token-file and -dir are required")
 	}
@@ -94,6 +113,12 @@ func run(upstream, upstreamCA, tokenFile, dir string) error {
 			pr.SetURL(target) // scheme, host, path prefix; Host header = upstream's
 			pr.Out.Header.Del("Authorization")
 			pr.Out.Header.Set("Authorization", bearer)
+			if id != nil {
+				pr.Out.Header["Impersonate-User"] = id.user
+				if len(id.groups) > 0 {
+					pr.Out.Header["Impersonate-Group"] = id.groups
+				}
+			}
 		},
 		Transport: tr,
 		// As the gateway flushes answers to requests that are not

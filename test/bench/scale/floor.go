@@ -41,7 +41,7 @@ func floorPhase(ctx context.Context, s *scene, o options, dir string) (*floorRes
 	if err != nil {
 		return nil, err
 	}
-	proxy, target, err := floor.Start(ctx, bin, dir, s.env.Members[harness.MemberB])
+	proxy, target, err := floor.Start(ctx, bin, dir, s.env.Members[harness.MemberB], false)
 	if err != nil {
 		return nil, err
 	}

@@ -57,17 +57,23 @@ type Proxy struct {
 // PID is the proxy's process ID.
 func (f *Proxy) PID() int { return f.cmd.Process.Pid }
 
-// Start starts bin in front of member m (replica 0) with the member's admin
-// token, waits for it to write its addresses and returns it with its target.
-// dir receives the member CA, the token, the proxy's ca.crt and addresses,
-// and its log.
-func Start(ctx context.Context, bin, dir string, m *harness.Cluster) (*Proxy, *measure.Target, error) {
+// Start starts bin in front of member m (replica 0), waits for it to write its
+// addresses and returns it with its target. It sends the member's admin token;
+// with impersonate, the gateway's own member token instead, naming the hub's
+// admin and its groups in impersonation headers, as the gateway does for the
+// gateway-alone target. dir receives the member CA,
+// the token, the proxy's ca.crt and addresses, and its log.
+func Start(ctx context.Context, bin, dir string, m *harness.Cluster, impersonate bool) (*Proxy, *measure.Target, error) {
 	caFile := filepath.Join(dir, "upstream-ca.crt")
 	tokenFile := filepath.Join(dir, "token")
 	if err := os.WriteFile(caFile, m.CAData, 0o644); err != nil {
 		return nil, nil, err
 	}
-	if err := os.WriteFile(tokenFile, []byte(m.Tokens[harness.UserAdmin]), 0o600); err != nil {
+	token := m.Tokens[harness.UserAdmin]
+	if impersonate {
+		token = m.Tokens[harness.UserGateway]
+	}
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
 		return nil, nil, err
 	}
 	logPath := filepath.Join(dir, "floorproxy.log")
@@ -76,7 +82,11 @@ func Start(ctx context.Context, bin, dir string, m *harness.Cluster) (*Proxy, *m
 		return nil, nil, err
 	}
 	defer lf.Close() // the child has its own descriptor
-	cmd := exec.Command(bin, "-upstream", m.Servers[0].URL, "-upstream-ca", caFile, "-token-file", tokenFile, "-dir", dir)
+	args := []string{"-upstream", m.Servers[0].URL, "-upstream-ca", caFile, "-token-file", tokenFile, "-dir", dir}
+	if impersonate {
+		args = append(args, "-impersonate-user", harness.UserAdmin, "-impersonate-groups", strings.Join(harness.AdminGroups(), ","))
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	// Own process group (a ^C goes to the bench, which stops it), killed if
 	// the bench dies without stopping it, as the harness does.

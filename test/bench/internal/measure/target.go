@@ -78,7 +78,7 @@ func Targets(env *harness.Env, member string, timeout time.Duration) (direct, ga
 	gateway = &Target{Key: "gateway", Label: "gateway alone", Base: env.GatewayURL + harness.ProxyPath(member), Client: gc,
 		// What the hub's aggregator sends for admin (groups as the hub
 		// authenticated them), next to its front-proxy client certificate.
-		Header: http.Header{"X-Remote-User": {harness.UserAdmin}, "X-Remote-Group": {"system:masters", "system:authenticated"}}}
+		Header: harness.AdminFrontProxyHeader()}
 	hub = &Target{Key: "hub", Label: "hub + gateway", Base: env.Hub.Servers[0].URL + harness.ProxyPath(member), Client: hc,
 		Header: http.Header{"Authorization": {"Bearer " + env.Hub.Tokens[harness.UserAdmin]}}}
 	return direct, gateway, hub, nil
@@ -115,7 +115,7 @@ func TunnelTarget(env *harness.Env, cluster string, timeout time.Duration) (*Tar
 		return nil, err
 	}
 	return &Target{Key: TunnelKey, Label: "gateway via konnectivity", Base: env.GatewayURL + harness.ProxyPath(cluster), Client: c,
-		Header: http.Header{"X-Remote-User": {harness.UserAdmin}, "X-Remote-Group": {"system:masters", "system:authenticated"}}}, nil
+		Header: harness.AdminFrontProxyHeader()}, nil
 }
 
 // TunnelKey is the Key of TunnelTarget.
