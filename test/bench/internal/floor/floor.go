@@ -61,8 +61,8 @@ func (f *Proxy) PID() int { return f.cmd.Process.Pid }
 // addresses and returns it with its target. It sends the member's admin token;
 // with impersonate, the gateway's own member token instead, naming the hub's
 // admin and its groups in impersonation headers, as the gateway does for the
-// gateway-alone target. dir receives the member CA,
-// the token, the proxy's ca.crt and addresses, and its log.
+// gateway-alone target. dir receives the member CA, the token, the proxy's
+// ca.crt and addresses, and its log.
 func Start(ctx context.Context, bin, dir string, m *harness.Cluster, impersonate bool) (*Proxy, *measure.Target, error) {
 	caFile := filepath.Join(dir, "upstream-ca.crt")
 	tokenFile := filepath.Join(dir, "token")
