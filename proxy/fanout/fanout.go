@@ -7,8 +7,8 @@
 // stream under composite resourceVersions, see serveWatch) and discovery
 // (from one member); other verbs get a Status saying so.
 //
-// Each member is asked through the same entry point as a request naming it
-// (CONNECT admission, lookup, forward.Forwarder), so dispatch policies, flow
+// Each member is asked through the same entry as a request naming it
+// (proxy/handler: CONNECT admission, lookup, forward.Forwarder), so dispatch policies, flow
 // control, impersonation, retries and metrics apply per member as for any
 // request.
 package fanout
@@ -67,8 +67,7 @@ const (
 )
 
 // MemberFunc serves one request for one member cluster, as a request naming
-// that cluster is served (chain.ProxyFunc; upstreamcluster.ProxyHandler's
-// ServeProxy).
+// that cluster is served (the data plane's entry, proxy/handler).
 type MemberFunc func(w http.ResponseWriter, req *http.Request, name, path string)
 
 // Lister lists UpstreamClusters; the registry's store is one.
@@ -102,18 +101,6 @@ type Handler struct {
 // subdomain) cannot. It does not allocate: every proxied request asks.
 func IsFanOut(name string) bool {
 	return name == "*" || strings.ContainsAny(name, "=!,() ")
-}
-
-// Wrap returns a MemberFunc that serves fan-out names with h and every other
-// name with single, unchanged.
-func (h *Handler) Wrap(single MemberFunc) MemberFunc {
-	return func(w http.ResponseWriter, req *http.Request, name, path string) {
-		if !IsFanOut(name) {
-			single(w, req, name, path)
-			return
-		}
-		h.Serve(w, req, name, path)
-	}
 }
 
 // Serve serves a request whose name segment selects many clusters.

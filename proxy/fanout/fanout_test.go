@@ -119,9 +119,10 @@ func do(h *Handler, name, path, query string, header http.Header) *httptest.Resp
 	req = req.WithContext(genericrequest.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
 	rec := httptest.NewRecorder()
 	genericapifilters.WithWarningRecorder(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.Wrap(func(http.ResponseWriter, *http.Request, string, string) {
-			panic("a fan-out name reached the single-cluster path")
-		})(w, r, name, path)
+		if !IsFanOut(name) {
+			panic("a single-cluster name given to the fan-out")
+		}
+		h.Serve(w, r, name, path)
 	})).ServeHTTP(rec, req)
 	return rec
 }

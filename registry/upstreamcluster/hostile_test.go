@@ -39,6 +39,9 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/cluster/clustertest"
 	"github.com/kubewharf/kube-gateway/proxy/clusterset"
+	"github.com/kubewharf/kube-gateway/proxy/forward"
+	"github.com/kubewharf/kube-gateway/proxy/handler"
+	"github.com/kubewharf/kube-gateway/proxy/metrics"
 	gatewayopenapi "github.com/kubewharf/kube-gateway/registry/upstreamcluster/openapi"
 )
 
@@ -125,7 +128,8 @@ func (h *hostileClusters) Lookup(name string) (*cluster.Cluster, error) {
 
 // hostileGateway is a real k8s.io/apiserver generic server, built like the
 // binary's (proxy paths on the short chain of proxy/chain, everything else on
-// DefaultBuildHandlerChain), serving upstreamclusters/proxy with the real ProxyREST.
+// DefaultBuildHandlerChain), serving upstreamclusters/proxy with the data
+// plane's entry (proxy/handler) and ProxyREST installed as the binary does.
 type hostileGateway struct {
 	*httptest.Server
 	cluster  *cluster.Cluster
@@ -166,10 +170,9 @@ func newHostileGateway(t *testing.T, member *hostileSink) *hostileGateway {
 	cfg.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(gatewayopenapi.GetOpenAPIDefinitions, namer)
 	cfg.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(gatewayopenapi.GetOpenAPIDefinitions, namer)
 	cfg.LongRunningFunc = genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch"), sets.NewString("proxy"))
-	proxyREST := NewProxyREST(g.clusters, hostileObjects{}, testForwarder)
-	proxyHandler := NewProxyHandler(proxyREST, nil, nil, scheme, codecs)
+	proxy := handler.New(handler.Config{Clusters: g.clusters, Objects: hostileObjects{}, Forwarder: forward.NewForwarder(metrics.New()), Scheme: scheme, Serializer: codecs})
 	cfg.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
-		return chain.New(genericapiserver.DefaultBuildHandlerChain(apiHandler, c), proxyHandler.ServeProxy, c, chain.Options{})
+		return chain.New(genericapiserver.DefaultBuildHandlerChain(apiHandler, c), proxy.Serve, c, chain.Options{})
 	}
 	s, err := cfg.Complete(nil).New("kube-gateway-hostile-test", genericapiserver.NewEmptyDelegate())
 	if err != nil {
@@ -178,7 +181,7 @@ func newHostileGateway(t *testing.T, member *hostileSink) *hostileGateway {
 	info := genericapiserver.NewDefaultAPIGroupInfo(gatewayv1alpha1.GroupName, scheme, runtime.NewParameterCodec(scheme), codecs)
 	info.VersionedResourcesStorageMap[gatewayv1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"upstreamclusters":       hostileObjects{},
-		"upstreamclusters/proxy": proxyREST,
+		"upstreamclusters/proxy": ProxyREST{},
 	}
 	if err := s.InstallAPIGroup(&info); err != nil {
 		t.Fatalf("InstallAPIGroup: %v", err)
@@ -235,7 +238,8 @@ const (
 // TestHostileProxyPaths sends each hostile sub-path form, byte for byte, through
 // a real k8s.io/apiserver handler chain (request info, authentication,
 // authorization, chain.Split that finds the sub-path as the generic Connect
-// handler would, ProxyHandler, ProxyREST, forward).
+// handler would, proxy/handler, forward); a path that took the generic chain
+// to ProxyREST.Connect would get a 500.
 // Each either is refused before anything is sent, or reaches the configured
 // member endpoint only, with the member's Host, at a path under the member's
 // root without dot or empty segments. The cluster looked up is always the one

@@ -25,6 +25,7 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/fanout"
 	"github.com/kubewharf/kube-gateway/proxy/flowcontrol"
 	"github.com/kubewharf/kube-gateway/proxy/forward"
+	"github.com/kubewharf/kube-gateway/proxy/handler"
 	"github.com/kubewharf/kube-gateway/proxy/frontproxy"
 	"github.com/kubewharf/kube-gateway/proxy/longrunning"
 	"github.com/kubewharf/kube-gateway/proxy/metrics"
@@ -76,7 +77,7 @@ type ExtraConfig struct {
 	FanOutListMemory *fanout.ListMemory
 	// ConnectAdmissionPlugins are the enabled admission plugins whose
 	// configuration objects decide whether CONNECT admission can refuse a proxy
-	// request (upstreamcluster.ConnectAdmissionGate); nil: always run it.
+	// request (handler.ConnectAdmissionGate); nil: always run it.
 	ConnectAdmissionPlugins []string
 }
 
@@ -177,21 +178,27 @@ func (c CompletedConfig) New() (*Server, error) {
 		// to the hub, with its cache.
 		forwarder.Authorizer = c.generic.Authorization.Authorizer
 	}
-	proxyREST := upstreamcluster.NewProxyREST(controller, storage.UpstreamCluster, forwarder)
-	// Proxy requests take a short handler chain of their own (proxy/chain);
-	// the generic chain serves everything else. The entry decision is in
-	// front of both.
-	var admissionGate *upstreamcluster.ConnectAdmissionGate
+	// Proxy requests take a short handler chain of their own (proxy/chain)
+	// into the data plane's entry (proxy/handler); the generic chain serves
+	// everything else. The entry decision is in front of both.
+	var admissionGate *handler.ConnectAdmissionGate
 	if c.extra.ConnectAdmissionPlugins != nil {
-		admissionGate = upstreamcluster.NewConnectAdmissionGate(c.generic.SharedInformerFactory, c.extra.ConnectAdmissionPlugins)
+		admissionGate = handler.NewConnectAdmissionGate(c.generic.SharedInformerFactory, c.extra.ConnectAdmissionPlugins)
 	}
-	proxyHandler := upstreamcluster.NewProxyHandler(proxyREST, c.generic.AdmissionControl, admissionGate, c.extra.Scheme, c.extra.Codecs)
 	c.generic.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
-		// "*" and label selectors in the name segment fan out (proxy/fanout).
-		fan := &fanout.Handler{Member: proxyHandler.ServeProxy, Clusters: storage.UpstreamCluster, Authorizer: gc.Authorization.Authorizer, Serializer: c.extra.Codecs,
-			Parallel: c.extra.FanOutParallel, MemberTimeout: c.extra.FanOutMemberTimeout, ListMemory: listMemory}
-		serve := chain.ProxyFunc(fan.Wrap(proxyHandler.ServeProxy))
-		return chain.New(genericapiserver.DefaultBuildHandlerChain(apiHandler, gc), serve, gc, chain.Options{Tracing: c.extra.Tracing, Entry: c.extra.Entry})
+		proxy := handler.New(handler.Config{
+			Clusters:      controller,
+			Objects:       storage.UpstreamCluster,
+			Forwarder:     forwarder,
+			Admission:     c.generic.AdmissionControl,
+			AdmissionGate: admissionGate,
+			Scheme:        c.extra.Scheme,
+			Serializer:    c.extra.Codecs,
+			// "*" and label selectors in the name segment fan out.
+			FanOut: &fanout.Handler{Clusters: storage.UpstreamCluster, Authorizer: gc.Authorization.Authorizer, Serializer: c.extra.Codecs,
+				Parallel: c.extra.FanOutParallel, MemberTimeout: c.extra.FanOutMemberTimeout, ListMemory: listMemory},
+		})
+		return chain.New(genericapiserver.DefaultBuildHandlerChain(apiHandler, gc), proxy.Serve, gc, chain.Options{Tracing: c.extra.Tracing, Entry: c.extra.Entry})
 	}
 	generic, err := c.generic.New("kube-gateway", genericapiserver.NewEmptyDelegate())
 	if err != nil {
@@ -202,7 +209,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	apiGroupInfo.VersionedResourcesStorageMap[gatewayv1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"upstreamclusters":        storage.UpstreamCluster,
 		"upstreamclusters/status": storage.Status,
-		"upstreamclusters/proxy":  proxyREST,
+		"upstreamclusters/proxy":  upstreamcluster.ProxyREST{},
 	}
 	if err := generic.InstallAPIGroup(&apiGroupInfo); err != nil {
 		return nil, err

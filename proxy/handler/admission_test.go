@@ -1,4 +1,4 @@
-package upstreamcluster
+package handler
 
 import (
 	"context"
@@ -18,6 +18,8 @@ import (
 	genericrequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 )
 
 var connectPlugins = []string{"NamespaceLifecycle", "MutatingAdmissionPolicy", "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook"}
@@ -77,20 +79,20 @@ type gateFunc func() bool
 func (g gateFunc) Needed() bool { return g() }
 
 // With the gate closed, the handler does not ask admission at all.
-func TestProxyHandlerSkipsAdmissionWhenNothingCanRefuse(t *testing.T) {
+func TestSkipsAdmissionWhenNothingCanRefuse(t *testing.T) {
 	scheme := runtime.NewScheme()
-	if err := AddToScheme(scheme); err != nil {
+	if err := gatewayv1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
 	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
 	for _, needed := range []bool{false, true} {
 		admit := &denyConnect{deny: "member-a"}
-		h := NewProxyHandler(NewProxyREST(&fakeClusters{err: errors.New("not compiled")}, &fakeGetter{}, testForwarder), admit, nil, scheme, serializer.NewCodecFactory(scheme))
+		h := New(Config{Clusters: &fakeClusters{err: errors.New("not compiled")}, Objects: &fakeGetter{}, Forwarder: testForwarder, Admission: admit, Scheme: scheme, Serializer: serializer.NewCodecFactory(scheme)})
 		h.gate = gateFunc(func() bool { return needed })
 		req := httptest.NewRequest(http.MethodGet, "/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/member-a/proxy/api", nil)
 		req = req.WithContext(genericrequest.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
 		rec := httptest.NewRecorder()
-		h.ServeProxy(rec, req, "member-a", "/api")
+		h.Serve(rec, req, "member-a", "/api")
 		if asked := len(admit.attrs) == 1; asked != needed {
 			t.Errorf("gate says needed=%v: admission asked %d times", needed, len(admit.attrs))
 		}

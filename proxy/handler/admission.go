@@ -1,16 +1,46 @@
-package upstreamcluster
+package handler
 
 import (
+	"context"
 	"sync/atomic"
 
+	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 	mutatingwebhook "k8s.io/apiserver/pkg/admission/plugin/webhook/mutating"
 	validatingwebhook "k8s.io/apiserver/pkg/admission/plugin/webhook/validating"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 )
+
+var (
+	proxyOptionsKind = gatewayv1alpha1.SchemeGroupVersion.WithKind("UpstreamClusterProxyOptions")
+	clustersResource = gatewayv1alpha1.SchemeGroupVersion.WithResource("upstreamclusters")
+)
+
+// admitConnect runs CONNECT admission as the generic Connect handler does, so
+// that admission webhooks and policies on upstreamclusters/proxy apply.
+func (h *Handler) admitConnect(ctx context.Context, name, path string) error {
+	if h.admit == nil || !h.admit.Handles(admission.Connect) || (h.gate != nil && !h.gate.Needed()) {
+		return nil
+	}
+	u, _ := genericapirequest.UserFrom(ctx)
+	attrs := admission.NewAttributesRecord(&gatewayv1alpha1.UpstreamClusterProxyOptions{Path: path}, nil, proxyOptionsKind,
+		"", name, clustersResource, "proxy", admission.Connect, nil, false, u)
+	if m, ok := h.admit.(admission.MutationInterface); ok {
+		if err := m.Admit(ctx, attrs, h.interfaces); err != nil {
+			return err
+		}
+	}
+	if v, ok := h.admit.(admission.ValidationInterface); ok {
+		return v.Validate(ctx, attrs, h.interfaces)
+	}
+	return nil
+}
 
 // ConnectAdmissionGate tells whether CONNECT admission could refuse a proxy
 // request at all. Of the admission plugins an aggregated apiserver has, only
