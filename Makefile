@@ -10,7 +10,7 @@ export KUBE_GATEWAY_BIN_DIR := $(BIN)
 # chart checks (which need helm from `make tools`).
 UNIT_PKGS = $$(go list ./... | grep -v -e /test/e2e -e /test/harness -e /test/chart)
 
-.PHONY: all build tools test test-unit test-chart test-e2e bench bench-scale bench-exec soak fuzz verify update-codegen local-up local-down clean image image-names
+.PHONY: all build tools test-deps test test-unit test-chart test-e2e bench bench-scale bench-exec soak fuzz verify update-codegen local-up local-down clean image image-names
 
 # Images of `make image`; the tag is the chart's appVersion, so that the chart's
 # default image.repository/tag (and etcd.bundled.image) name exactly these.
@@ -29,6 +29,10 @@ build:
 tools:
 	hack/build-tools.sh
 
+## test-deps: tinyproxy, Dante and ip for the end-to-end suite, from Debian's packages when missing (needs root or sudo to install)
+test-deps:
+	hack/test-deps.sh
+
 ## test: verification, unit tests, the chart checks, then the end-to-end suite on real apiservers
 test: verify test-unit test-chart test-e2e
 
@@ -41,7 +45,7 @@ test-unit:
 test-chart: tools
 	go test -count=1 -v ./test/chart/...
 
-test-e2e: build tools
+test-e2e: build tools test-deps
 	go test -count=1 -timeout 45m -v ./test/harness/... ./test/e2e/...
 
 ## bench: direct vs gateway vs hub+gateway on real apiservers; a report (docs/benchmark.md), not a test

@@ -28,7 +28,7 @@ type ForwardProxy struct {
 func (e *Env) StartTinyproxy(ctx context.Context, name, user, password string) (*ForwardProxy, error) {
 	bin, err := exec.LookPath("tinyproxy")
 	if err != nil {
-		return nil, fmt.Errorf("tinyproxy is needed: install the tinyproxy package (see .ci/run): %w", err)
+		return nil, fmt.Errorf("tinyproxy is needed: install the tinyproxy package (make test-deps): %w", err)
 	}
 	return e.startForwardProxy(ctx, name, "http", func(port int) (string, []string) {
 		conf := fmt.Sprintf("Port %d\nListen 127.0.0.1\nAllow 127.0.0.1\nTimeout 600\nMaxClients 100\nLogLevel Connect\n", port)
@@ -46,7 +46,7 @@ func (e *Env) StartTinyproxy(ctx context.Context, name, user, password string) (
 func (e *Env) StartDante(ctx context.Context, name string) (*ForwardProxy, error) {
 	bin, err := exec.LookPath("danted")
 	if err != nil {
-		return nil, fmt.Errorf("danted is needed: install the dante-server package (see .ci/run): %w", err)
+		return nil, fmt.Errorf("danted is needed: install the dante-server package (make test-deps): %w", err)
 	}
 	return e.startForwardProxy(ctx, name, "socks5", func(port int) (string, []string) {
 		conf := fmt.Sprintf(`logoutput: stderr
