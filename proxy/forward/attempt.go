@@ -44,6 +44,8 @@ type attempt struct {
 	// response is the header of the client's response, set by the reverse
 	// proxy: what the gateway's chain set on it before the member answered.
 	response http.Header
+	// viaHub: see Request.ViaHub.
+	viaHub bool
 
 	failed      bool
 	deferred    error // a retryable error, not written yet

@@ -53,6 +53,9 @@ type Request struct {
 	User user.Info
 	// Errors receives errors that happen before the member answered.
 	Errors ErrorWriter
+	// ViaHub: the hub's front proxy passes the response on and sets its own
+	// Audit-ID and Cache-Control on it, so the member's are dropped.
+	ViaHub bool
 }
 
 // Forwarder carries proxied requests. It holds what outlives any one cluster
@@ -238,7 +241,7 @@ func (f *Forwarder) attempts(w *statusRecorder, req *http.Request, r Request, ro
 			f.Metrics.Retried(r.Cluster.Name, failed.URL.String())
 		}
 		last = &attempt{cluster: r.Cluster, endpoint: endpoint, transports: r.Cluster.Transports(endpoint),
-			path: r.Path, rawQuery: r.RawQuery, identity: identity, errors: r.Errors, retryable: retryable && n == 0}
+			path: r.Path, rawQuery: r.RawQuery, identity: identity, errors: r.Errors, retryable: retryable && n == 0, viaHub: r.ViaHub}
 		if !attrs.LongRunning && !upgrade {
 			last.headerTimeout = f.ResponseHeaderTimeout
 		}

@@ -154,16 +154,21 @@ var (
 
 // modifyResponse refuses a redirect of the member, and keeps the client's
 // response from naming Cache-Control, or the same Audit-ID, twice: the reverse
-// proxy adds the member's headers to those the gateway's chain already set.
+// proxy adds the member's headers to those the gateway's chain already set,
+// and the hub's front proxy adds them to its own (see Request.ViaHub).
 // The member's Cache-Control replaces the gateway's; an Audit-ID is the same
 // when the client sent one (the hub sends its own), which the gateway passes
 // on. The gateway does not pass on an ID it made itself: a new header value
 // on every request would churn the HPACK table of the member connection that
-// all requests share (about 5 µs per request in BenchmarkServe), so the
-// client then gets both IDs, the gateway's and the member's.
+// all requests share (docs/benchmark.md), so a client of the gateway alone
+// that sent no ID gets both, the gateway's and the member's.
 func modifyResponse(resp *http.Response) error {
 	refuseRedirect(resp)
 	a := attemptFrom(resp.Request.Context())
+	if a.viaHub {
+		DropHubHeaders(resp.Header)
+		return nil
+	}
 	if _, ok := resp.Header[cacheControlHeader]; ok {
 		delete(a.response, cacheControlHeader)
 	}
@@ -171,6 +176,14 @@ func modifyResponse(resp *http.Response) error {
 		delete(a.response, auditIDHeader)
 	}
 	return nil
+}
+
+// DropHubHeaders removes from h, the header of a response that the hub's
+// front proxy passes on, what the hub sets on its own response: a second
+// copy would reach the client.
+func DropHubHeaders(h http.Header) {
+	delete(h, cacheControlHeader)
+	delete(h, auditIDHeader)
 }
 
 // refuseRedirect replaces a redirect of the member by a 502: following it, or

@@ -115,6 +115,14 @@ func (v *Verifier) FromFrontProxy(req *http.Request) bool {
 	return false
 }
 
+// Trusted tells whether req came over a connection that presented a verified
+// front-proxy client certificate: it is the hub's front proxy that sends req
+// and passes its response on. Unlike FromFrontProxy it still holds after
+// authentication cleared the username headers. A nil Verifier says false.
+func (v *Verifier) Trusted(req *http.Request) bool {
+	return v != nil && v.v.trusted(req)
+}
+
 // Loaded returns an error until the request-header CA bundle is loaded. The
 // bundle kept in the hub's kube-system/extension-apiserver-authentication
 // ConfigMap arrives with that ConfigMap's informer, after the server starts

@@ -51,6 +51,9 @@ type Config struct {
 	// Status objects in the encoding the client asked for.
 	Scheme     *runtime.Scheme
 	Serializer runtime.NegotiatedSerializer
+	// ViaHub tells whether the hub's front proxy sends a request and passes
+	// its response on (frontproxy.Verifier.Trusted); nil: never.
+	ViaHub func(*http.Request) bool
 	// FanOut serves names that select many clusters; its Member is set by
 	// New. Nil: such names are looked up like any other (and not found).
 	FanOut *fanout.Handler
@@ -66,12 +69,13 @@ type Handler struct {
 	gate       interface{ Needed() bool }
 	interfaces admission.ObjectInterfaces
 	serializer runtime.NegotiatedSerializer
+	viaHub     func(*http.Request) bool
 	fanOut     *fanout.Handler
 }
 
 // New returns the entry of the data plane.
 func New(c Config) *Handler {
-	h := &Handler{clusters: c.Clusters, objects: c.Objects, forwarder: c.Forwarder, serializer: c.Serializer, fanOut: c.FanOut}
+	h := &Handler{clusters: c.Clusters, objects: c.Objects, forwarder: c.Forwarder, serializer: c.Serializer, viaHub: c.ViaHub, fanOut: c.FanOut}
 	if c.Admission != nil {
 		h.admit = admission.WithAudit(c.Admission)
 		h.interfaces = admission.NewObjectInterfacesFromScheme(c.Scheme)
@@ -89,6 +93,9 @@ func New(c Config) *Handler {
 // path ("/" at least); it implements chain.ProxyFunc.
 func (h *Handler) Serve(w http.ResponseWriter, req *http.Request, name, path string) {
 	if h.fanOut != nil && fanout.IsFanOut(name) {
+		if h.viaHub != nil && h.viaHub(req) {
+			forward.DropHubHeaders(w.Header()) // as serveMember does
+		}
 		h.fanOut.Serve(w, req, name, path)
 		return
 	}
@@ -98,6 +105,12 @@ func (h *Handler) Serve(w http.ResponseWriter, req *http.Request, name, path str
 // serveMember serves a request for the one member cluster name: a request
 // that names it, or the fan-out's request to it.
 func (h *Handler) serveMember(w http.ResponseWriter, req *http.Request, name, path string) {
+	// The hub sets Audit-ID and Cache-Control on the response it passes on:
+	// the gateway's chain set them too, and the member sends its own.
+	viaHub := h.viaHub != nil && h.viaHub(req)
+	if viaHub {
+		forward.DropHubHeaders(w.Header())
+	}
 	errs := &statusWriter{w: w, req: req, serializer: h.serializer}
 	if err := h.admitConnect(req.Context(), name, path); err != nil {
 		errs.Error(err)
@@ -115,6 +128,7 @@ func (h *Handler) serveMember(w http.ResponseWriter, req *http.Request, name, pa
 		RawQuery: req.URL.RawQuery,
 		User:     u,
 		Errors:   errs,
+		ViaHub:   viaHub,
 	})
 }
 

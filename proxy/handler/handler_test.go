@@ -281,3 +281,54 @@ func TestAdmitsConnect(t *testing.T) {
 			a.GetOperation(), a.GetName(), a.GetResource(), a.GetSubresource(), a.GetKind(), a.GetUserInfo(), a.GetObject())
 	}
 }
+
+// TestHubHeadersOnce: a response the hub passes on carries neither the
+// gateway's nor the member's Audit-ID and Cache-Control (the hub sets its
+// own); a client of the gateway alone gets one of each.
+func TestHubHeadersOnce(t *testing.T) {
+	const id = "4f6c0b1e-audit"
+	member := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Audit-Id", r.Header.Get("Audit-Id"))
+		w.Header().Set("Cache-Control", "no-cache, private")
+		if r.URL.Path == "/missing" {
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	defer member.Close()
+	c := clustertest.Compile(t, "member-a", "gw-token", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: member.Certificate().Raw}), nil, member.URL)
+	scheme := runtime.NewScheme()
+	if err := gatewayv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
+
+	for _, viaHub := range []bool{true, false} {
+		for _, path := range []string{"/api", "/missing"} {
+			for _, cluster := range []string{"member-a", "unknown"} {
+				clusters := &fakeClusters{c: c}
+				if cluster == "unknown" {
+					clusters = &fakeClusters{err: errors.New("not compiled")} // an error the gateway writes
+				}
+				h := New(Config{Clusters: clusters, Objects: &fakeGetter{}, Forwarder: testForwarder, Serializer: serializer.NewCodecFactory(scheme),
+					ViaHub: func(*http.Request) bool { return viaHub }})
+				req := httptest.NewRequest(http.MethodGet, "/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/"+cluster+"/proxy"+path, nil)
+				req.Header.Set("Audit-Id", id)
+				req = req.WithContext(genericrequest.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
+				rec := httptest.NewRecorder()
+				// What the short chain sets before the handler runs.
+				rec.Header().Set("Audit-Id", id)
+				rec.Header().Set("Cache-Control", "no-cache, private")
+				h.Serve(rec, req, cluster, path)
+
+				want := 1
+				if viaHub {
+					want = 0
+				}
+				ids, cc := rec.Header().Values("Audit-Id"), rec.Header().Values("Cache-Control")
+				if len(ids) != want || len(cc) != want {
+					t.Errorf("via hub %v, %s%s (%d): Audit-Id %q, Cache-Control %q; want %d of each", viaHub, cluster, path, rec.Code, ids, cc, want)
+				}
+			}
+		}
+	}
+}

@@ -194,6 +194,7 @@ func (c CompletedConfig) New() (*Server, error) {
 			AdmissionGate: admissionGate,
 			Scheme:        c.extra.Scheme,
 			Serializer:    c.extra.Codecs,
+			ViaHub:        c.extra.FrontProxy.Trusted,
 			// "*" and label selectors in the name segment fan out.
 			FanOut: &fanout.Handler{Clusters: storage.UpstreamCluster, Authorizer: gc.Authorization.Authorizer, Serializer: c.extra.Codecs,
 				Parallel: c.extra.FanOutParallel, MemberTimeout: c.extra.FanOutMemberTimeout, ListMemory: listMemory},
