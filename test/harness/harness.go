@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -492,7 +493,27 @@ func (e *Env) writeKubeconfigs() error {
 			}
 		}
 	}
-	return nil
+	return e.writeMergedKubeconfig()
+}
+
+// MergedKubeconfig is the path of one kubeconfig with every context of the
+// environment's kubeconfigs, the hub's admin current: tools that need the hub
+// (kube-gateway kubeconfig, join, kubectl gateway) work without --context.
+func (e *Env) MergedKubeconfig() string { return filepath.Join(e.WorkDir, "kubeconfig") }
+
+func (e *Env) writeMergedKubeconfig() error {
+	merged := clientcmdapi.NewConfig()
+	for _, path := range kubeconfigNames(e) {
+		cfg, err := clientcmd.LoadFromFile(path)
+		if err != nil {
+			return err
+		}
+		maps.Copy(merged.Clusters, cfg.Clusters)
+		maps.Copy(merged.AuthInfos, cfg.AuthInfos)
+		maps.Copy(merged.Contexts, cfg.Contexts)
+	}
+	merged.CurrentContext = "hub"
+	return clientcmd.WriteToFile(*merged, e.MergedKubeconfig())
 }
 
 // --- locating binaries ---

@@ -58,6 +58,19 @@ func TestKubeconfigsMergeSafely(t *testing.T) {
 			}
 		}
 	}
+	// The merged kubeconfig local-up prints: every context as alone, the hub
+	// current.
+	for context, f := range contexts {
+		if context == UserGateway+"@hub" {
+			continue // the gateway's own identity is not merged
+		}
+		if got, alone := resolve([]string{e.MergedKubeconfig()}, context), resolve([]string{f}, context); got != alone {
+			t.Errorf("context %q of the merged kubeconfig resolves to %+v, alone (%s) to %+v", context, got, f, alone)
+		}
+	}
+	if got := resolve([]string{e.MergedKubeconfig()}, ""); got != (resolved{"https://hub.test", "hub-admin"}) {
+		t.Errorf("the merged kubeconfig's current context resolves to %+v, want the hub's admin", got)
+	}
 	// The names the docs use: --context hub, --context member-a.
 	for context, want := range map[string]resolved{
 		"hub":            {"https://hub.test", "hub-admin"},
