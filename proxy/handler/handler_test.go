@@ -25,7 +25,7 @@ import (
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/cluster/clustertest"
-	"github.com/kubewharf/kube-gateway/proxy/clusterset"
+	"github.com/kubewharf/kube-gateway/proxy/controller/clusterset"
 	"github.com/kubewharf/kube-gateway/proxy/forward"
 	"github.com/kubewharf/kube-gateway/proxy/metrics"
 )

@@ -38,7 +38,7 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/chain"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/cluster/clustertest"
-	"github.com/kubewharf/kube-gateway/proxy/clusterset"
+	"github.com/kubewharf/kube-gateway/proxy/controller/clusterset"
 	"github.com/kubewharf/kube-gateway/proxy/forward"
 	"github.com/kubewharf/kube-gateway/proxy/handler"
 	"github.com/kubewharf/kube-gateway/proxy/metrics"

@@ -26,8 +26,8 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
+	"github.com/kubewharf/kube-gateway/proxy/controller/served"
 	"github.com/kubewharf/kube-gateway/proxy/health"
-	"github.com/kubewharf/kube-gateway/proxy/served"
 	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
 
