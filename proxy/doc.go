@@ -1,11 +1,39 @@
-// Package proxy is the data plane of kube-gateway: everything between the proxy
-// subresource handler and a member apiserver. One package per stage:
+// Package proxy is the data plane of kube-gateway: everything between the
+// gateway's HTTP server and a member apiserver. It has no code of its own;
+// its packages are, in the order a proxied request meets them:
 //
-//   - clusters: watches UpstreamClusters and their Secrets, compiles each into an
-//     immutable cluster.Cluster and swaps it in atomically;
-//   - cluster: a compiled member cluster (endpoints, transports, identity policy);
-//   - transport: pooled transports toward a member, with the gateway's credential;
-//   - impersonate: the hub identity turned into impersonation headers, inbound
+//   - chain: the entry decision (the gateway's API only through the hub's
+//     front proxy, unless direct access) and the short handler chain of proxy
+//     paths (authentication, audit, impersonation, authorization);
+//   - frontproxy: verifies the hub's front-proxy certificate once per
+//     connection, for the entry decision and the authenticator;
+//   - handler: the data plane's entry: a name that selects many clusters goes
+//     to fanout, any other name is one member (CONNECT admission, the compiled
+//     cluster, forward);
+//   - fanout: one list or watch over many members, each asked through handler;
+//   - forward: carries one request to a member, running the stages below, and
+//     streams the answer back (attempts, retries, upgrades);
+//   - request: the inner request's attributes (verb, resource, namespace, ...);
+//   - dispatch: the first dispatch policy matching them;
+//   - longrunning: the per-user cap on open watches, streams and sessions;
+//   - flowcontrol: the policy's flow-control schema (exempt, max in-flight,
+//     token bucket);
+//   - balance: the server that takes the request (RoundRobin, Random,
+//     LeastRequest) among the healthy ones;
+//   - impersonate: the hub identity as impersonation headers, the client's
 //     credentials stripped;
-//   - forward: the per-request handler around UpgradeAwareHandler.
+//   - transport, konnectivity: pooled connections to a server, directly,
+//     through an egress proxy or through a konnectivity tunnel;
+//   - health: active probes and passive failure reports that decide which
+//     servers balance may pick;
+//   - cluster: a compiled UpstreamCluster, the immutable state all of the
+//     above read;
+//   - metrics: the Prometheus metrics of the data plane.
+//
+// Beside the requests, the controllers in proxy/controller keep that state:
+// clusterset compiles UpstreamClusters and their Secrets into clusters and
+// swaps them in; status writes what health observes into the objects' status
+// and Events; replicas counts live gateway replicas so that flow-control
+// limits are split among them; served checks dispatch rules against what a
+// member serves.
 package proxy
