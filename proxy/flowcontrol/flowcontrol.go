@@ -104,7 +104,8 @@ type spec struct {
 	kind             Kind
 	max              int32 // KindMaxInflight
 	countLongRunning bool  // KindMaxInflight
-	qps, burst       int32 // KindTokenBucket
+	qpsMilli         int64 // KindTokenBucket: requests per 1,000 s
+	burst            int32 // KindTokenBucket
 	distinguisher    gatewayv1alpha1.FlowDistinguisher
 }
 
@@ -120,7 +121,7 @@ func compileSpec(in *gatewayv1alpha1.FlowControlSchema) spec {
 		sp.countLongRunning = in.MaxRequestsInflight.CountLongRunning
 	case in.TokenBucket != nil:
 		sp.kind = KindTokenBucket
-		sp.qps = in.TokenBucket.QPS
+		sp.qpsMilli = in.TokenBucket.QPS.MilliValue()
 		sp.burst = in.TokenBucket.Burst
 	default:
 		sp.kind = KindExempt
@@ -265,7 +266,7 @@ type flow struct {
 
 func (s *Schema) newFlow() *flow {
 	f := &flow{}
-	if s.spec.kind == KindTokenBucket && s.spec.qps > 0 && s.spec.burst > 0 {
+	if s.spec.kind == KindTokenBucket && s.spec.qpsMilli > 0 && s.spec.burst > 0 {
 		n := s.share.Replicas()
 		qps, burst := s.bucketShare(n)
 		f.bucket = rate.NewLimiter(qps, burst)
@@ -277,7 +278,7 @@ func (s *Schema) newFlow() *flow {
 // bucketShare is the rate and burst of one of n replicas: qps/n (exact, rates
 // need not be whole) and burst/n, at least 1 so that every replica admits.
 func (s *Schema) bucketShare(n int32) (rate.Limit, int) {
-	return rate.Limit(float64(s.spec.qps) / float64(n)), int(max(1, s.spec.burst/n))
+	return rate.Limit(float64(s.spec.qpsMilli) / 1000 / float64(n)), int(max(1, s.spec.burst/n))
 }
 
 // inflightShare is the in-flight cap of one of n replicas: max/n, at least 1;

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	testclock "k8s.io/utils/clock/testing"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
@@ -24,7 +25,7 @@ func inflight(name string, max int32, countLongRunning bool) gatewayv1alpha1.Flo
 }
 
 func bucket(name string, qps, burst int32) gatewayv1alpha1.FlowControlSchema {
-	return gatewayv1alpha1.FlowControlSchema{Name: name, TokenBucket: &gatewayv1alpha1.TokenBucketFlowControl{QPS: qps, Burst: burst}}
+	return gatewayv1alpha1.FlowControlSchema{Name: name, TokenBucket: &gatewayv1alpha1.TokenBucketFlowControl{QPS: *resource.NewQuantity(int64(qps), resource.DecimalSI), Burst: burst}}
 }
 
 func distinguished(s gatewayv1alpha1.FlowControlSchema, d gatewayv1alpha1.FlowDistinguisher) gatewayv1alpha1.FlowControlSchema {
@@ -155,6 +156,15 @@ func TestSchemaKinds(t *testing.T) {
 				after(500*time.Millisecond, no(short, time.Second)),
 				after(500*time.Millisecond, ok(short)), no(short, time.Second),
 				after(10*time.Second, ok(short)), ok(short), no(short, time.Second),
+			},
+		},
+		{
+			name: "token bucket qps 0.5: one request every two seconds", wantKind: KindTokenBucket,
+			schema: gatewayv1alpha1.FlowControlSchema{Name: "s", TokenBucket: &gatewayv1alpha1.TokenBucketFlowControl{QPS: resource.MustParse("500m"), Burst: 1}},
+			steps: []step{
+				ok(short), no(short, 2*time.Second),
+				after(time.Second, no(short, time.Second)),
+				after(time.Second, ok(short)), no(short, 2*time.Second),
 			},
 		},
 		{

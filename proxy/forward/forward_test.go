@@ -26,6 +26,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
@@ -957,7 +958,7 @@ func TestServeFlowControl(t *testing.T) {
 	m := newMember(t)
 	c := compile(t, m.caPEM, func(uc *gatewayv1alpha1.UpstreamCluster) {
 		uc.Spec.FlowControl = &gatewayv1alpha1.FlowControl{FlowControlSchemas: []gatewayv1alpha1.FlowControlSchema{
-			{Name: "one", TokenBucket: &gatewayv1alpha1.TokenBucketFlowControl{QPS: 1, Burst: 1}},
+			{Name: "one", TokenBucket: &gatewayv1alpha1.TokenBucketFlowControl{QPS: resource.MustParse("1"), Burst: 1}},
 		}}
 		uc.Spec.DispatchPolicies = []gatewayv1alpha1.DispatchPolicy{{
 			Name:                  "pods",

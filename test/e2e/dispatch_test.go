@@ -16,6 +16,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -176,7 +177,7 @@ var everything = []gatewayv1alpha1.DispatchPolicyRule{
 func TestTokenBucket(t *testing.T) {
 	uc := memberACluster("token-bucket")
 	uc.Spec.FlowControl = &gatewayv1alpha1.FlowControl{FlowControlSchemas: []gatewayv1alpha1.FlowControlSchema{
-		{Name: "five-per-second", TokenBucket: &gatewayv1alpha1.TokenBucketFlowControl{QPS: 5, Burst: 5}},
+		{Name: "five-per-second", TokenBucket: &gatewayv1alpha1.TokenBucketFlowControl{QPS: resource.MustParse("5"), Burst: 5}},
 	}}
 	// Resource requests only, so that waitUsable's /version does not spend tokens.
 	uc.Spec.DispatchPolicies = []gatewayv1alpha1.DispatchPolicy{{Rules: everything[:1], FlowControlSchemaName: "five-per-second"}}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
@@ -39,7 +40,7 @@ func TestLimitsSplitAcrossReplicas(t *testing.T) {
 
 	uc := memberACluster("split-limits")
 	tokenBucket := &gatewayv1alpha1.FlowControl{FlowControlSchemas: []gatewayv1alpha1.FlowControlSchema{
-		{Name: "twenty-per-second", TokenBucket: &gatewayv1alpha1.TokenBucketFlowControl{QPS: qps, Burst: burst}},
+		{Name: "twenty-per-second", TokenBucket: &gatewayv1alpha1.TokenBucketFlowControl{QPS: *resource.NewQuantity(int64(qps), resource.DecimalSI), Burst: burst}},
 	}}
 	policies := []gatewayv1alpha1.DispatchPolicy{{Rules: everything[:1], FlowControlSchemaName: "twenty-per-second"}}
 	uc.Spec.FlowControl, uc.Spec.DispatchPolicies = tokenBucket, policies

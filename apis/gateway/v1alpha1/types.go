@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -235,8 +236,9 @@ type MaxRequestsInflightFlowControl struct {
 
 // TokenBucketFlowControl bounds the request rate with a token bucket.
 type TokenBucketFlowControl struct {
-	// QPS is the sustained rate.
-	QPS int32 `json:"qps"`
+	// QPS is the sustained rate in requests per second: a whole number (50)
+	// or a fraction (0.5, or 500m: one request every two seconds).
+	QPS resource.Quantity `json:"qps"`
 	// Burst is the bucket size.
 	Burst int32 `json:"burst"`
 }

@@ -852,10 +852,8 @@ func schema_kube_gateway_apis_gateway_v1alpha1_TokenBucketFlowControl(ref common
 				Properties: map[string]spec.Schema{
 					"qps": {
 						SchemaProps: spec.SchemaProps{
-							Description: "QPS is the sustained rate.",
-							Default:     0,
-							Type:        []string{"integer"},
-							Format:      "int32",
+							Description: "QPS is the sustained rate in requests per second: a whole number (50) or a fraction (0.5, or 500m: one request every two seconds).",
+							Ref:         ref(resource.Quantity{}.OpenAPIModelName()),
 						},
 					},
 					"burst": {
@@ -870,6 +868,8 @@ func schema_kube_gateway_apis_gateway_v1alpha1_TokenBucketFlowControl(ref common
 				Required: []string{"qps", "burst"},
 			},
 		},
+		Dependencies: []string{
+			resource.Quantity{}.OpenAPIModelName()},
 	}
 }
 

@@ -306,8 +306,7 @@ var schemaYAML = typed.YAMLObject(`types:
       default: 0
     - name: qps
       type:
-        scalar: numeric
-      default: 0
+        namedType: io.k8s.apimachinery.pkg.api.resource.Quantity
 - name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamCluster
   map:
     fields:
@@ -391,6 +390,8 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
       default: ""
+- name: io.k8s.apimachinery.pkg.api.resource.Quantity
+  scalar: untyped
 - name: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
   map:
     fields:

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
@@ -42,7 +43,11 @@ func exempt(name string) gatewayv1alpha1.FlowControlSchema {
 }
 
 func bucket(name string, qps, burst int32) gatewayv1alpha1.FlowControlSchema {
-	return gatewayv1alpha1.FlowControlSchema{Name: name, TokenBucket: &gatewayv1alpha1.TokenBucketFlowControl{QPS: qps, Burst: burst}}
+	return gatewayv1alpha1.FlowControlSchema{Name: name, TokenBucket: &gatewayv1alpha1.TokenBucketFlowControl{QPS: *resource.NewQuantity(int64(qps), resource.DecimalSI), Burst: burst}}
+}
+
+func qpsBucket(name, qps string) gatewayv1alpha1.FlowControlSchema {
+	return gatewayv1alpha1.FlowControlSchema{Name: name, TokenBucket: &gatewayv1alpha1.TokenBucketFlowControl{QPS: resource.MustParse(qps), Burst: 1}}
 }
 
 func inflight(name string, max int32) gatewayv1alpha1.FlowControlSchema {
@@ -441,10 +446,19 @@ func TestValidateDispatchPolicies(t *testing.T) {
 		// flow-control schemas
 		{name: "every kind of schema", mutate: withSchemas(exempt("free"), bucket("list-pods", 50, 100), inflight("heavy", 10))},
 		{name: "burst below qps", mutate: withSchemas(bucket("b", 50, 1))},
+		{name: "a fraction of a request per second", mutate: withSchemas(qpsBucket("slow", "0.2"), qpsBucket("slower", "50m"))},
+		{
+			name:   "qps past the bound, or negative",
+			mutate: withSchemas(qpsBucket("a", "2M"), qpsBucket("b", "-0.5")),
+			want: []fieldErr{
+				{field.ErrorTypeInvalid, "spec.flowControl.flowControlSchemas[0].tokenBucket.qps"},
+				{field.ErrorTypeInvalid, "spec.flowControl.flowControlSchemas[1].tokenBucket.qps"},
+			},
+		},
 		{
 			name: "distinguishers",
 			mutate: withSchemas(
-				gatewayv1alpha1.FlowControlSchema{Name: "u", TokenBucket: &gatewayv1alpha1.TokenBucketFlowControl{QPS: 1, Burst: 1}, Distinguisher: gatewayv1alpha1.FlowDistinguisherUser},
+				gatewayv1alpha1.FlowControlSchema{Name: "u", TokenBucket: &gatewayv1alpha1.TokenBucketFlowControl{QPS: resource.MustParse("1"), Burst: 1}, Distinguisher: gatewayv1alpha1.FlowDistinguisherUser},
 				gatewayv1alpha1.FlowControlSchema{Name: "n", MaxRequestsInflight: &gatewayv1alpha1.MaxRequestsInflightFlowControl{Max: 1, CountLongRunning: true}, Distinguisher: gatewayv1alpha1.FlowDistinguisherNamespace},
 			),
 		},
@@ -470,11 +484,11 @@ func TestValidateDispatchPolicies(t *testing.T) {
 				Name:                "x",
 				Exempt:              &gatewayv1alpha1.ExemptFlowControl{},
 				MaxRequestsInflight: &gatewayv1alpha1.MaxRequestsInflightFlowControl{Max: 1},
-				TokenBucket:         &gatewayv1alpha1.TokenBucketFlowControl{QPS: 1, Burst: 1},
+				TokenBucket:         &gatewayv1alpha1.TokenBucketFlowControl{QPS: resource.MustParse("1"), Burst: 1},
 			}, gatewayv1alpha1.FlowControlSchema{
 				Name:                "y",
 				MaxRequestsInflight: &gatewayv1alpha1.MaxRequestsInflightFlowControl{Max: 1},
-				TokenBucket:         &gatewayv1alpha1.TokenBucketFlowControl{QPS: 1, Burst: 1},
+				TokenBucket:         &gatewayv1alpha1.TokenBucketFlowControl{QPS: resource.MustParse("1"), Burst: 1},
 			}),
 			want: []fieldErr{
 				{field.ErrorTypeForbidden, "spec.flowControl.flowControlSchemas[0].maxRequestsInflight"},
@@ -505,7 +519,7 @@ func TestValidateDispatchPolicies(t *testing.T) {
 		{
 			name: "distinguisher unknown, or on an exempt schema",
 			mutate: withSchemas(
-				gatewayv1alpha1.FlowControlSchema{Name: "a", TokenBucket: &gatewayv1alpha1.TokenBucketFlowControl{QPS: 1, Burst: 1}, Distinguisher: "user"},
+				gatewayv1alpha1.FlowControlSchema{Name: "a", TokenBucket: &gatewayv1alpha1.TokenBucketFlowControl{QPS: resource.MustParse("1"), Burst: 1}, Distinguisher: "user"},
 				gatewayv1alpha1.FlowControlSchema{Name: "b", Exempt: &gatewayv1alpha1.ExemptFlowControl{}, Distinguisher: gatewayv1alpha1.FlowDistinguisherUser},
 			),
 			want: []fieldErr{

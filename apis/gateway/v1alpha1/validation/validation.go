@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -312,6 +313,10 @@ func validateFlowControl(fc *gatewayv1alpha1.FlowControl, fldPath *field.Path) (
 	return allErrs, names
 }
 
+// maxQPS bounds a token bucket's rate, far above what one member serves, so
+// that its thousandths fit an int64.
+var maxQPS = resource.MustParse("1M")
+
 func validateFlowControlSchema(s *gatewayv1alpha1.FlowControlSchema, fldPath *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
 	var kinds []string // the limiter fields set, in declaration order
@@ -328,8 +333,11 @@ func validateFlowControlSchema(s *gatewayv1alpha1.FlowControlSchema, fldPath *fi
 	}
 	if tb := s.TokenBucket; tb != nil {
 		kinds = append(kinds, "tokenBucket")
-		if tb.QPS <= 0 {
-			allErrs = append(allErrs, field.Invalid(fldPath.Child("tokenBucket", "qps"), tb.QPS, "must be greater than zero"))
+		switch {
+		case tb.QPS.Sign() <= 0:
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("tokenBucket", "qps"), tb.QPS.String(), "must be greater than zero (a fraction such as 0.5 is one request every two seconds)"))
+		case tb.QPS.Cmp(maxQPS) > 0:
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("tokenBucket", "qps"), tb.QPS.String(), "must be at most "+maxQPS.String()))
 		}
 		if tb.Burst <= 0 {
 			allErrs = append(allErrs, field.Invalid(fldPath.Child("tokenBucket", "burst"), tb.Burst, "must be greater than zero: a bucket of size 0 admits nothing"))

@@ -18,13 +18,18 @@ limitations under the License.
 
 package v1alpha1
 
+import (
+	resource "k8s.io/apimachinery/pkg/api/resource"
+)
+
 // TokenBucketFlowControlApplyConfiguration represents a declarative configuration of the TokenBucketFlowControl type for use
 // with apply.
 //
 // TokenBucketFlowControl bounds the request rate with a token bucket.
 type TokenBucketFlowControlApplyConfiguration struct {
-	// QPS is the sustained rate.
-	QPS *int32 `json:"qps,omitempty"`
+	// QPS is the sustained rate in requests per second: a whole number (50)
+	// or a fraction (0.5, or 500m: one request every two seconds).
+	QPS *resource.Quantity `json:"qps,omitempty"`
 	// Burst is the bucket size.
 	Burst *int32 `json:"burst,omitempty"`
 }
@@ -38,7 +43,7 @@ func TokenBucketFlowControl() *TokenBucketFlowControlApplyConfiguration {
 // WithQPS sets the QPS field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the QPS field is set to the value of the last call.
-func (b *TokenBucketFlowControlApplyConfiguration) WithQPS(value int32) *TokenBucketFlowControlApplyConfiguration {
+func (b *TokenBucketFlowControlApplyConfiguration) WithQPS(value resource.Quantity) *TokenBucketFlowControlApplyConfiguration {
 	b.QPS = &value
 	return b
 }
