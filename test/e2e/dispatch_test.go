@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -432,4 +433,68 @@ func waitAudited(t *testing.T, id string) {
 		}
 		return nil
 	})
+}
+
+// The emergency brake of docs/dispatch.md pastes: its YAML, applied with
+// kubectl apply --server-side as the page says (to a cluster of this test's
+// own), puts the brake on; a fractional qps applies the same way.
+func TestEmergencyBrakeFromTheDocs(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	uc := memberACluster("brake-docs")
+	createCluster(t, uc)
+	waitUsable(t, uc.Name)
+
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join(root, "docs", "dispatch.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(page), "### Emergency brake")
+	_, block, ok := strings.Cut(section, "```yaml\n")
+	block, _, ok2 := strings.Cut(block, "```")
+	if !ok || !ok2 || !strings.Contains(block, "name: member-a\n") {
+		t.Fatalf("docs/dispatch.md: no YAML block naming member-a under \"Emergency brake\"")
+	}
+	apply := func(manifest string) {
+		t.Helper()
+		cmd := env.KubectlCmd(ctx, "hub-admin", "apply", "--server-side", "-f", "-")
+		cmd.Stdin = strings.NewReader(manifest)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("kubectl apply --server-side: %v: %s", err, out)
+		}
+	}
+	apply(strings.Replace(block, "name: member-a\n", "name: "+uc.Name+"\n", 1))
+	eventually(t, 10*time.Second, func(ctx context.Context) error {
+		if resp, _ := rawGet(ctx, t, harness.UserAdmin, uc.Name, "/api/v1/namespaces/alice/configmaps"); resp.StatusCode != http.StatusTooManyRequests {
+			return errorf("with the brake of the docs on: %s", resp.Status)
+		}
+		return nil
+	})
+
+	apply(sprintf(`apiVersion: gateway.kubewharf.io/v1alpha1
+kind: UpstreamCluster
+metadata:
+  name: %s
+spec:
+  flowControl:
+    flowControlSchemas:
+    - name: slow
+      tokenBucket: {qps: 0.2, burst: 1}
+`, uc.Name))
+	got, err := upstreamClusters(t).Get(ctx, uc.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slow *gatewayv1alpha1.TokenBucketFlowControl
+	for _, s := range got.Spec.FlowControl.FlowControlSchemas {
+		if s.Name == "slow" {
+			slow = s.TokenBucket
+		}
+	}
+	if slow == nil || slow.QPS.MilliValue() != 200 {
+		t.Errorf("qps 0.2 read back as %+v, want 200m", slow)
+	}
 }
