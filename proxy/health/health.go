@@ -32,7 +32,7 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/balance"
-	"github.com/kubewharf/kube-gateway/proxy/konnectivity"
+	"github.com/kubewharf/kube-gateway/proxy/failure"
 	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
 
@@ -71,8 +71,9 @@ const (
 )
 
 // ErrResponseTimedOut is what the error of a real request whose server sent no
-// response headers in time is (errors.Is), for ReportFailure.
-var ErrResponseTimedOut = errors.New("no response headers in time")
+// response headers in time is (errors.Is), for ReportFailure: a timeout
+// (failure.ErrTimedOut).
+var ErrResponseTimedOut = failure.ErrTimedOut
 
 // Config is a compiled spec.healthCheck.
 type Config struct {
@@ -363,19 +364,37 @@ func (c *Checker) ReportFailure(e *balance.Endpoint, err error) {
 	if s == nil {
 		return
 	}
-	msg, reason := "connection failed", ReasonConnectionFailed
+	msg := "connection failed"
 	if err != nil {
 		msg = transport.StripURL(err).Error()
-		switch {
-		case transport.IsProxyError(err):
-			reason = ReasonProxyFailed
-		case konnectivity.IsError(err):
-			reason = ReasonTunnelFailed
-		case errors.Is(err, ErrResponseTimedOut):
-			reason = ReasonResponseTimedOut
-		}
 	}
-	c.failure(s, reason, msg)
+	c.failure(s, passiveReason(failure.Of(err)), msg)
+}
+
+// passiveReason is the reason of a real request's failure of kind k.
+func passiveReason(k failure.Kind) string {
+	switch k {
+	case failure.Proxy:
+		return ReasonProxyFailed
+	case failure.Tunnel:
+		return ReasonTunnelFailed
+	case failure.Timeout:
+		return ReasonResponseTimedOut
+	}
+	return ReasonConnectionFailed
+}
+
+// probeReason is the reason of a probe's failure of kind k.
+func probeReason(k failure.Kind) string {
+	switch k {
+	case failure.Proxy:
+		return ReasonProxyFailed
+	case failure.Tunnel:
+		return ReasonTunnelFailed
+	case failure.Timeout:
+		return ReasonProbeTimedOut
+	}
+	return ReasonProbeFailed
 }
 
 // ReportSuccess records that a real request to e got a response: the failure
@@ -469,6 +488,7 @@ func (c *Checker) deliver() {
 type errTimedOut time.Duration
 
 func (e errTimedOut) Error() string { return fmt.Sprintf("timed out after %s", time.Duration(e)) }
+func (e errTimedOut) Unwrap() error { return failure.ErrTimedOut }
 
 // probeOnce sends one probe and records its result. It returns when the probe
 // and its timer goroutine have ended.
@@ -503,16 +523,12 @@ func (c *Checker) probeOnce(ctx context.Context, s *endpointState) {
 	case ok:
 		c.probeSuccess(s, prefix+"200 OK")
 	case err != nil:
-		var to errTimedOut
-		if errors.As(context.Cause(pctx), &to) {
-			c.failure(s, ReasonProbeTimedOut, prefix+to.Error())
-		} else if transport.IsProxyError(err) {
-			c.failure(s, ReasonProxyFailed, prefix+transport.StripURL(err).Error())
-		} else if konnectivity.IsError(err) {
-			c.failure(s, ReasonTunnelFailed, prefix+transport.StripURL(err).Error())
-		} else {
-			c.failure(s, ReasonProbeFailed, prefix+transport.StripURL(err).Error())
+		// Once the probe's timeout has passed, err only says how the
+		// canceled request ended: the timeout is the failure.
+		if cause := context.Cause(pctx); cause != nil {
+			err = cause
 		}
+		c.failure(s, probeReason(failure.Of(err)), prefix+transport.StripURL(err).Error())
 	default:
 		c.failure(s, ReasonProbeFailed, prefix+status)
 	}
