@@ -23,14 +23,13 @@ import (
 // into Status responses, reports failures to the cluster's health checking, and
 // holds back a retryable error so that another server can be tried.
 type attempt struct {
-	cluster    *cluster.Cluster
-	endpoint   *balance.Endpoint
-	transports *transport.Transports
-	path       string // the member path
-	rawQuery   string // the client's query, as it sent it
-	identity   clienttransport.ImpersonationConfig
-	errors     ErrorWriter
-	retryable  bool
+	cluster   *cluster.Cluster
+	endpoint  *balance.Endpoint
+	path      string // the member path
+	rawQuery  string // the client's query, as it sent it
+	identity  clienttransport.ImpersonationConfig
+	errors    ErrorWriter
+	retryable bool
 	// headerTimeout bounds the wait for the response headers; zero: none.
 	headerTimeout time.Duration
 	// client is the client's request context; cancel, set with
@@ -69,8 +68,8 @@ func (a *attempt) upgrade(w *statusRecorder, req *http.Request) {
 	location.RawQuery = a.rawQuery
 	h := &proxyutil.UpgradeAwareHandler{
 		Location:         &location,
-		Transport:        a.transports.RoundTripper,
-		UpgradeTransport: a.transports.Upgrade,
+		Transport:        a.endpoint.Transports.RoundTripper,
+		UpgradeTransport: a.endpoint.Transports.Upgrade,
 		UseLocationHost:  true,
 		// A member that redirects could send the gateway's credential elsewhere.
 		RejectForwardingRedirects: true,

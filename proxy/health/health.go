@@ -134,29 +134,9 @@ func (c Config) normalized() Config {
 	return c
 }
 
-// ServerHealth is what the gateway knows about the health of one server of
-// spec.servers. The checker hands one over at every change of an endpoint's
-// health; the compiled cluster reports one per server; the status writer writes
-// them to status.servers.
-type ServerHealth struct {
-	// Endpoint is the server's URL as in spec.servers (e.URL.String()).
-	Endpoint string
-	// Healthy says whether the server takes requests.
-	Healthy bool
-	// Unknown says that the server's health was not judged yet (see
-	// ReasonNotChecked); Healthy then says whether it takes requests (it does,
-	// unless a change is on its way). Transitions are never Unknown.
-	Unknown bool
-	// Reason is one of the Reason* constants: what the last observation was.
-	Reason string
-	// Message is a short human-readable detail, e.g.
-	// "GET /readyz: 500 Internal Server Error" or a dial error. It is made of
-	// status lines and errors only, never of headers, so never of a credential.
-	Message string
-	// Since is when Healthy last changed, by the checker's clock; zero when no
-	// change was seen yet.
-	Since time.Time
-}
+// ServerHealth is what the gateway knows about the health of one server; it
+// is kept on the server's endpoint (balance.Endpoint.LastTransition).
+type ServerHealth = balance.ServerHealth
 
 // Checker probes the endpoints of one compiled cluster and takes passive
 // reports from the data plane.
