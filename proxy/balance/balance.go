@@ -11,11 +11,18 @@ import (
 	"time"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
 
-// Endpoint is one server of a member cluster with the state strategies read.
+// Endpoint is one server of a member cluster: what the gateway knows about
+// it, in one place, for the balancer, health checking, the forwarder and
+// status. It lives as long as its connection settings: a cluster recompiled
+// with the same ones keeps it, and with it its connections and health.
 type Endpoint struct {
 	URL *url.URL
+	// Transports carry the requests to the server with the gateway's
+	// credential; set before the endpoint is shared, never changed.
+	Transports *transport.Transports
 	// inFlight counts the requests being served by this endpoint.
 	inFlight atomic.Int64
 	// lastDone is when the last request served by this endpoint ended, in
@@ -24,6 +31,46 @@ type Endpoint struct {
 	// unhealthy is set by health checking; endpoints start healthy so that a new
 	// cluster serves at once, and the first failed probes take them out.
 	unhealthy atomic.Bool
+	// last is the latest change of health delivered to status; nil before
+	// the first.
+	last atomic.Pointer[ServerHealth]
+}
+
+// ServerHealth is what the gateway knows about the health of one server of
+// spec.servers. Health checking hands one over at every change of an
+// endpoint's health; the compiled cluster reports one per server; the status
+// writer writes them to status.servers.
+type ServerHealth struct {
+	// Endpoint is the server's URL as in spec.servers (e.URL.String()).
+	Endpoint string
+	// Healthy says whether the server takes requests.
+	Healthy bool
+	// Unknown says that the server's health was not judged yet (see
+	// health.ReasonNotChecked); Healthy then says whether it takes requests
+	// (it does, unless a change is on its way). Transitions are never Unknown.
+	Unknown bool
+	// Reason is one of the health.Reason* constants: what the last
+	// observation was.
+	Reason string
+	// Message is a short human-readable detail, e.g.
+	// "GET /readyz: 500 Internal Server Error" or a dial error. It is made of
+	// status lines and errors only, never of headers, so never of a credential.
+	Message string
+	// Since is when Healthy last changed, by the checker's clock; zero when no
+	// change was seen yet.
+	Since time.Time
+}
+
+// RecordTransition keeps t, a change of e's health that was delivered, as
+// e's latest.
+func (e *Endpoint) RecordTransition(t ServerHealth) { e.last.Store(&t) }
+
+// LastTransition is e's latest change of health recorded, if any.
+func (e *Endpoint) LastTransition() (ServerHealth, bool) {
+	if t := e.last.Load(); t != nil {
+		return *t, true
+	}
+	return ServerHealth{}, false
 }
 
 // NewEndpoint returns an endpoint for u, healthy.

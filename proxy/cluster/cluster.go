@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"sync"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
@@ -68,11 +68,9 @@ func ConfigErrorReason(err error) string {
 // Cluster is a compiled member cluster.
 type Cluster struct {
 	Name string
-	// Endpoints are the enabled servers, in spec order.
+	// Endpoints are the enabled servers, in spec order, each with its
+	// transports and health.
 	Endpoints []*balance.Endpoint
-	// transports holds the pooled transports toward each endpoint, with the
-	// gateway's credential: one set per endpoint and credential generation.
-	transports map[*balance.Endpoint]*transport.Transports
 	// Impersonation maps the hub user to the member identity.
 	Impersonation *impersonate.Policy
 
@@ -97,9 +95,6 @@ type Cluster struct {
 	// servers lists spec.servers in order, for status: enabled ones point to
 	// their endpoint.
 	servers []server
-	// lastTransitions remembers why each endpoint last changed health.
-	transitionsMu   sync.Mutex
-	lastTransitions map[string]health.ServerHealth
 }
 
 type server struct {
@@ -211,8 +206,7 @@ func compile(uc *gatewayv1alpha1.UpstreamCluster, secret, tunnelSecret *corev1.S
 		ref := uc.Spec.ClientConfig.SecretRef
 		return nil, configError(ReasonSecretNotFound, "its credential Secret %s/%s was not found on the hub", ref.Namespace, ref.Name)
 	}
-	c := &Cluster{Name: uc.Name, Impersonation: impersonate.Compile(uc.Spec.Impersonation),
-		transports: map[*balance.Endpoint]*transport.Transports{}, lastTransitions: map[string]health.ServerHealth{}}
+	c := &Cluster{Name: uc.Name, Impersonation: impersonate.Compile(uc.Spec.Impersonation)}
 	cfg, err := transportConfig(uc, secret)
 	if err != nil {
 		return nil, err
@@ -260,17 +254,11 @@ func compile(uc *gatewayv1alpha1.UpstreamCluster, secret, tunnelSecret *corev1.S
 		// With the same connections and credential, the server keeps its pooled
 		// connections, and what was learnt about its health still holds.
 		if sameConnections {
-			if old := prev.endpoint(s.Endpoint); old != nil {
-				e = old
-				c.transports[e] = prev.transports[old]
-				if t, ok := prev.lastTransition(s.Endpoint); ok {
-					c.lastTransitions[s.Endpoint] = t
-				}
-			}
+			e = prev.endpoint(s.Endpoint)
 		}
 		if e == nil {
 			e = balance.NewEndpoint(u)
-			c.transports[e] = c.builder.New()
+			e.Transports = c.builder.New()
 		}
 		c.Endpoints = append(c.Endpoints, e)
 		c.servers = append(c.servers, server{endpoint: s.Endpoint, enabled: e})
@@ -313,14 +301,14 @@ func compile(uc *gatewayv1alpha1.UpstreamCluster, secret, tunnelSecret *corev1.S
 
 	// A server is busy while it serves requests: see ProbeWhile.
 	probe := func(e *balance.Endpoint) http.RoundTripper {
-		return c.transports[e].ProbeWhile(e.BusyWithin, opts.ProbeCount)
+		return e.Transports.ProbeWhile(e.BusyWithin, opts.ProbeCount)
 	}
 	c.Health = health.NewChecker(c.Endpoints, probe,
 		health.ConfigFrom(uc.Spec.HealthCheck), clock.RealClock{},
 		func(t health.ServerHealth) {
-			c.transitionsMu.Lock()
-			c.lastTransitions[t.Endpoint] = t
-			c.transitionsMu.Unlock()
+			if e := c.endpoint(t.Endpoint); e != nil {
+				e.RecordTransition(t)
+			}
 			if onTransition != nil {
 				onTransition(c, t)
 			}
@@ -337,34 +325,31 @@ func (c *Cluster) endpoint(s string) *balance.Endpoint {
 	return nil
 }
 
-func (c *Cluster) lastTransition(endpoint string) (health.ServerHealth, bool) {
-	c.transitionsMu.Lock()
-	defer c.transitionsMu.Unlock()
-	t, ok := c.lastTransitions[endpoint]
-	return t, ok
-}
-
 // Servers returns the observed state of every server of spec.servers, in order.
 // Disabled servers are not healthy, with reason Disabled; a server no transition
 // was seen for yet is Unknown (it takes requests meanwhile).
 func (c *Cluster) Servers() []health.ServerHealth {
 	out := make([]health.ServerHealth, 0, len(c.servers))
 	for _, srv := range c.servers {
-		h := health.ServerHealth{Endpoint: srv.endpoint}
-		switch t, seen := c.lastTransition(srv.endpoint); {
-		case srv.enabled == nil:
-			h.Reason, h.Message = gatewayv1alpha1.ServerReasonDisabled, "disabled in spec.servers"
-		case seen:
-			// The latest delivered change; one still on its way is delivered,
-			// and observed, next.
-			h = t
-		default:
-			h.Healthy, h.Unknown = srv.enabled.Healthy(), true
-			h.Reason, h.Message = health.ReasonNotChecked, "no probe has answered yet; it takes requests meanwhile"
-		}
-		out = append(out, h)
+		out = append(out, srv.health())
 	}
 	return out
+}
+
+func (srv server) health() health.ServerHealth {
+	h := health.ServerHealth{Endpoint: srv.endpoint}
+	if srv.enabled == nil {
+		h.Reason, h.Message = gatewayv1alpha1.ServerReasonDisabled, "disabled in spec.servers"
+		return h
+	}
+	// The latest delivered change; one still on its way is delivered, and
+	// observed, next.
+	if t, seen := srv.enabled.LastTransition(); seen {
+		return t
+	}
+	h.Healthy, h.Unknown = srv.enabled.Healthy(), true
+	h.Reason, h.Message = health.ReasonNotChecked, "no probe has answered yet; it takes requests meanwhile"
+	return h
 }
 
 func mustPicker(s gatewayv1alpha1.Strategy) balance.Picker {
@@ -376,16 +361,16 @@ func mustPicker(s gatewayv1alpha1.Strategy) balance.Picker {
 }
 
 // Transports returns the transports toward e, one of c.Endpoints.
-func (c *Cluster) Transports(e *balance.Endpoint) *transport.Transports { return c.transports[e] }
+func (c *Cluster) Transports(e *balance.Endpoint) *transport.Transports { return e.Transports }
 
 // Release closes the idle connections of the transports of a cluster replaced
 // by next (nil when deleted) that next does not reuse: those of removed servers,
 // or all after a change of credential or connection settings. Requests in flight
 // finish on their connections.
 func (c *Cluster) Release(next *Cluster) {
-	for e, t := range c.transports {
-		if next == nil || next.transports[e] != t {
-			t.CloseIdleConnections()
+	for _, e := range c.Endpoints {
+		if next == nil || !slices.Contains(next.Endpoints, e) {
+			e.Transports.CloseIdleConnections()
 		}
 	}
 	if c.tunnel != nil && (next == nil || next.tunnel != c.tunnel) {

@@ -26,6 +26,10 @@ import (
 //
 // The bytes counted are the answers as the gateway holds them, uncompressed;
 // the buffers holding them take up to twice that.
+//
+// Not golang.org/x/sync/semaphore.Weighted: its TryAcquire takes a lock on
+// every write of every member's answer, and it neither counts without a
+// bound nor tells what is held (Held), which this needs anyway.
 type ListMemory struct {
 	max      int64
 	used     atomic.Int64

@@ -3,20 +3,18 @@ package forward
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	proxyutil "k8s.io/apimachinery/pkg/util/proxy"
 	"k8s.io/apiserver/pkg/endpoints/responsewriter"
 	clienttransport "k8s.io/client-go/transport"
 	"k8s.io/klog/v2"
 
-	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/balance"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
+	"github.com/kubewharf/kube-gateway/proxy/failure"
 	"github.com/kubewharf/kube-gateway/proxy/impersonate"
 	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
@@ -25,14 +23,13 @@ import (
 // into Status responses, reports failures to the cluster's health checking, and
 // holds back a retryable error so that another server can be tried.
 type attempt struct {
-	cluster    *cluster.Cluster
-	endpoint   *balance.Endpoint
-	transports *transport.Transports
-	path       string // the member path
-	rawQuery   string // the client's query, as it sent it
-	identity   clienttransport.ImpersonationConfig
-	errors     ErrorWriter
-	retryable  bool
+	cluster   *cluster.Cluster
+	endpoint  *balance.Endpoint
+	path      string // the member path
+	rawQuery  string // the client's query, as it sent it
+	identity  clienttransport.ImpersonationConfig
+	errors    ErrorWriter
+	retryable bool
 	// headerTimeout bounds the wait for the response headers; zero: none.
 	headerTimeout time.Duration
 	// client is the client's request context; cancel, set with
@@ -47,6 +44,10 @@ type attempt struct {
 	// viaHub: see Request.ViaHub.
 	viaHub bool
 
+	// dialError keeps an upgrade's failed dial, which UpgradeAwareHandler
+	// reports as text only.
+	dialError *transport.DialError
+
 	failed      bool
 	deferred    error // a retryable error, not written yet
 	writtenCode int   // the status code of the error written, if any
@@ -57,7 +58,9 @@ type attempt struct {
 // the connections; its transports add the credential and impersonate the
 // identity in the request's context.
 func (a *attempt) upgrade(w *statusRecorder, req *http.Request) {
-	out := req.WithContext(impersonate.WithIdentity(req.Context(), a.identity))
+	ctx, dialError := transport.KeepDialError(impersonate.WithIdentity(req.Context(), a.identity))
+	a.dialError = dialError
+	out := req.WithContext(ctx)
 	out.Header = req.Header.Clone()
 	impersonate.StripInbound(out.Header)
 	out.Trailer = nil
@@ -67,8 +70,8 @@ func (a *attempt) upgrade(w *statusRecorder, req *http.Request) {
 	location.RawQuery = a.rawQuery
 	h := &proxyutil.UpgradeAwareHandler{
 		Location:         &location,
-		Transport:        a.transports.RoundTripper,
-		UpgradeTransport: a.transports.Upgrade,
+		Transport:        a.endpoint.Transports.RoundTripper,
+		UpgradeTransport: a.endpoint.Transports.Upgrade,
 		UseLocationHost:  true,
 		// A member that redirects could send the gateway's credential elsewhere.
 		RejectForwardingRedirects: true,
@@ -85,28 +88,15 @@ func (a *attempt) Error(_ http.ResponseWriter, req *http.Request, err error) {
 	if errors.Is(err, context.Canceled) && req.Context().Err() != nil {
 		return // the client went away; nobody to answer
 	}
+	if a.dialError != nil {
+		err = a.dialError.Restore(err)
+	}
 	host := a.endpoint.URL.Host
 	klog.FromContext(req.Context()).V(2).Info("Proxying to member failed", "upstreamcluster", a.cluster.Name, "endpoint", host, "err", err.Error())
 	// Any transport error here came before the member's answer: the endpoint
 	// could not serve.
 	a.cluster.ReportFailure(a.endpoint, err)
-	var status error
-	var timeout *headerTimeoutError
-	if errors.As(err, &timeout) {
-		status = gatewayTimeout(a.cluster.Name, host, timeout.after)
-	} else if isProxyError(err) {
-		status = unavailable(a.cluster.Name, fmt.Sprintf("server %s could not be reached through its egress proxy (spec.clientConfig.proxyURL): %v", host, transport.StripURL(err)))
-	} else if isConnectError(err) {
-		status = unavailable(a.cluster.Name, fmt.Sprintf("server %s could not be reached: %v", host, transport.StripURL(err)))
-	} else {
-		status = &apierrors.StatusError{ErrStatus: metav1.Status{
-			Status:  metav1.StatusFailure,
-			Code:    http.StatusBadGateway,
-			Reason:  metav1.StatusReason("BadGateway"),
-			Message: fmt.Sprintf("upstream cluster %q: proxying to server %s failed: %v", a.cluster.Name, host, transport.StripURL(err)),
-			Details: &metav1.StatusDetails{Name: a.cluster.Name, Group: gatewayv1alpha1.GroupName, Kind: "upstreamclusters"},
-		}}
-	}
+	status := a.status(failure.Of(err), err)
 	if a.retryable {
 		a.deferred = status
 		return

@@ -1,22 +1,17 @@
 package forward
 
 import (
-	"errors"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
-	"strings"
-	"syscall"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
-	"github.com/kubewharf/kube-gateway/proxy/health"
+	"github.com/kubewharf/kube-gateway/proxy/failure"
 	"github.com/kubewharf/kube-gateway/proxy/longrunning"
 	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
@@ -72,8 +67,9 @@ func (e *headerTimeoutError) Error() string {
 	return fmt.Sprintf("no response headers within %s", e.after)
 }
 
-// Unwrap makes health checking tell a slow server from a connection failure.
-func (e *headerTimeoutError) Unwrap() error { return health.ErrResponseTimedOut }
+// Unwrap makes the failure a timeout (failure.Of): a slow server, not a
+// connection that failed.
+func (e *headerTimeoutError) Unwrap() error { return failure.ErrTimedOut }
 
 // gatewayTimeout is the 504 of a server that sent no response headers in time.
 // It has no Retry-After: the server may have carried the request out, and
@@ -92,23 +88,25 @@ func gatewayTimeout(clusterName, host string, after time.Duration) error {
 // Unavailable is the 503 of a cluster the gateway cannot use, with the reason.
 func Unavailable(clusterName string, why error) error { return unavailable(clusterName, why.Error()) }
 
-// isConnectError reports whether err means that the server could not be reached
-// (503) rather than that it failed while answering (502).
-func isConnectError(err error) bool {
-	var opErr *net.OpError
-	if errors.As(err, &opErr) && opErr.Op == "dial" {
-		return true
+// status is the error written to the client for err, a failure of kind
+// before the member's answer: 504 when the server did not answer in time, 503
+// when it could not be reached (the request went nowhere), 502 when it failed
+// while answering.
+func (a *attempt) status(kind failure.Kind, err error) error {
+	host := a.endpoint.URL.Host
+	switch kind {
+	case failure.Timeout:
+		return gatewayTimeout(a.cluster.Name, host, a.headerTimeout)
+	case failure.Proxy:
+		return unavailable(a.cluster.Name, fmt.Sprintf("server %s could not be reached through its egress proxy (spec.clientConfig.proxyURL): %v", host, transport.StripURL(err)))
+	case failure.Connect, failure.Tunnel:
+		return unavailable(a.cluster.Name, fmt.Sprintf("server %s could not be reached: %v", host, transport.StripURL(err)))
 	}
-	if utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) || errors.Is(err, syscall.EHOSTUNREACH) {
-		return true
-	}
-	// The upgrade path of UpgradeAwareHandler flattens dial errors into text.
-	return strings.HasPrefix(err.Error(), "error dialing backend: dial ")
-}
-
-// isProxyError reports whether err came from the egress proxy rather than the
-// member: the request never reached the member (503).
-func isProxyError(err error) bool {
-	// The upgrade path of UpgradeAwareHandler flattens dial errors into text.
-	return transport.IsProxyError(err) || strings.HasPrefix(err.Error(), "error dialing backend: "+transport.ProxyErrorPrefix)
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    http.StatusBadGateway,
+		Reason:  metav1.StatusReason("BadGateway"),
+		Message: fmt.Sprintf("upstream cluster %q: proxying to server %s failed: %v", a.cluster.Name, host, transport.StripURL(err)),
+		Details: &metav1.StatusDetails{Name: a.cluster.Name, Group: gatewayv1alpha1.GroupName, Kind: "upstreamclusters"},
+	}}
 }

@@ -240,7 +240,7 @@ func (f *Forwarder) attempts(w *statusRecorder, req *http.Request, r Request, ro
 		if failed != nil {
 			f.Metrics.Retried(r.Cluster.Name, failed.URL.String())
 		}
-		last = &attempt{cluster: r.Cluster, endpoint: endpoint, transports: r.Cluster.Transports(endpoint),
+		last = &attempt{cluster: r.Cluster, endpoint: endpoint,
 			path: r.Path, rawQuery: r.RawQuery, identity: identity, errors: r.Errors, retryable: retryable && n == 0, viaHub: r.ViaHub}
 		if !attrs.LongRunning && !upgrade {
 			last.headerTimeout = f.ResponseHeaderTimeout

@@ -904,6 +904,41 @@ func TestServeUpgradeUnreachableServer(t *testing.T) {
 	assertUnavailable(t, errs[0])
 }
 
+// A server whose egress proxy cannot be reached is reported as such on both
+// paths: UpgradeAwareHandler reports the upgrade's failed dial as text only,
+// and the proxy's typed error must survive it.
+func TestServeEgressProxyUnreachable(t *testing.T) {
+	m := newMember(t)
+	proxyAddr := closedAddr(t)
+	c := compile(t, m.caPEM, func(uc *gatewayv1alpha1.UpstreamCluster) {
+		uc.Spec.ClientConfig.ProxyURL = "http://" + proxyAddr
+	}, m.URL)
+	g := newGateway(t, c, hubUser(), byPrefix)
+	check := func(t *testing.T, before, code int, body []byte) {
+		t.Helper()
+		errs := g.errs.all()[before:]
+		if code != http.StatusServiceUnavailable || len(errs) != 1 {
+			t.Fatalf("status %d %q, errors %v; want 503 and one error", code, body, errs)
+		}
+		assertUnavailable(t, errs[0])
+		if msg := errs[0].Error(); !strings.Contains(msg, "through its egress proxy") || !strings.Contains(msg, proxyAddr) {
+			t.Errorf("message %q does not blame the egress proxy %s", msg, proxyAddr)
+		}
+	}
+	t.Run("get", func(t *testing.T) {
+		before := len(g.errs.all())
+		req, _ := http.NewRequest(http.MethodGet, g.URL+proxyPrefix+"/api/v1/pods", nil)
+		resp, body := do(t, req)
+		check(t, before, resp.StatusCode, body)
+	})
+	t.Run("upgrade", func(t *testing.T) {
+		before := len(g.errs.all())
+		_, _, resp := upgrade(t, g.URL, proxyPrefix+"/api/v1/namespaces/default/pods/p/exec", nil)
+		body, _ := io.ReadAll(resp.Body)
+		check(t, before, resp.StatusCode, body)
+	})
+}
+
 // TestServeConnectionHeaderCannotDropImpersonation: a client naming headers in
 // Connection makes a reverse proxy drop them as hop-by-hop. The impersonation
 // headers the gateway sets must survive that: without them the member would run

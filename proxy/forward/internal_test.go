@@ -3,17 +3,13 @@ package forward
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
-	"net"
-	"net/url"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kubewharf/kube-gateway/proxy/health"
-	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
 
 // A long-running response waits for Stop without a goroutine of its own: a
@@ -37,25 +33,6 @@ func TestStoppableBodyNeedsNoGoroutine(t *testing.T) {
 		}
 		if i == 0 && string(got) != "event\n" {
 			t.Errorf("body closed before Stop: read %q", got)
-		}
-	}
-}
-
-// Failures at the egress proxy are told apart from the member's, on the
-// ordinary path (the error) and the upgrade path (its flattened text).
-func TestIsProxyError(t *testing.T) {
-	pe := &transport.ProxyError{Proxy: "http://192.0.2.20:3128", Err: errors.New("CONNECT 192.0.2.10:6443: 407 Proxy Authentication Required")}
-	for _, tc := range []struct {
-		err  error
-		want bool
-	}{
-		{&url.Error{Op: "Get", URL: "https://192.0.2.10:6443/api", Err: pe}, true},
-		{fmt.Errorf("error dialing backend: %v", pe), true},
-		{errors.New("error dialing backend: dial tcp 192.0.2.10:6443: connect: connection refused"), false},
-		{&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}, false},
-	} {
-		if got := isProxyError(tc.err); got != tc.want {
-			t.Errorf("isProxyError(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }

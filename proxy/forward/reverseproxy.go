@@ -112,7 +112,7 @@ func (rp *reverseProxy) rewrite(pr *httputil.ProxyRequest) {
 	if out, err := rp.headers.Apply(pr.Out, a.identity); err == nil {
 		pr.Out = out
 	}
-	a.transports.Authorize(pr.Out.Header)
+	a.endpoint.Transports.Authorize(pr.Out.Header)
 }
 
 // RoundTrip sends the request over the pooled connections of the attempt's
@@ -131,7 +131,7 @@ func (rp *reverseProxy) RoundTrip(req *http.Request) (*http.Response, error) {
 		cancel = a.cancel
 		timer = time.AfterFunc(a.headerTimeout, cancel)
 	}
-	resp, err := a.transports.Pooled.RoundTrip(req)
+	resp, err := a.endpoint.Transports.Pooled.RoundTrip(req)
 	if timer != nil && !timer.Stop() && client.Err() == nil { // the timer cancelled the request
 		if err == nil {
 			_ = resp.Body.Close()

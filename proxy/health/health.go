@@ -32,7 +32,7 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/balance"
-	"github.com/kubewharf/kube-gateway/proxy/konnectivity"
+	"github.com/kubewharf/kube-gateway/proxy/failure"
 	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
 
@@ -71,8 +71,9 @@ const (
 )
 
 // ErrResponseTimedOut is what the error of a real request whose server sent no
-// response headers in time is (errors.Is), for ReportFailure.
-var ErrResponseTimedOut = errors.New("no response headers in time")
+// response headers in time is (errors.Is), for ReportFailure: a timeout
+// (failure.ErrTimedOut).
+var ErrResponseTimedOut = failure.ErrTimedOut
 
 // Config is a compiled spec.healthCheck.
 type Config struct {
@@ -133,29 +134,9 @@ func (c Config) normalized() Config {
 	return c
 }
 
-// ServerHealth is what the gateway knows about the health of one server of
-// spec.servers. The checker hands one over at every change of an endpoint's
-// health; the compiled cluster reports one per server; the status writer writes
-// them to status.servers.
-type ServerHealth struct {
-	// Endpoint is the server's URL as in spec.servers (e.URL.String()).
-	Endpoint string
-	// Healthy says whether the server takes requests.
-	Healthy bool
-	// Unknown says that the server's health was not judged yet (see
-	// ReasonNotChecked); Healthy then says whether it takes requests (it does,
-	// unless a change is on its way). Transitions are never Unknown.
-	Unknown bool
-	// Reason is one of the Reason* constants: what the last observation was.
-	Reason string
-	// Message is a short human-readable detail, e.g.
-	// "GET /readyz: 500 Internal Server Error" or a dial error. It is made of
-	// status lines and errors only, never of headers, so never of a credential.
-	Message string
-	// Since is when Healthy last changed, by the checker's clock; zero when no
-	// change was seen yet.
-	Since time.Time
-}
+// ServerHealth is what the gateway knows about the health of one server; it
+// is kept on the server's endpoint (balance.Endpoint.LastTransition).
+type ServerHealth = balance.ServerHealth
 
 // Checker probes the endpoints of one compiled cluster and takes passive
 // reports from the data plane.
@@ -363,19 +344,37 @@ func (c *Checker) ReportFailure(e *balance.Endpoint, err error) {
 	if s == nil {
 		return
 	}
-	msg, reason := "connection failed", ReasonConnectionFailed
+	msg := "connection failed"
 	if err != nil {
 		msg = transport.StripURL(err).Error()
-		switch {
-		case transport.IsProxyError(err):
-			reason = ReasonProxyFailed
-		case konnectivity.IsError(err):
-			reason = ReasonTunnelFailed
-		case errors.Is(err, ErrResponseTimedOut):
-			reason = ReasonResponseTimedOut
-		}
 	}
-	c.failure(s, reason, msg)
+	c.failure(s, passiveReason(failure.Of(err)), msg)
+}
+
+// passiveReason is the reason of a real request's failure of kind k.
+func passiveReason(k failure.Kind) string {
+	switch k {
+	case failure.Proxy:
+		return ReasonProxyFailed
+	case failure.Tunnel:
+		return ReasonTunnelFailed
+	case failure.Timeout:
+		return ReasonResponseTimedOut
+	}
+	return ReasonConnectionFailed
+}
+
+// probeReason is the reason of a probe's failure of kind k.
+func probeReason(k failure.Kind) string {
+	switch k {
+	case failure.Proxy:
+		return ReasonProxyFailed
+	case failure.Tunnel:
+		return ReasonTunnelFailed
+	case failure.Timeout:
+		return ReasonProbeTimedOut
+	}
+	return ReasonProbeFailed
 }
 
 // ReportSuccess records that a real request to e got a response: the failure
@@ -469,6 +468,7 @@ func (c *Checker) deliver() {
 type errTimedOut time.Duration
 
 func (e errTimedOut) Error() string { return fmt.Sprintf("timed out after %s", time.Duration(e)) }
+func (e errTimedOut) Unwrap() error { return failure.ErrTimedOut }
 
 // probeOnce sends one probe and records its result. It returns when the probe
 // and its timer goroutine have ended.
@@ -503,16 +503,12 @@ func (c *Checker) probeOnce(ctx context.Context, s *endpointState) {
 	case ok:
 		c.probeSuccess(s, prefix+"200 OK")
 	case err != nil:
-		var to errTimedOut
-		if errors.As(context.Cause(pctx), &to) {
-			c.failure(s, ReasonProbeTimedOut, prefix+to.Error())
-		} else if transport.IsProxyError(err) {
-			c.failure(s, ReasonProxyFailed, prefix+transport.StripURL(err).Error())
-		} else if konnectivity.IsError(err) {
-			c.failure(s, ReasonTunnelFailed, prefix+transport.StripURL(err).Error())
-		} else {
-			c.failure(s, ReasonProbeFailed, prefix+transport.StripURL(err).Error())
+		// Once the probe's timeout has passed, err only says how the
+		// canceled request ended: the timeout is the failure.
+		if cause := context.Cause(pctx); cause != nil {
+			err = cause
 		}
+		c.failure(s, probeReason(failure.Of(err)), prefix+transport.StripURL(err).Error())
 	default:
 		c.failure(s, ReasonProbeFailed, prefix+status)
 	}

@@ -13,6 +13,10 @@ import (
 // falls due. Its Run is the only goroutine that waits between probes, for
 // all clusters: a goroutine stack per idle cluster was most of what an idle
 // cluster cost after its connections.
+//
+// Not client-go's delaying workqueue: it cannot take out the probes of a
+// stopped checker, and needs a second goroutine (Get, Done) and a 10 s
+// heartbeat ticker to do what one heap, timer and wake channel do here.
 type Scheduler struct {
 	clk clock.Clock
 

@@ -161,12 +161,6 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// IsError reports whether err is, or wraps, an Error.
-func IsError(err error) bool {
-	var e *Error
-	return errors.As(err, &e)
-}
-
 // addr is the net.Addr of a dial target that is only a name to the gateway.
 type addr string
 

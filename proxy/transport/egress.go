@@ -32,10 +32,7 @@ type ProxyError struct {
 	Err   error
 }
 
-// ProxyErrorPrefix starts the message of every ProxyError.
-const ProxyErrorPrefix = "egress proxy "
-
-func (e *ProxyError) Error() string { return fmt.Sprintf("%s%s: %v", ProxyErrorPrefix, e.Proxy, e.Err) }
+func (e *ProxyError) Error() string { return fmt.Sprintf("egress proxy %s: %v", e.Proxy, e.Err) }
 func (e *ProxyError) Unwrap() error { return e.Err }
 
 // IsProxyError reports whether err is, or wraps, a ProxyError.

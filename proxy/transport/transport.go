@@ -246,7 +246,7 @@ func (b *Builder) New() *Transports {
 	// Without ForceAttemptHTTP2 an http.Transport with a TLS configuration
 	// leaves it as it is: upgrades speak HTTP/1.1.
 	upgrade := &http.Transport{
-		DialContext:         b.dial,
+		DialContext:         keepDialError(b.dial),
 		TLSClientConfig:     b.upgradeTLS,
 		TLSHandshakeTimeout: tlsHandshakeTimeout,
 	}
