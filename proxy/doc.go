@@ -26,6 +26,9 @@
 //     through an egress proxy or through a konnectivity tunnel;
 //   - health: active probes and passive failure reports that decide which
 //     servers balance may pick;
+//   - failure: what a failed member request was (timeout, egress proxy,
+//     tunnel, connection), decided once from typed errors for forward and
+//     health;
 //   - cluster: a compiled UpstreamCluster, the immutable state all of the
 //     above read;
 //   - metrics: the Prometheus metrics of the data plane.
