@@ -98,9 +98,9 @@ type clients struct {
 }
 
 func (o *clusterOptions) clients() (*clients, error) {
-	hubConfig, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(o.hubRules, o.hubOverrides).ClientConfig()
+	hubConfig, err := hubClientConfig(o.hubRules, o.hubOverrides)
 	if err != nil {
-		return nil, fmt.Errorf("the hub kubeconfig: %w", err)
+		return nil, err
 	}
 	memberConfig, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
 		&clientcmd.ClientConfigLoadingRules{ExplicitPath: o.memberKubeconfig},

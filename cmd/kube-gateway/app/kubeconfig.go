@@ -174,6 +174,9 @@ func memberKubeconfig(hub clientcmdapi.Config, contextOverride, cluster, context
 	if !ok || hubContext == nil {
 		return nil, fmt.Errorf("context %q not found in the hub kubeconfig", hubContextName)
 	}
+	if err := checkHubContext(hub, hubContextName); err != nil {
+		return nil, err
+	}
 	hubCluster, ok := hub.Clusters[hubContext.Cluster]
 	if !ok || hubCluster == nil {
 		return nil, fmt.Errorf("cluster %q of context %q not found in the hub kubeconfig", hubContext.Cluster, hubContextName)
