@@ -205,6 +205,10 @@ func newJoinCommand() *cobra.Command {
 		Long: `Register the cluster of --member-kubeconfig as UpstreamCluster NAME, then wait
 until it is Ready.
 
+Before it writes anything, join checks the hub: that it answers, serves the
+gateway's API (gateway.kubewharf.io/v1alpha1), has --secret-namespace and lets
+the user of --kubeconfig get and patch Secrets there and UpstreamClusters.
+
 On the member (with --member-kubeconfig, which needs the right to create
 ServiceAccounts, ClusterRoles and ClusterRoleBindings), it creates the objects
 the kube-gateway-member chart creates: ServiceAccount --identity-name in
@@ -344,6 +348,13 @@ func (o *joinOptions) run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	return o.join(ctx, c, out)
+}
+
+// join registers the member with clients c: it checks the hub first
+// (checkHub), then writes the member's objects, whose token the hub's
+// objects need, then the hub's.
+func (o *joinOptions) join(ctx context.Context, c *clients, out io.Writer) error {
 	access, err := memberAccessFrom(c.memberConfig, o.servers)
 	if err != nil {
 		return err
@@ -366,7 +377,30 @@ func (o *joinOptions) run(ctx context.Context, out io.Writer) error {
 		apply.DryRun = []string{metav1.DryRunAll}
 	}
 
-	// The member first: the hub's objects need the token.
+	// Nothing is written to the member before the hub is known to take the
+	// hub's objects: a hub without the gateway, or a user who may not write
+	// there, would leave an identity on the member that nothing uses.
+	if err := checkHub(ctx, c, o.secretNamespace); err != nil {
+		return err
+	}
+	hubSecrets := c.hub.CoreV1().Secrets(o.secretNamespace)
+	current, err := hubSecrets.Get(ctx, o.name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		current = nil
+	case err != nil:
+		return hubError(err, o.secretNamespace)
+	}
+	if tunnel != nil {
+		if _, err := hubSecrets.Get(ctx, o.tunnel.secret, metav1.GetOptions{}); err != nil {
+			if apierrors.IsNotFound(err) {
+				return fmt.Errorf("--konnectivity-secret: the hub has no Secret %s/%s: create it with the gateway's client certificate toward the konnectivity server (keys tls.crt, tls.key, ca.crt)", o.secretNamespace, o.tunnel.secret)
+			}
+			return hubError(err, o.secretNamespace)
+		}
+	}
+
+	// Then the member: the hub's objects need the token.
 	sas := c.member.CoreV1().ServiceAccounts(m.namespace)
 	if err := r.apply(ctx, "member", "serviceaccount", m.namespace+"/"+m.name,
 		func(ctx context.Context) (runtime.Object, error) { return sas.Get(ctx, m.name, metav1.GetOptions{}) },
@@ -392,22 +426,6 @@ func (o *joinOptions) run(ctx context.Context, out io.Writer) error {
 		return memberError(err, m)
 	}
 
-	hubSecrets := c.hub.CoreV1().Secrets(o.secretNamespace)
-	current, err := hubSecrets.Get(ctx, o.name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		current = nil
-	case err != nil:
-		return hubError(err, o.secretNamespace)
-	}
-	if tunnel != nil {
-		if _, err := hubSecrets.Get(ctx, o.tunnel.secret, metav1.GetOptions{}); err != nil {
-			if apierrors.IsNotFound(err) {
-				return fmt.Errorf("--konnectivity-secret: the hub has no Secret %s/%s: create it with the gateway's client certificate toward the konnectivity server (keys tls.crt, tls.key, ca.crt)", o.secretNamespace, o.tunnel.secret)
-			}
-			return hubError(err, o.secretNamespace)
-		}
-	}
 	token, expires, err := o.token(ctx, c, r, current, apply)
 	if err != nil {
 		return err

@@ -1,10 +1,13 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,13 +15,14 @@ import (
 	"testing"
 	"time"
 
-	"bytes"
-
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 
+	"github.com/kubewharf/kube-gateway/apis/client/clientset/versioned"
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 )
 
@@ -219,5 +223,110 @@ func TestLongLivedTokenNeverFilled(t *testing.T) {
 	}
 	if _, err := member.CoreV1().Secrets("kube-system").Get(context.Background(), "kube-gateway-token", metav1.GetOptions{}); err != nil {
 		t.Fatalf("the token Secret: %v", err)
+	}
+}
+
+// fakeHub answers as a hub would: discovery of the gateway's API as api
+// says ("": not served, "unavailable": 503), namespace kube-gateway if
+// hasNamespace, and access reviews with allowed. Every other request is a 404.
+func fakeHub(t *testing.T, api string, hasNamespace, allowed bool) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		reply := func(obj any) { _ = json.NewEncoder(w).Encode(obj) }
+		switch {
+		case r.URL.Path == "/apis/gateway.kubewharf.io/v1alpha1" && api == "unavailable":
+			w.WriteHeader(http.StatusServiceUnavailable)
+			reply(metav1.Status{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"}, Status: metav1.StatusFailure,
+				Reason: metav1.StatusReasonServiceUnavailable, Code: http.StatusServiceUnavailable, Message: "service unavailable"})
+		case r.URL.Path == "/apis/gateway.kubewharf.io/v1alpha1" && api == "served":
+			reply(metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: "gateway.kubewharf.io/v1alpha1",
+				APIResources: []metav1.APIResource{{Name: "upstreamclusters", Kind: "UpstreamCluster", Verbs: metav1.Verbs{"get", "patch"}}}})
+		case r.URL.Path == "/api/v1/namespaces/kube-gateway" && hasNamespace:
+			reply(corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: metav1.ObjectMeta{Name: "kube-gateway"}})
+		case r.URL.Path == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews":
+			var review authorizationv1.SelfSubjectAccessReview
+			_ = json.NewDecoder(r.Body).Decode(&review)
+			review.TypeMeta = metav1.TypeMeta{APIVersion: "authorization.k8s.io/v1", Kind: "SelfSubjectAccessReview"}
+			review.Status.Allowed = allowed
+			w.WriteHeader(http.StatusCreated)
+			reply(review)
+		default:
+			// What a kube-apiserver answers for a path nothing serves.
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte("404 page not found\n"))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// join checks the hub before it writes anything to the member: against a
+// hub without the gateway's API (or with it down, without the Secret's
+// namespace, or refusing the user), it says what to fix and leaves the
+// member as it was, dry run or not.
+func TestJoinChecksTheHubFirst(t *testing.T) {
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close()
+	for _, c := range []struct {
+		name string
+		hub  string
+		want string
+	}{
+		{"no gateway API", fakeHub(t, "", true, true).URL, "does not serve the gateway's API gateway.kubewharf.io/v1alpha1: install the gateway there first"},
+		{"gateway down", fakeHub(t, "unavailable", true, true).URL, "has the gateway's API gateway.kubewharf.io/v1alpha1 registered, but the gateway does not answer"},
+		{"no namespace", fakeHub(t, "served", false, true).URL, "has no namespace kube-gateway, where join puts the gateway's credential Secret: pass the namespace"},
+		{"not allowed", fakeHub(t, "served", true, false).URL, "does not let the user of --kubeconfig get secrets in namespace kube-gateway, patch secrets in namespace kube-gateway, get upstreamclusters, patch upstreamclusters"},
+		{"unreachable", closed.URL, "cannot ask the hub " + closed.URL + " whether it serves the gateway's API"},
+	} {
+		for _, dryRun := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, dry run %v", c.name, dryRun), func(t *testing.T) {
+				hubConfig := &rest.Config{Host: c.hub, Timeout: 10 * time.Second}
+				hub, err := kubernetes.NewForConfig(hubConfig)
+				if err != nil {
+					t.Fatal(err)
+				}
+				gw, err := versioned.NewForConfig(hubConfig)
+				if err != nil {
+					t.Fatal(err)
+				}
+				member := fake.NewClientset()
+				cs := &clients{hubConfig: hubConfig, hub: hub, gateway: gw, member: member,
+					memberConfig: &rest.Config{Host: "https://member.example:6443", TLSClientConfig: rest.TLSClientConfig{CAData: []byte("CA")}}}
+				o := &joinOptions{clusterOptions: newClusterOptions(), tokenExpiration: time.Hour}
+				o.name, o.secretNamespace, o.dryRun = "member-a", "kube-gateway", dryRun
+				o.identity = memberIdentity{name: "kube-gateway", namespace: "kube-system"}
+				var out bytes.Buffer
+				err = o.join(context.Background(), cs, &out)
+				if err == nil || !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("error %v, want one containing %q", err, c.want)
+				}
+				if a := member.Actions(); len(a) > 0 {
+					t.Errorf("join sent %d requests to the member before it found the hub unusable, want none; the first: %s %s", len(a), a[0].GetVerb(), a[0].GetResource().Resource)
+				}
+				if out.Len() > 0 {
+					t.Errorf("join printed %q, want nothing", out.String())
+				}
+			})
+		}
+	}
+
+	// A hub that passes the checks: join goes on to the member (and here
+	// stops at the token, which the fake member does not issue).
+	hubConfig := &rest.Config{Host: fakeHub(t, "served", true, true).URL}
+	hub, gw := kubernetes.NewForConfigOrDie(hubConfig), versioned.NewForConfigOrDie(hubConfig)
+	member := fake.NewClientset()
+	cs := &clients{hubConfig: hubConfig, hub: hub, gateway: gw, member: member,
+		memberConfig: &rest.Config{Host: "https://member.example:6443", TLSClientConfig: rest.TLSClientConfig{CAData: []byte("CA")}}}
+	o := &joinOptions{clusterOptions: newClusterOptions(), tokenExpiration: time.Hour}
+	o.name, o.secretNamespace = "member-a", "kube-gateway"
+	o.identity = memberIdentity{name: "kube-gateway", namespace: "kube-system"}
+	var out bytes.Buffer
+	if err := o.join(context.Background(), cs, &out); err == nil || !strings.Contains(err.Error(), "requesting a token") {
+		t.Fatalf("error %v, want the fake member's for the token", err)
+	}
+	if !strings.Contains(out.String(), "member: serviceaccount/kube-system/kube-gateway created") {
+		t.Errorf("join past the hub's checks printed %q, want the member's objects created", out.String())
 	}
 }
