@@ -25,7 +25,9 @@ RBAC applies.
 "kube-gateway kubeconfig --cluster NAME" prints a kubeconfig that reaches member
 NAME through the hub (see "kube-gateway kubeconfig --help"); "kube-gateway join
 NAME --member-kubeconfig FILE" registers a member cluster; installed as
-kubectl-gateway, the binary is the kubectl plugin "kubectl gateway".`,
+kubectl-gateway in a directory on PATH (ln -s "$PWD/_output/bin/kube-gateway"
+DIR/kubectl-gateway after make build), the binary is the kubectl plugin
+"kubectl gateway".`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			verflag.PrintAndExitIfRequested()

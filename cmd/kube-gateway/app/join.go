@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net/url"
 	"os"
+	"os/exec"
 	"reflect"
 	"strings"
 	"time"
@@ -128,6 +129,7 @@ func (o *clusterOptions) clients() (*clients, error) {
 type joinOptions struct {
 	clusterOptions
 	servers         []string
+	self            string // how to run this binary in printed commands: selfCommand
 	longLivedToken  bool
 	tokenExpiration time.Duration
 	renewToken      bool
@@ -198,7 +200,8 @@ func (p egressProxy) secretData() (map[string][]byte, error) {
 }
 
 func newJoinCommand() *cobra.Command {
-	o := &joinOptions{clusterOptions: newClusterOptions(), tokenExpiration: 365 * 24 * time.Hour}
+	o := &joinOptions{clusterOptions: newClusterOptions(), tokenExpiration: 365 * 24 * time.Hour,
+		self: selfCommand(os.Args[0], exec.LookPath, os.Executable)}
 	cmd := &cobra.Command{
 		Use:   "join NAME --member-kubeconfig FILE",
 		Short: "Register a member cluster with the gateway: its identity on the member, its credential and UpstreamCluster on the hub",
@@ -455,17 +458,33 @@ func (o *joinOptions) join(ctx context.Context, c *clients, out io.Writer) error
 	if err := waitReady(ctx, c.gateway, o.name, o.timeout); err != nil {
 		return err
 	}
+	o.printReady(out, expires)
+	return nil
+}
+
+// printReady says that the UpstreamCluster is Ready, when its token expires
+// (zero: never), and how to use it, with commands that work from where the
+// user runs join: this binary as the user started it (o.self), with the hub
+// kubeconfig and context join was given.
+func (o *joinOptions) printReady(out io.Writer, expires time.Time) {
 	fmt.Fprintf(out, "\nupstreamcluster %s is Ready.\n", o.name)
 	if !expires.IsZero() {
 		fmt.Fprintf(out, "The gateway's token on the member expires at %s: run this join again before then to renew it (it renews once half of the token's lifetime has passed, or with --renew-token).\n",
 			expires.UTC().Format(time.RFC3339))
 	}
+	hub := ""
+	if o.hubRules.ExplicitPath != "" {
+		hub += " --kubeconfig " + shellQuote(o.hubRules.ExplicitPath)
+	}
+	if o.hubOverrides.CurrentContext != "" {
+		hub += " --context " + shellQuote(o.hubOverrides.CurrentContext)
+	}
+	file := shellQuote(o.name + ".kubeconfig")
 	fmt.Fprintf(out, `Reach it through the hub at %s/..., for example:
-  kube-gateway kubeconfig --cluster %s > %s.kubeconfig
-  kubectl --kubeconfig %s.kubeconfig get namespaces
+  %s kubeconfig --cluster %s%s > %s
+  kubectl --kubeconfig %s get namespaces
 Hub users need a role with verbs on upstreamclusters/proxy (resource name %q) to use it.
-`, multicluster.ProxyPath(o.name), o.name, o.name, o.name, o.name)
-	return nil
+`, multicluster.ProxyPath(o.name), o.self, o.name, hub, file, file, o.name)
 }
 
 // token returns the token to put into the hub Secret and when it expires

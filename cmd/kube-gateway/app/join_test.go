@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -328,5 +329,84 @@ func TestJoinChecksTheHubFirst(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "member: serviceaccount/kube-system/kube-gateway created") {
 		t.Errorf("join past the hub's checks printed %q, want the member's objects created", out.String())
+	}
+}
+
+// The commands join prints work from where the user ran it: through kubectl
+// as the plugin, by the path typed, or by name only when PATH finds it.
+func TestSelfCommand(t *testing.T) {
+	onPath := func(name string) (string, error) {
+		if name == "kube-gateway" {
+			return "/usr/local/bin/kube-gateway", nil
+		}
+		return "", errors.New("not found")
+	}
+	notOnPath := func(string) (string, error) { return "", errors.New("not found") }
+	exe := func() (string, error) { return "/home/me/src/kube-gateway/_output/bin/kube-gateway", nil }
+	for _, c := range []struct {
+		argv0    string
+		lookPath func(string) (string, error)
+		want     string
+	}{
+		{"_output/bin/kube-gateway", notOnPath, "_output/bin/kube-gateway"},
+		{"./kube-gateway", notOnPath, "./kube-gateway"},
+		{"/opt/kube gateway/kube-gateway", notOnPath, "'/opt/kube gateway/kube-gateway'"},
+		{"kube-gateway", onPath, "kube-gateway"},
+		{"kube-gateway", notOnPath, "/home/me/src/kube-gateway/_output/bin/kube-gateway"},
+		{"", notOnPath, "/home/me/src/kube-gateway/_output/bin/kube-gateway"},
+		{"/home/me/.local/bin/kubectl-gateway", notOnPath, "kubectl gateway"},
+		{"kubectl-gateway", notOnPath, "kubectl gateway"},
+	} {
+		if got := selfCommand(c.argv0, c.lookPath, exe); got != c.want {
+			t.Errorf("selfCommand(%q) = %q, want %q", c.argv0, got, c.want)
+		}
+	}
+}
+
+// join's closing hint runs the binary as the user ran it, with the hub
+// kubeconfig and context join was given.
+func TestJoinReadyHint(t *testing.T) {
+	o := &joinOptions{clusterOptions: newClusterOptions(), self: "_output/bin/kube-gateway"}
+	o.name = "member-c"
+	var out bytes.Buffer
+	o.printReady(&out, time.Time{})
+	want := `
+upstreamcluster member-c is Ready.
+Reach it through the hub at /apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/member-c/proxy/..., for example:
+  _output/bin/kube-gateway kubeconfig --cluster member-c > member-c.kubeconfig
+  kubectl --kubeconfig member-c.kubeconfig get namespaces
+Hub users need a role with verbs on upstreamclusters/proxy (resource name "member-c") to use it.
+`
+	if out.String() != want {
+		t.Errorf("hint:\n%s\nwant:\n%s", out.String(), want)
+	}
+
+	o.self = "kubectl gateway"
+	o.hubRules.ExplicitPath = "_output/local-up/hub admin.kubeconfig"
+	o.hubOverrides.CurrentContext = "hub"
+	out.Reset()
+	o.printReady(&out, time.Date(2027, 11, 27, 12, 0, 0, 0, time.UTC))
+	for _, w := range []string{
+		"expires at 2027-11-27T12:00:00Z: run this join again",
+		"\n  kubectl gateway kubeconfig --cluster member-c --kubeconfig '_output/local-up/hub admin.kubeconfig' --context hub > member-c.kubeconfig\n",
+	} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("hint:\n%s\nwant it to contain %q", out.String(), w)
+		}
+	}
+}
+
+func TestPluginExamples(t *testing.T) {
+	cmd := NewPluginCommand(context.Background())
+	for _, sub := range cmd.Commands() {
+		if sub.Example == "" {
+			continue
+		}
+		if strings.Contains(sub.Example, "  kube-gateway ") || !strings.HasPrefix(sub.Example, "  kubectl gateway "+sub.Name()) {
+			t.Errorf("kubectl gateway %s --help: examples\n%s\nwant them run as kubectl gateway", sub.Name(), sub.Example)
+		}
+	}
+	if got := pluginExample("  kube-gateway join a \\\n    --server https://kube-gateway.kube-gateway.svc\n  kube-gateway unjoin a"); got != "  kubectl gateway join a \\\n    --server https://kube-gateway.kube-gateway.svc\n  kubectl gateway unjoin a" {
+		t.Errorf("pluginExample: %q", got)
 	}
 }
