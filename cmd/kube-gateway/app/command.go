@@ -8,6 +8,8 @@ import (
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/term"
 	"k8s.io/component-base/version/verflag"
+
+	"github.com/kubewharf/kube-gateway/cmd/kube-gateway/cli"
 )
 
 // NewCommand returns the kube-gateway command.
@@ -59,7 +61,7 @@ DIR/kubectl-gateway after make build), the binary is the kubectl plugin
 		},
 	}
 	cmd.SetContext(ctx)
-	cmd.AddCommand(newKubeconfigCommand(), newJoinCommand(), newUnjoinCommand(), newClustersCommand())
+	cmd.AddCommand(cli.Commands()...)
 
 	fss := o.Flags()
 	verflag.AddFlags(fss.FlagSet("global"))

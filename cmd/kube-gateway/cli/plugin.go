@@ -1,4 +1,4 @@
-package app
+package cli
 
 import (
 	"context"
@@ -43,7 +43,7 @@ func NewPluginCommand(ctx context.Context) *cobra.Command {
 		},
 	}
 	cmd.SetContext(ctx)
-	cmd.AddCommand(newJoinCommand(), newUnjoinCommand(), newClustersCommand(), newKubeconfigCommand())
+	cmd.AddCommand(Commands()...)
 	for _, sub := range cmd.Commands() {
 		sub.Example = pluginExample(sub.Example)
 	}
