@@ -1,15 +1,11 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"net/url"
 	"slices"
 	"strings"
 
-	authorizationv1 "k8s.io/api/authorization/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -114,60 +110,4 @@ func hubClientConfig(rules *clientcmd.ClientConfigLoadingRules, overrides *clien
 		return nil, fmt.Errorf("the hub kubeconfig: %w", err)
 	}
 	return cfg, nil
-}
-
-// checkHub makes sure, before join writes anything to the member, that the
-// hub of c can take what join writes there: it answers, serves the gateway's
-// API, has namespace secretNamespace, and lets the user read and apply
-// Secrets there and UpstreamClusters. Each error says what to fix. What the
-// hub does not let the user see (a namespace, an access review) is left to
-// the writes to find out.
-func checkHub(ctx context.Context, c *clients, secretNamespace string) error {
-	hub := "the hub"
-	if c.hubConfig != nil {
-		hub += " " + c.hubConfig.Host
-	}
-	gv := gatewayv1alpha1.SchemeGroupVersion.String()
-	resources, err := c.hub.Discovery().ServerResourcesForGroupVersion(gv)
-	switch {
-	case apierrors.IsNotFound(err) || (err == nil && !slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool {
-		return r.Name == "upstreamclusters"
-	})):
-		return fmt.Errorf("%s does not serve the gateway's API %s: install the gateway there first (docs/install.md), or pass --kubeconfig and --context of the hub that runs it", hub, gv)
-	case apierrors.IsServiceUnavailable(err):
-		return fmt.Errorf("%s has the gateway's API %s registered, but the gateway does not answer (%w): see `kubectl get apiservice v1alpha1.gateway.kubewharf.io`, the gateway's pods and its log", hub, gv, err)
-	case apierrors.IsUnauthorized(err):
-		return fmt.Errorf("%s does not accept the credentials of --kubeconfig (%w): renew them, or pass another --kubeconfig or --context", hub, err)
-	case err != nil:
-		return fmt.Errorf("cannot ask %s whether it serves the gateway's API %s (%w): check that --kubeconfig and --context name the hub and that it is reachable", hub, gv, err)
-	}
-
-	if _, err := c.hub.CoreV1().Namespaces().Get(ctx, secretNamespace, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-		return fmt.Errorf("%s has no namespace %s, where join puts the gateway's credential Secret: pass the namespace the gateway reads Secrets from (its --secret-namespace, the chart's release namespace) as --secret-namespace", hub, secretNamespace)
-	}
-
-	var denied []string
-	for _, a := range []authorizationv1.ResourceAttributes{
-		{Verb: "get", Resource: "secrets", Namespace: secretNamespace},
-		{Verb: "patch", Resource: "secrets", Namespace: secretNamespace},
-		{Verb: "get", Group: gatewayv1alpha1.GroupName, Resource: "upstreamclusters"},
-		{Verb: "patch", Group: gatewayv1alpha1.GroupName, Resource: "upstreamclusters"},
-	} {
-		review, err := c.hub.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx,
-			&authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &a}},
-			metav1.CreateOptions{})
-		if err != nil || review.Status.Allowed {
-			continue
-		}
-		what := a.Resource
-		if a.Namespace != "" {
-			what += " in namespace " + a.Namespace
-		}
-		denied = append(denied, a.Verb+" "+what)
-	}
-	if len(denied) > 0 {
-		return fmt.Errorf("%s does not let the user of --kubeconfig %s: join applies (server-side apply: get and patch) the credential Secret in namespace %s and the UpstreamCluster; have a hub admin grant it, or pass a hub admin's --kubeconfig",
-			hub, strings.Join(denied, ", "), secretNamespace)
-	}
-	return nil
 }
