@@ -86,6 +86,12 @@ func (o *clusterOptions) clients() (*clients, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the member kubeconfig %s: %w", o.memberKubeconfig, err)
 	}
+	if segment, _, ok := throughGateway(memberConfig.Host); ok {
+		// Its objects would be written through the gateway, as the hub
+		// user, and the UpstreamCluster would point at the gateway itself.
+		return nil, fmt.Errorf("the member kubeconfig %s reaches %s through the gateway (server %s), not the member's own apiserver: pass with --member-kubeconfig (and --member-context) a kubeconfig of the member cluster itself",
+			o.memberKubeconfig, segment, memberConfig.Host)
+	}
 	c := &clients{hubConfig: hubConfig, memberConfig: memberConfig}
 	for _, cfg := range []*rest.Config{hubConfig, memberConfig} {
 		cfg.Timeout = 30 * time.Second

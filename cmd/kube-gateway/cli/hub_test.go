@@ -161,6 +161,25 @@ func TestHubCommandsRefuseAMemberContext(t *testing.T) {
 		t.Errorf("%d requests sent through a member context, want none", requests)
 	}
 
+	// The member kubeconfig of join and unjoin must be the member's own.
+	throughHub := filepath.Join(dir, "through-hub.kubeconfig")
+	member.Clusters["m"].Server = srv.URL + proxyA
+	if err := clientcmd.WriteToFile(*member, throughHub); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"join", "member-a", "--context", "hub", "--member-kubeconfig", throughHub},
+		{"unjoin", "member-a", "--context", "hub", "--member-kubeconfig", throughHub},
+	} {
+		_, err := run(args...)
+		if err == nil || !strings.Contains(err.Error(), "reaches member-a through the gateway (server "+srv.URL+proxyA+"), not the member's own apiserver: pass with --member-kubeconfig") {
+			t.Errorf("%v: err %v, want the member kubeconfig refused", args, err)
+		}
+	}
+	if requests != 0 {
+		t.Errorf("%d requests sent with a member kubeconfig through the gateway, want none", requests)
+	}
+
 	// With --context hub, the commands talk to the hub.
 	out, err := run("kubeconfig", "--cluster", "member-b", "--context", "hub")
 	if err != nil {
