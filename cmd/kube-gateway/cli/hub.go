@@ -84,8 +84,8 @@ func checkHubContext(cfg clientcmdapi.Config, contextName string) error {
 	if len(hubContexts) > 0 {
 		use = strings.Join(hubContexts, " or ")
 	}
-	return fmt.Errorf("context %q of the kubeconfig is not the hub's: its server %s reaches %s through the gateway. "+
-		"Pass %s, or --kubeconfig with the hub's kubeconfig", contextName, cluster.Server, what, use)
+	return fmt.Errorf("context %q of the kubeconfig is not the hub's: its server %s reaches %s through the gateway: "+
+		"pass %s, or --kubeconfig with the hub's kubeconfig", contextName, cluster.Server, what, use)
 }
 
 // sameServer compares two kubeconfig servers, but for a trailing slash.

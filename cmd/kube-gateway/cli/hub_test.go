@@ -73,7 +73,7 @@ func TestCheckHubContext(t *testing.T) {
 		want    []string // in the error; none: accepted
 	}{
 		{"", []string{`context "alice@member-a" of the kubeconfig is not the hub's`, hub + proxyA,
-			"reaches member cluster member-a through the gateway", "Pass --context alice@hub or --context hub, or --kubeconfig with the hub's kubeconfig"}},
+			"reaches member cluster member-a through the gateway", "through the gateway: pass --context alice@hub or --context hub, or --kubeconfig with the hub's kubeconfig"}},
 		{"fleet", []string{`context "fleet"`, `the member clusters "*" selects`, "--context alice@hub or --context hub"}},
 		{"prod", []string{`context "prod"`, `the member clusters "env in (prod)" selects`}},
 		{"hub", nil},
@@ -104,7 +104,7 @@ func TestCheckHubContext(t *testing.T) {
 	only.Clusters["c"] = &clientcmdapi.Cluster{Server: hub + proxyA}
 	only.Contexts["alice@member-a"] = &clientcmdapi.Context{Cluster: "c"}
 	err := checkHubContext(*only, "alice@member-a")
-	if err == nil || !strings.Contains(err.Error(), "Pass --context with a context of the hub itself (server "+hub+"), or --kubeconfig") {
+	if err == nil || !strings.Contains(err.Error(), "pass --context with a context of the hub itself (server "+hub+"), or --kubeconfig") {
 		t.Errorf("no hub context: %v", err)
 	}
 }
