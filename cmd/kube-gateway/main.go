@@ -9,9 +9,10 @@ import (
 	"os"
 
 	genericapiserver "k8s.io/apiserver/pkg/server"
-	"k8s.io/component-base/cli"
+	componentcli "k8s.io/component-base/cli"
 
 	"github.com/kubewharf/kube-gateway/cmd/kube-gateway/app"
+	"github.com/kubewharf/kube-gateway/cmd/kube-gateway/cli"
 )
 
 func main() {
@@ -24,12 +25,12 @@ func main() {
 // collector takes it as it is), so it carries no log-line decoration.
 func run(ctx context.Context, argv0 string, args []string, stderr io.Writer) int {
 	newCommand := app.NewCommand
-	if app.IsPlugin(argv0) {
-		newCommand = app.NewPluginCommand
+	if cli.IsPlugin(argv0) {
+		newCommand = cli.NewPluginCommand
 	}
 	cmd := newCommand(ctx)
 	cmd.SetArgs(args)
-	if err := cli.RunNoErrOutput(cmd); err != nil {
+	if err := componentcli.RunNoErrOutput(cmd); err != nil {
 		fmt.Fprintf(stderr, "Error: %v\n", err)
 		return 1
 	}

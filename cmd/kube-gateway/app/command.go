@@ -8,6 +8,8 @@ import (
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/term"
 	"k8s.io/component-base/version/verflag"
+
+	"github.com/kubewharf/kube-gateway/cmd/kube-gateway/cli"
 )
 
 // NewCommand returns the kube-gateway command.
@@ -25,7 +27,9 @@ RBAC applies.
 "kube-gateway kubeconfig --cluster NAME" prints a kubeconfig that reaches member
 NAME through the hub (see "kube-gateway kubeconfig --help"); "kube-gateway join
 NAME --member-kubeconfig FILE" registers a member cluster; installed as
-kubectl-gateway, the binary is the kubectl plugin "kubectl gateway".`,
+kubectl-gateway in a directory on PATH (ln -s "$PWD/_output/bin/kube-gateway"
+DIR/kubectl-gateway after make build), the binary is the kubectl plugin
+"kubectl gateway".`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			verflag.PrintAndExitIfRequested()
@@ -57,7 +61,7 @@ kubectl-gateway, the binary is the kubectl plugin "kubectl gateway".`,
 		},
 	}
 	cmd.SetContext(ctx)
-	cmd.AddCommand(newKubeconfigCommand(), newJoinCommand(), newUnjoinCommand(), newClustersCommand())
+	cmd.AddCommand(cli.Commands()...)
 
 	fss := o.Flags()
 	verflag.AddFlags(fss.FlagSet("global"))

@@ -1,4 +1,4 @@
-package app
+package cli
 
 import (
 	"context"
@@ -7,11 +7,13 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -19,6 +21,8 @@ import (
 
 	"github.com/kubewharf/kube-gateway/apis/client/clientset/versioned"
 	"github.com/kubewharf/kube-gateway/apis/client/multicluster"
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/fanout"
 )
 
 // kubeconfigOptions are the flags of `kube-gateway kubeconfig`.
@@ -52,8 +56,8 @@ func newKubeconfigCommand() *cobra.Command {
 		timeout:   30 * time.Second,
 	}
 	cmd := &cobra.Command{
-		Use:   "kubeconfig --cluster NAME",
-		Short: "Print a kubeconfig that reaches a member cluster through the hub (or, with --direct, the gateway alone)",
+		Use:   "kubeconfig --cluster NAME|'*'|SELECTOR",
+		Short: "Print a kubeconfig that reaches a member cluster, or many, through the hub (or, with --direct, the gateway alone)",
 		Long: `Print a kubeconfig for member cluster NAME through the hub to stdout.
 
 It is built from the current hub kubeconfig, loaded like kubectl does (--kubeconfig,
@@ -67,6 +71,14 @@ different context names merge safely (KUBECONFIG=a:b kubectl config view
 --flatten); the namespace of the hub context is not carried over. kubectl,
 client-go, helm, k9s and other tools then work against the member, with the
 member's RBAC applied to the hub user.
+
+--cluster '*' (every member) or a label selector of UpstreamClusters (e.g.
+'env=prod' or 'env in (prod,staging)', as kubectl get -l takes it) prints a
+fan-out kubeconfig instead: kubectl get, get --watch and get --chunk-size then
+list and watch over the selected members at once (see docs/fanout.md). Its
+context is named fleet for '*'; for a selector, --context-name is required.
+Label keys with a prefix (example.com/env) cannot be used: client-go sends the
+escaped slash of a server URL as a path separator.
 
 With --direct the server is the gateway itself, --direct-server (its direct
 address, https://HOST:PORT) plus the same path, verified with --direct-ca-file
@@ -88,7 +100,12 @@ Only the kubeconfig is written to stdout; errors go to stderr.`,
     --direct-ca-file gateway-ca.crt --direct-tls-server-name kube-gateway.kube-gateway.svc --flatten
 
   # Check that the UpstreamCluster exists, embed certificate files.
-  kube-gateway kubeconfig --kubeconfig hub.kubeconfig --cluster member-a --check --flatten`,
+  kube-gateway kubeconfig --kubeconfig hub.kubeconfig --cluster member-a --check --flatten
+
+  # Every member at once (context "fleet"), or those labeled env=prod.
+  kube-gateway kubeconfig --cluster '*' > fleet.kubeconfig
+  kubectl --kubeconfig fleet.kubeconfig get pods -A
+  kube-gateway kubeconfig --cluster 'env=prod' --context-name prod --check > prod.kubeconfig`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			verflag.PrintAndExitIfRequested()
@@ -96,9 +113,9 @@ Only the kubeconfig is written to stdout; errors go to stderr.`,
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&o.cluster, "cluster", "", "name of the member cluster (UpstreamCluster) to reach (required)")
-	fs.StringVar(&o.contextName, "context-name", "", "name of the context, cluster, user and current context of the printed kubeconfig (default: the cluster name); give kubeconfigs you will merge different names, e.g. alice@member-a")
-	fs.BoolVar(&o.check, "check", false, "verify through the hub that the UpstreamCluster exists before printing")
+	fs.StringVar(&o.cluster, "cluster", "", "name of the member cluster (UpstreamCluster) to reach, or '*' or a label selector of UpstreamClusters for a fan-out kubeconfig (required)")
+	fs.StringVar(&o.contextName, "context-name", "", "name of the context, cluster, user and current context of the printed kubeconfig (default: the cluster name; fleet for '*'; required for a selector); give kubeconfigs you will merge different names, e.g. alice@member-a")
+	fs.BoolVar(&o.check, "check", false, "verify through the hub that the UpstreamCluster exists (for '*' or a selector: that it selects at least one) before printing")
 	fs.BoolVar(&o.flatten, "flatten", false, "embed the certificate and key files the hub kubeconfig refers to")
 	fs.DurationVar(&o.timeout, "request-timeout", o.timeout, "timeout of the --check request to the hub")
 	fs.StringVar(&o.rules.ExplicitPath, "kubeconfig", "", "path of the hub kubeconfig (default: $KUBECONFIG, else ~/.kube/config)")
@@ -150,18 +167,28 @@ func (o *kubeconfigOptions) run(ctx context.Context, cmd *cobra.Command) error {
 	return err
 }
 
-// memberKubeconfig returns a kubeconfig for member cluster through the hub
+// memberKubeconfig returns a kubeconfig for member cluster (or the members
+// '*' or a label selector selects: parseClusterFlag) through the hub
 // described by context contextOverride of hub (its current context when
-// empty): the hub context's cluster with the server moved to the member's
-// proxy prefix, and the hub context's user, under one context named
-// contextName (default: cluster) that is the current context; its cluster and
-// user are named contextName too.
+// empty): the hub context's cluster with the server moved to the proxy
+// prefix (proxyServer), and the hub context's user, under one context named
+// contextName (default: cluster; fleet for '*'; required for a selector)
+// that is the current context; its cluster and user are named contextName
+// too.
 func memberKubeconfig(hub clientcmdapi.Config, contextOverride, cluster, contextName string) (*clientcmdapi.Config, error) {
-	if err := multicluster.ValidateClusterName(cluster); err != nil {
+	selector, err := parseClusterFlag(cluster)
+	if err != nil {
 		return nil, err
 	}
 	if contextName == "" {
-		contextName = cluster
+		switch {
+		case selector == nil:
+			contextName = cluster
+		case cluster == "*":
+			contextName = fanOutContextName
+		default:
+			return nil, fmt.Errorf("--cluster %q is a label selector: name the printed kubeconfig's context with --context-name (for example --context-name prod)", cluster)
+		}
 	}
 	hubContextName := contextOverride
 	if hubContextName == "" {
@@ -173,6 +200,9 @@ func memberKubeconfig(hub clientcmdapi.Config, contextOverride, cluster, context
 	hubContext, ok := hub.Contexts[hubContextName]
 	if !ok || hubContext == nil {
 		return nil, fmt.Errorf("context %q not found in the hub kubeconfig", hubContextName)
+	}
+	if err := checkHubContext(hub, hubContextName); err != nil {
+		return nil, err
 	}
 	hubCluster, ok := hub.Clusters[hubContext.Cluster]
 	if !ok || hubCluster == nil {
@@ -187,9 +217,7 @@ func memberKubeconfig(hub clientcmdapi.Config, contextOverride, cluster, context
 		user = clientcmdapi.NewAuthInfo()
 	}
 
-	// ConfigFor computes the server the way client-go reads it (a URL, or
-	// host:port with https when TLS is configured) and validates the name.
-	server, err := multicluster.ConfigFor(&rest.Config{
+	server, err := proxyServer(&rest.Config{
 		Host: hubCluster.Server,
 		TLSClientConfig: rest.TLSClientConfig{
 			Insecure: hubCluster.InsecureSkipTLSVerify,
@@ -204,7 +232,7 @@ func memberKubeconfig(hub clientcmdapi.Config, contextOverride, cluster, context
 	}
 
 	memberCluster := hubCluster.DeepCopy()
-	memberCluster.Server = server.Host
+	memberCluster.Server = server
 	memberCluster.LocationOfOrigin = ""
 	memberUser := user.DeepCopy()
 	memberUser.LocationOfOrigin = ""
@@ -239,7 +267,7 @@ func (d directOptions) apply(cfg *clientcmdapi.Config, cluster string) error {
 	if err != nil || u.Scheme != "https" || u.Host == "" {
 		return fmt.Errorf("--direct-server %q: want https://HOST[:PORT]", d.server)
 	}
-	server, err := multicluster.ConfigFor(&rest.Config{Host: d.server}, cluster)
+	server, err := proxyServer(&rest.Config{Host: d.server}, cluster)
 	if err != nil {
 		return err
 	}
@@ -254,7 +282,7 @@ func (d directOptions) apply(cfg *clientcmdapi.Config, cluster string) error {
 	}
 	for name := range cfg.Clusters {
 		c := clientcmdapi.NewCluster()
-		c.Server = server.Host
+		c.Server = server
 		c.CertificateAuthority = caFile
 		c.TLSServerName = d.serverName
 		cfg.Clusters[name] = c
@@ -262,7 +290,8 @@ func (d directOptions) apply(cfg *clientcmdapi.Config, cluster string) error {
 	return nil
 }
 
-// checkUpstreamCluster fails unless the hub serves UpstreamCluster name.
+// checkUpstreamCluster fails unless the hub serves UpstreamCluster name or,
+// for '*' or a label selector, selects at least one.
 func checkUpstreamCluster(ctx context.Context, hub *rest.Config, name string, timeout time.Duration) error {
 	cfg := rest.CopyConfig(hub)
 	cfg.Timeout = timeout
@@ -272,6 +301,21 @@ func checkUpstreamCluster(ctx context.Context, hub *rest.Config, name string, ti
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	selector, err := parseClusterFlag(name)
+	if err != nil {
+		return err
+	}
+	if selector != nil {
+		// One is enough to know the selection is not empty.
+		list, err := client.GatewayV1alpha1().UpstreamClusters().List(ctx, metav1.ListOptions{LabelSelector: selector.String(), Limit: 1})
+		switch {
+		case err != nil:
+			return fmt.Errorf("listing the upstreamclusters %q selects on the hub %s: %w", name, hub.Host, err)
+		case len(list.Items) == 0:
+			return fmt.Errorf("no upstreamcluster on the hub %s matches %q: see the labels with `kubectl get upstreamclusters --show-labels`", hub.Host, name)
+		}
+		return nil
+	}
 	_, err = client.GatewayV1alpha1().UpstreamClusters().Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -280,4 +324,86 @@ func checkUpstreamCluster(ctx context.Context, hub *rest.Config, name string, ti
 		return fmt.Errorf("checking upstreamcluster %q on the hub %s: %w", name, hub.Host, err)
 	}
 	return nil
+}
+
+// fanOutContextName is the default context name of the kubeconfig for '*'.
+const fanOutContextName = "fleet"
+
+// parseClusterFlag reads --cluster: the name of one UpstreamCluster (nil
+// selector), or '*' or a label selector of UpstreamClusters, told apart as
+// the gateway tells them apart in the proxy path (fanout.IsFanOut).
+func parseClusterFlag(cluster string) (labels.Selector, error) {
+	if !fanout.IsFanOut(cluster) {
+		if err := multicluster.ValidateClusterName(cluster); err != nil {
+			return nil, fmt.Errorf("--cluster: %w: want the name of an UpstreamCluster, '*' or a label selector such as env=prod", err)
+		}
+		return nil, nil
+	}
+	if cluster == "*" {
+		return labels.Everything(), nil
+	}
+	if strings.Contains(cluster, "/") {
+		// A server URL could carry it as %2F, but client-go decodes the
+		// server's path and sends the slash as it is.
+		return nil, fmt.Errorf("--cluster %q: a label key with a prefix (the part before /) cannot be in a kubeconfig's server: select on a label key without a prefix (label the UpstreamClusters with one)", cluster)
+	}
+	selector, err := labels.Parse(cluster)
+	if err != nil {
+		return nil, fmt.Errorf("--cluster %q is neither an UpstreamCluster name nor a valid label selector: %w", cluster, err)
+	}
+	return selector, nil
+}
+
+// proxyServer returns the server, a URL, of the proxy prefix of cluster (a
+// name, '*' or a label selector: parseClusterFlag) on the server of hub:
+// the server as client-go reads it (a URL, or host:port with https when TLS
+// is configured), with any path prefix it has, plus
+// /apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/SEGMENT/proxy. The
+// segment is escaped as a URL path segment, keeping the characters that
+// need no escaping there (*, =, !, (, ), ,) as they are.
+func proxyServer(hub *rest.Config, cluster string) (string, error) {
+	selector, err := parseClusterFlag(cluster)
+	if err != nil {
+		return "", err
+	}
+	if selector == nil {
+		// ConfigFor validates and escapes the name.
+		cfg, err := multicluster.ConfigFor(hub, cluster)
+		if err != nil {
+			return "", err
+		}
+		return cfg.Host, nil
+	}
+	if hub.Host == "" {
+		return "", errors.New("the hub has no server")
+	}
+	base, _, err := rest.DefaultServerUrlFor(hub)
+	if err != nil {
+		return "", fmt.Errorf("server %q: %w", hub.Host, err)
+	}
+	if base.RawQuery != "" || base.Fragment != "" {
+		return "", fmt.Errorf("server %q must not have a query or fragment", hub.Host)
+	}
+	suffix := gatewayv1alpha1.UpstreamClustersPath + "/"
+	u := *base
+	u.Path = strings.TrimSuffix(base.Path, "/") + suffix + cluster + "/proxy"
+	u.RawPath = strings.TrimSuffix(base.EscapedPath(), "/") + suffix + escapeSegment(cluster) + "/proxy"
+	return u.String(), nil
+}
+
+// escapeSegment escapes s as one URL path segment (RFC 3986 pchar): the
+// unreserved characters, the sub-delimiters, : and @ stay; anything else,
+// the slash included, is percent-encoded.
+func escapeSegment(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', strings.IndexByte("-._~!$&'()*+,;=:@", c) >= 0:
+			b.WriteByte(c)
+		default:
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
 }

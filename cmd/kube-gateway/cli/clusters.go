@@ -1,4 +1,4 @@
-package app
+package cli
 
 import (
 	"fmt"
@@ -33,9 +33,9 @@ with -o wide also the endpoints), as the gateway serves them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			verflag.PrintAndExitIfRequested()
-			cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+			cfg, err := hubClientConfig(rules, overrides)
 			if err != nil {
-				return fmt.Errorf("the hub kubeconfig: %w", err)
+				return err
 			}
 			cfg.Timeout = timeout
 			cs, err := kubernetes.NewForConfig(cfg)

@@ -1,4 +1,4 @@
-package app
+package cli
 
 import (
 	"bytes"
@@ -288,14 +288,6 @@ func TestKubeconfigDirect(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || out != "" {
 			t.Errorf("%v: err %v, stdout %q; want an error with %q", tc.args, err, out, tc.want)
 		}
-	}
-}
-
-func TestServerCommandHasKubeconfig(t *testing.T) {
-	root := NewCommand(context.Background())
-	sub, _, err := root.Find([]string{"kubeconfig", "--cluster", "x"})
-	if err != nil || sub.Name() != "kubeconfig" {
-		t.Fatalf("kube-gateway kubeconfig: %v %v", sub, err)
 	}
 }
 

@@ -1,8 +1,9 @@
-package app
+package cli
 
 import (
 	"context"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -42,6 +43,49 @@ func NewPluginCommand(ctx context.Context) *cobra.Command {
 		},
 	}
 	cmd.SetContext(ctx)
-	cmd.AddCommand(newJoinCommand(), newUnjoinCommand(), newClustersCommand(), newKubeconfigCommand())
+	cmd.AddCommand(Commands()...)
+	for _, sub := range cmd.Commands() {
+		sub.Example = pluginExample(sub.Example)
+	}
 	return cmd
+}
+
+// pluginExample rewrites the example commands of a subcommand's help, which
+// run kube-gateway, as the plugin runs them: kubectl gateway.
+func pluginExample(example string) string {
+	return strings.ReplaceAll("\n"+example, "\n  kube-gateway ", "\n  kubectl gateway ")[1:]
+}
+
+// selfCommand returns how the user runs this binary, for the commands it
+// prints (join's hints): "kubectl gateway" when kubectl runs it as the
+// plugin (argv0 is kubectl-gateway); argv0 itself when it is a path (the
+// user typed _output/bin/kube-gateway: that works from where they are) or
+// a name that PATH finds; else, as a name PATH does not find, the absolute
+// path of the running binary (executable).
+func selfCommand(argv0 string, lookPath func(string) (string, error), executable func() (string, error)) string {
+	if IsPlugin(argv0) {
+		return "kubectl gateway"
+	}
+	if argv0 != "" && strings.ContainsRune(argv0, filepath.Separator) {
+		return shellQuote(argv0)
+	}
+	if argv0 != "" {
+		if _, err := lookPath(argv0); err == nil {
+			return shellQuote(argv0)
+		}
+	}
+	if path, err := executable(); err == nil && path != "" {
+		return shellQuote(path)
+	}
+	return "kube-gateway"
+}
+
+var shellSafe = regexp.MustCompile(`^[A-Za-z0-9_./:@%+=,-]+$`)
+
+// shellQuote quotes s for a POSIX shell unless it needs no quotes.
+func shellQuote(s string) string {
+	if shellSafe.MatchString(s) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
