@@ -613,7 +613,7 @@ func (e *Env) IssueClientCert(cn string, frontProxyCA bool) (certFile, keyFile s
 		}
 		name = "untrusted-" + cn
 	}
-	kp, err := ca.issue(dir, name, certSpec{CommonName: cn, Client: true})
+	kp, err := ca.issue(dir, name, certSpec{CommonName: cn})
 	if err != nil {
 		return "", "", err
 	}
