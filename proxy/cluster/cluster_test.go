@@ -19,6 +19,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/transport"
 	"k8s.io/utils/clock"
 
@@ -672,16 +673,13 @@ func TestTransportsPerServer(t *testing.T) {
 // waitConns waits until m has want open connections.
 func waitConns(t *testing.T, m *member, want int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, open := m.conns()
-		if open == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s has %d open connections, want %d", m.URL, open, want)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var open int
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		_, open = m.conns()
+		return open == want, nil
+	})
+	if err != nil {
+		t.Fatalf("%s has %d open connections, want %d", m.URL, open, want)
 	}
 }
 
@@ -810,12 +808,11 @@ func TestProbeConnectionsFollowUse(t *testing.T) {
 	}
 	waitRequests := func(n int) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for requests() < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d requests reached the member, want %d", requests(), n)
-			}
-			time.Sleep(10 * time.Millisecond)
+		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			return requests() >= n, nil
+		})
+		if err != nil {
+			t.Fatalf("%d requests reached the member, want %d", requests(), n)
 		}
 	}
 

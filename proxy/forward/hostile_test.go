@@ -30,6 +30,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubewharf/kube-gateway/proxy/forward"
 )
@@ -538,16 +539,14 @@ func newVanishMember(t *testing.T) *vanishMember {
 // would otherwise wait in the pool (with its goroutines) for its idle timeout.
 func waitGoroutines(t *testing.T, baseline int, closeIdle func()) {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for closeIdle(); runtime.NumGoroutine() > baseline; closeIdle() {
-		if time.Now().After(deadline) {
-			var stacks bytes.Buffer
-			_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
-			t.Fatalf("%d goroutines, baseline %d:\n%s", runtime.NumGoroutine(), baseline, stacks.String())
-		}
-		<-tick.C
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, testTimeout, true, func(context.Context) (bool, error) {
+		closeIdle()
+		return runtime.NumGoroutine() <= baseline, nil
+	})
+	if err != nil {
+		var stacks bytes.Buffer
+		_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+		t.Fatalf("%d goroutines, baseline %d:\n%s", runtime.NumGoroutine(), baseline, stacks.String())
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 	testclock "k8s.io/utils/clock/testing"
 
@@ -24,8 +25,8 @@ import (
 )
 
 const (
-	testToken = "s3cr3t-gateway-token"
-	wait      = 10 * time.Second // deadline of every wait for an event
+	testToken   = "s3cr3t-gateway-token"
+	testTimeout = 10 * time.Second // deadline of every wait for an event
 )
 
 // member is a member apiserver whose /readyz answer the test controls.
@@ -112,7 +113,7 @@ func (m *member) waitHit() {
 	m.t.Helper()
 	select {
 	case <-m.hits:
-	case <-time.After(wait):
+	case <-time.After(testTimeout):
 		m.t.Fatalf("no probe reached %s", m.srv.URL)
 	}
 }
@@ -219,7 +220,7 @@ func (h *harness) expectConfirmed(results map[string]bool) {
 				h.t.Fatalf("transition %+v, want the first answer of one of %v", tr, want)
 			}
 			delete(want, tr.Endpoint)
-		case <-time.After(wait):
+		case <-time.After(testTimeout):
 			h.t.Fatalf("no first-answer transition of %v", want)
 		}
 	}
@@ -231,7 +232,7 @@ func (h *harness) stop() {
 	h.cancel()
 	select {
 	case <-h.done:
-	case <-time.After(wait):
+	case <-time.After(testTimeout):
 		h.t.Fatal("the checker did not stop after cancel")
 	}
 	h.tr.CloseIdleConnections()
@@ -248,7 +249,7 @@ func (h *harness) awaitProbes(n int) map[string]bool {
 				h.t.Fatalf("two probes of %s in one round", p.endpoint)
 			}
 			got[p.endpoint] = p.ok
-		case <-time.After(wait):
+		case <-time.After(testTimeout):
 			h.t.Fatalf("got %d of %d probes", len(got), n)
 		}
 	}
@@ -280,7 +281,7 @@ func (h *harness) expect(m *member, healthy bool, reason string) ServerHealth {
 			h.t.Errorf("endpoint healthy=%v after transition to %v", m.ep.Healthy(), healthy)
 		}
 		return tr
-	case <-time.After(wait):
+	case <-time.After(testTimeout):
 		h.t.Fatalf("no transition of %s to healthy=%v", m.srv.URL, healthy)
 		return ServerHealth{}
 	}
@@ -297,7 +298,7 @@ func (h *harness) expectNone() {
 		if tr != marker {
 			h.t.Fatalf("unexpected transition %+v", tr)
 		}
-	case <-time.After(wait):
+	case <-time.After(testTimeout):
 		h.t.Fatal("marker transition not delivered")
 	}
 }
@@ -661,14 +662,12 @@ func TestStopWithProbeInFlight(t *testing.T) {
 		fast.srv.Close()
 	}()
 	// Nothing of the checker, the servers or the transport keeps running.
-	deadline := time.Now().Add(wait)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("goroutines: %d before, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
-		}
-		runtime.Gosched()
-		time.Sleep(10 * time.Millisecond) // polling interval, bounded by the deadline
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, testTimeout, true, func(context.Context) (bool, error) {
+		return runtime.NumGoroutine() <= before, nil
+	})
+	if err != nil {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("goroutines: %d before, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
 	}
 }
 
@@ -777,7 +776,7 @@ func TestSpreadProbes(t *testing.T) {
 		select {
 		case d := <-scheduled:
 			return d
-		case <-time.After(wait):
+		case <-time.After(testTimeout):
 			t.Fatal("no probe was scheduled")
 			return due{}
 		}
@@ -838,11 +837,12 @@ func TestIdleCheckersHoldNoGoroutine(t *testing.T) {
 	other.Start(ctx, h.sched)
 	defer func() { cancel(); <-other.Done() }()
 	h.round()
-	deadline := time.Now().Add(wait)
-	for {
+	var stacks string
+	checkers, schedulers := 0, 0
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, testTimeout, true, func(context.Context) (bool, error) {
 		buf := make([]byte, 1<<20)
-		stacks := string(buf[:runtime.Stack(buf, true)])
-		checkers, schedulers := 0, 0
+		stacks = string(buf[:runtime.Stack(buf, true)])
+		checkers, schedulers = 0, 0
 		for _, g := range strings.Split(stacks, "\n\n") {
 			switch {
 			case strings.Contains(g, "health.(*Checker)"):
@@ -851,12 +851,9 @@ func TestIdleCheckersHoldNoGoroutine(t *testing.T) {
 				schedulers++
 			}
 		}
-		if checkers == 0 && schedulers == 1 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines of the checkers and %d of the scheduler between probes, want 0 and 1:\n%s", checkers, schedulers, stacks)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, bounded by the deadline
+		return checkers == 0 && schedulers == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("%d goroutines of the checkers and %d of the scheduler between probes, want 0 and 1:\n%s", checkers, schedulers, stacks)
 	}
 }

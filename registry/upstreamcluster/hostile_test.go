@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
@@ -416,16 +417,17 @@ func TestHostileVanishingWatcher(t *testing.T) {
 	// The pooled connection to the member outlives the request: close it
 	// once it is idle. The member may see the cancellation before the
 	// gateway's side of the stream is cleaned up, so ask until it is.
-	deadline := time.Now().Add(20 * time.Second)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for goruntime.NumGoroutine() > baseline {
-		g.cluster.CloseIdleConnections()
-		if time.Now().After(deadline) {
-			var stacks bytes.Buffer
-			_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
-			t.Fatalf("%d goroutines, baseline %d:\n%s", goruntime.NumGoroutine(), baseline, stacks.String())
+	// context.Background: a context of the test's would add a goroutine.
+	err = wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		if goruntime.NumGoroutine() <= baseline {
+			return true, nil
 		}
-		<-tick.C
+		g.cluster.CloseIdleConnections()
+		return false, nil
+	})
+	if err != nil {
+		var stacks bytes.Buffer
+		_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+		t.Fatalf("%d goroutines, baseline %d:\n%s", goruntime.NumGoroutine(), baseline, stacks.String())
 	}
 }

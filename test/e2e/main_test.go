@@ -52,6 +52,10 @@ func run(m *testing.M) int {
 		// seconds that proxied streams are not subject to it.
 		GatewayArgs: []string{"--request-timeout=" + gatewayRequestTimeout.String(), "--" + longrunning.Flag + "=" + strconv.Itoa(longRunningCap),
 			"--fan-out-list-memory=" + strconv.Itoa(fanOutListMemory)},
+		// The tests' extra gateways share the suite gateway's replica group:
+		// none may divide its flow-control limits. TestLimitsSplitAcrossReplicas
+		// grants the rest for itself.
+		StatusLeaseOnly: true,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the environment: %v\n(logs in %s)\n", err, filepath.Join(workDir, "logs"))

@@ -26,9 +26,10 @@ import (
 //
 // The replicas are gateways of the test's own, in a replica group of their own
 // (--status-lease-name), so that the suite's gateway and other tests' gateways
-// are not counted. The harness grants the gateway's identity no list, watch or
-// delete on Leases (each replica then enforces whole limits); the test grants
-// them as the chart does, and takes them back at the end.
+// are not counted. The suite's environment grants the gateway's identity no
+// list, watch or delete on Leases (harness.Config.StatusLeaseOnly: each
+// replica then enforces whole limits); the test grants them as the chart
+// does, and takes them back at the end.
 func TestLimitsSplitAcrossReplicas(t *testing.T) {
 	const (
 		qps, burst = 20, 4

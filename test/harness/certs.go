@@ -1,27 +1,22 @@
 package harness
 
 import (
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/kubewharf/kube-gateway/test/testca"
 )
 
 // certAuthority is a self-signed CA held in memory and written to dir/<name>.crt|key.
 type certAuthority struct {
-	cert    *x509.Certificate
-	key     crypto.Signer
+	ca      *testca.CA
 	CertPEM []byte
 	// CertFile and KeyFile are the written PEM files.
 	CertFile, KeyFile string
@@ -36,29 +31,13 @@ type keyPair struct {
 type certSpec struct {
 	CommonName   string
 	Organization []string
-	DNSNames     []string
-	IPs          []net.IP
-	Server       bool // ExtKeyUsageServerAuth
-	Client       bool // ExtKeyUsageClientAuth
+	// SANs are IP addresses or DNS names.
+	SANs   []string
+	Server bool // ExtKeyUsageServerAuth, else ExtKeyUsageClientAuth
 }
 
+// certLifetime: a detached environment (local-up) may run for long.
 const certLifetime = 365 * 24 * time.Hour
-
-func serial() (*big.Int, error) {
-	return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 126))
-}
-
-func newECKey() (*ecdsa.PrivateKey, []byte, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
-}
 
 func writeFile(path string, data []byte, mode os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -68,92 +47,36 @@ func writeFile(path string, data []byte, mode os.FileMode) error {
 }
 
 // newCA creates a CA named name and writes dir/name.crt and dir/name.key.
+// Its serial numbers are random: tests tell the gateway's serving
+// certificate from its replacement by the serial.
 func newCA(dir, name string) (*certAuthority, error) {
-	key, keyPEM, err := newECKey()
+	ca, err := testca.NewCA(name, testca.Options{ValidFor: certLifetime, RandomSerials: true})
 	if err != nil {
 		return nil, err
 	}
-	sn, err := serial()
+	certFile, keyFile, err := testca.WriteFiles(dir, name, ca.PEM, ca.KeyPEM)
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          sn,
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(certLifetime),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		return nil, err
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
-	}
-	ca := &certAuthority{
-		cert:     cert,
-		key:      key,
-		CertPEM:  pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		CertFile: filepath.Join(dir, name+".crt"),
-		KeyFile:  filepath.Join(dir, name+".key"),
-	}
-	if err := writeFile(ca.CertFile, ca.CertPEM, 0o644); err != nil {
-		return nil, err
-	}
-	if err := writeFile(ca.KeyFile, keyPEM, 0o600); err != nil {
-		return nil, err
-	}
-	return ca, nil
+	return &certAuthority{ca: ca, CertPEM: ca.PEM, CertFile: certFile, KeyFile: keyFile}, nil
 }
 
 // issue signs a leaf certificate and writes dir/name.crt and dir/name.key.
 func (ca *certAuthority) issue(dir, name string, spec certSpec) (*keyPair, error) {
-	key, keyPEM, err := newECKey()
-	if err != nil {
-		return nil, err
-	}
-	sn, err := serial()
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: sn,
-		Subject:      pkix.Name{CommonName: spec.CommonName, Organization: spec.Organization},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(certLifetime),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		DNSNames:     spec.DNSNames,
-		IPAddresses:  spec.IPs,
-	}
+	usage := x509.ExtKeyUsageClientAuth
 	if spec.Server {
-		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
+		usage = x509.ExtKeyUsageServerAuth
 	}
-	if spec.Client {
-		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
+	leaf, err := ca.ca.Sign(testca.Spec{CommonName: spec.CommonName, Organization: spec.Organization, Usage: usage,
+		SANs: spec.SANs, NotAfter: time.Now().Add(certLifetime)})
 	if err != nil {
 		return nil, err
 	}
-	kp := &keyPair{
-		CertFile: filepath.Join(dir, name+".crt"),
-		KeyFile:  filepath.Join(dir, name+".key"),
-		CertPEM:  pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		KeyPEM:   keyPEM,
-	}
-	if err := writeFile(kp.CertFile, kp.CertPEM, 0o644); err != nil {
+	certFile, keyFile, err := testca.WriteFiles(dir, name, leaf.CertPEM, leaf.KeyPEM)
+	if err != nil {
 		return nil, err
 	}
-	if err := writeFile(kp.KeyFile, kp.KeyPEM, 0o600); err != nil {
-		return nil, err
-	}
-	return kp, nil
+	return &keyPair{CertFile: certFile, KeyFile: keyFile, CertPEM: leaf.CertPEM, KeyPEM: leaf.KeyPEM}, nil
 }
 
 // serviceAccountKey writes an RSA key (PKCS#1 PEM) used both as
@@ -169,8 +92,7 @@ func serviceAccountKey(path string) error {
 func loopbackServing(extraDNS ...string) certSpec {
 	return certSpec{
 		CommonName: "127.0.0.1",
-		DNSNames:   append([]string{"localhost"}, extraDNS...),
-		IPs:        []net.IP{net.ParseIP("127.0.0.1")},
+		SANs:       append([]string{"127.0.0.1", "localhost"}, extraDNS...),
 		Server:     true,
 	}
 }
@@ -216,7 +138,7 @@ func (c *CA) IssueGatewayServing(dir, name string) (certFile, keyFile string, er
 
 // IssueClient issues a client certificate for commonName into dir/name.crt|key.
 func (c *CA) IssueClient(dir, name, commonName string) (certFile, keyFile string, err error) {
-	kp, err := c.ca.issue(dir, name, certSpec{CommonName: commonName, Client: true})
+	kp, err := c.ca.issue(dir, name, certSpec{CommonName: commonName})
 	if err != nil {
 		return "", "", err
 	}

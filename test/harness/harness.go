@@ -110,6 +110,13 @@ type Config struct {
 	// GatewayEnv is added to the environment of the kube-gateway process only
 	// (e.g. GOGC=400 for the benchmark).
 	GatewayEnv []string
+	// StatusLeaseOnly grants the gateway's identity get, create and update on
+	// Leases (the status Lease and its own replica Lease) but not list, watch
+	// and delete, which the chart grants: every gateway then counts 1
+	// replica and enforces whole flow-control limits, however many run
+	// (the e2e suite, whose extra gateways would otherwise divide the limits
+	// of the suite's gateway).
+	StatusLeaseOnly bool
 	// Log receives progress lines; may be nil.
 	Log io.Writer
 }
@@ -627,7 +634,7 @@ func (e *Env) IssueClientCert(cn string, frontProxyCA bool) (certFile, keyFile s
 		}
 		name = "untrusted-" + cn
 	}
-	kp, err := ca.issue(dir, name, certSpec{CommonName: cn, Client: true})
+	kp, err := ca.issue(dir, name, certSpec{CommonName: cn})
 	if err != nil {
 		return "", "", err
 	}

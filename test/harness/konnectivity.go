@@ -72,11 +72,11 @@ func (e *Env) StartKonnectivity(ctx context.Context, member, cluster string) (_ 
 	if err != nil {
 		return nil, err
 	}
-	gatewayClient, err := ca.issue(dir, "kube-gateway", certSpec{CommonName: "kube-gateway", Client: true})
+	gatewayClient, err := ca.issue(dir, "kube-gateway", certSpec{CommonName: "kube-gateway"})
 	if err != nil {
 		return nil, err
 	}
-	agentClient, err := ca.issue(dir, "proxy-agent", certSpec{CommonName: "proxy-agent", Client: true})
+	agentClient, err := ca.issue(dir, "proxy-agent", certSpec{CommonName: "proxy-agent"})
 	if err != nil {
 		return nil, err
 	}

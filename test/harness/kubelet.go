@@ -82,7 +82,7 @@ func (e *Env) startKubelet(ctx context.Context) error {
 		return err
 	}
 	binCopy := filepath.Join(e.WorkDir, "bin", "stand-in-kubelet")
-	if err := copyFile(exe, binCopy); err != nil {
+	if err := copyExecutable(exe, binCopy); err != nil {
 		return fmt.Errorf("stand-in kubelet: copy %s: %w", exe, err)
 	}
 	addrFile := filepath.Join(e.WorkDir, "stand-in-kubelet.addr")
@@ -113,7 +113,14 @@ func (e *Env) startKubelet(ctx context.Context) error {
 	return e.startTracked(ctx, p, nil)
 }
 
-func copyFile(src, dst string) error {
+// copyExecutable copies src to dst (through dst.tmp and a rename) for dst to
+// be executed. A process forked while the copy is open for writing would hold
+// that descriptor until its own exec, and exec of dst would then fail with
+// ETXTBSY (golang/go#22315) if other goroutines start processes meanwhile.
+// Holding syscall.ForkLock for reading from open to close keeps every fork of
+// this process out of that window (a hard link would not need it, but does
+// not work across file systems, where go run's binary usually is).
+func copyExecutable(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -123,16 +130,23 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	tmp := dst + ".tmp"
-	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Close(); err != nil {
+	if err := writeUnforked(tmp, in); err != nil {
 		return err
 	}
 	return os.Rename(tmp, dst)
+}
+
+// writeUnforked writes r to path (mode 0755) while no fork can happen.
+func writeUnforked(path string, r io.Reader) error {
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	out, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, r); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // stopTimeout is how long Stop waits after SIGTERM before it sends SIGKILL.
@@ -360,21 +362,15 @@ func stopPID(name string, pid int, args []string) error {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		return fmt.Errorf("%s (pid %d): %w", name, pid, err)
 	}
-	deadline := time.Now().Add(stopTimeout)
-	for time.Now().Before(deadline) {
-		if !isOurs(pid, args) {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
+	gone := func(context.Context) (bool, error) { return !isOurs(pid, args), nil }
+	if wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, stopTimeout, true, gone) == nil {
+		return nil
 	}
 	if isOurs(pid, args) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-	for i := 0; i < 100; i++ {
-		if !isOurs(pid, args) {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
+	if wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 10*time.Second, true, gone) == nil {
+		return nil
 	}
 	return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", name, pid)
 }

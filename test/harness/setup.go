@@ -156,10 +156,16 @@ func (e *Env) setupHub(ctx context.Context) error {
 			return o.roleBinding(ctx, GatewayNamespace, "kube-gateway:secrets-reader", "Role", "kube-gateway:secrets-reader", UserGateway)
 		},
 		// Leader election of the replica that writes UpstreamCluster status
-		// (Lease kube-gateway-status in the gateway namespace).
+		// (Lease kube-gateway-status in the gateway namespace), and one Lease
+		// per replica, listed and watched to divide flow-control limits among
+		// the replicas and deleted when a replica stops, as the chart grants.
 		func() error {
+			verbs := []string{"get", "list", "watch", "create", "update", "delete"}
+			if e.cfg.StatusLeaseOnly {
+				verbs = []string{"get", "create", "update"}
+			}
 			return o.role(ctx, GatewayNamespace, "kube-gateway:leader-election",
-				rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}})
+				rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: verbs})
 		},
 		func() error {
 			return o.roleBinding(ctx, GatewayNamespace, "kube-gateway:leader-election", "Role", "kube-gateway:leader-election", UserGateway)

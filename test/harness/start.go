@@ -183,13 +183,13 @@ func (e *Env) makeClusters() error {
 	if p.frontProxyCA, err = newCA(pkiDir, "front-proxy-ca"); err != nil {
 		return err
 	}
-	if p.frontProxyClient, err = p.frontProxyCA.issue(pkiDir, "front-proxy-client", certSpec{CommonName: "front-proxy-client", Client: true}); err != nil {
+	if p.frontProxyClient, err = p.frontProxyCA.issue(pkiDir, "front-proxy-client", certSpec{CommonName: "front-proxy-client"}); err != nil {
 		return err
 	}
 	if p.kubeletClientCA, err = newCA(pkiDir, "kubelet-client-ca"); err != nil {
 		return err
 	}
-	if p.kubeletClient, err = p.kubeletClientCA.issue(pkiDir, "kubelet-client", certSpec{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}, Client: true}); err != nil {
+	if p.kubeletClient, err = p.kubeletClientCA.issue(pkiDir, "kubelet-client", certSpec{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}}); err != nil {
 		return err
 	}
 	if p.kubeletCA, err = newCA(pkiDir, "kubelet-ca"); err != nil {

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"k8s.io/apimachinery/pkg/util/wait"
 	restclient "k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
@@ -455,17 +456,16 @@ func TestCloseEndsOpenSessions(t *testing.T) {
 		}
 		defer srv.Close()
 		cancel()
-		deadline := time.Now().Add(testTimeout)
-		for {
+		err = wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, testTimeout, true, func(context.Context) (bool, error) {
 			conn, err := net.DialTimeout("tcp", srv.Addr(), time.Second)
 			if err != nil {
-				break
+				return true, nil
 			}
 			conn.Close()
-			if time.Now().After(deadline) {
-				t.Fatal("still accepting connections after the context ended")
-			}
-			time.Sleep(10 * time.Millisecond)
+			return false, nil
+		})
+		if err != nil {
+			t.Fatalf("still accepting connections %v after the context ended", testTimeout)
 		}
 	})
 }

@@ -16,6 +16,7 @@ package replicas
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -155,7 +156,21 @@ func (m *Membership) Run(ctx context.Context) {
 		logger.Error(err, "Cannot follow the gateway replicas' Leases; enforcing whole flow-control limits")
 		return
 	}
-	factory.Start(ctx.Done())
+	// A missing right is logged once, not at every retry of the informer.
+	var refused atomic.Bool
+	if err := leases.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		if !apierrors.IsForbidden(err) {
+			cache.DefaultWatchErrorHandler(ctx, r, err)
+			return
+		}
+		if refused.CompareAndSwap(false, true) {
+			logger.Error(err, "Cannot list or watch the gateway replicas' Leases: it needs list and watch on leases in its namespace; enforcing whole flow-control limits, not divided among the replicas, until it can")
+		}
+	}); err != nil {
+		logger.Error(err, "Cannot follow the gateway replicas' Leases; enforcing whole flow-control limits")
+		return
+	}
+	factory.StartWithContext(ctx) // the informer's errors go to this replica's logger
 	defer factory.Shutdown()
 
 	ticker := m.cfg.Clock.NewTicker(time.Second)
@@ -184,11 +199,14 @@ func (m *Membership) Run(ctx context.Context) {
 		if self := m.recount(ctx); self || failing {
 			if blind && self {
 				logger.Info("Sees the gateway replicas' Leases again")
+				refused.Store(false)
 			}
 			blindSince, blind = m.cfg.Clock.Now(), false
 		} else if !blind && m.cfg.Clock.Since(blindSince) > m.cfg.Duration {
-			logger.Error(nil, "Cannot see this gateway replica's own Lease: it needs list and watch on leases in its namespace; enforcing whole flow-control limits until it can",
-				"synced", leases.HasSynced())
+			if !refused.Load() { // else already said
+				logger.Error(nil, "Cannot see this gateway replica's own Lease: it needs list and watch on leases in its namespace; enforcing whole flow-control limits until it can",
+					"synced", leases.HasSynced())
+			}
 			blind = true
 		}
 		m.collectGarbage(ctx)

@@ -4,16 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 )
 
@@ -21,12 +29,18 @@ const ns = "kube-gateway"
 
 func start(t *testing.T, client *fake.Clientset, group, identity string) (*Membership, *atomic.Int64) {
 	t.Helper()
+	return startWith(t, context.Background(), client, group, identity)
+}
+
+// startWith is start with ctx (its logger).
+func startWith(t *testing.T, ctx context.Context, client *fake.Clientset, group, identity string) (*Membership, *atomic.Int64) {
+	t.Helper()
 	var last atomic.Int64
 	last.Store(1)
 	m := New(Config{Client: client, Namespace: ns, Group: group, Identity: identity,
 		RenewPeriod: 100 * time.Millisecond, Duration: time.Second,
 		OnChange: func(n int) { last.Store(int64(n)) }})
-	m.Start(context.Background())
+	m.Start(ctx)
 	t.Cleanup(m.Stop)
 	return m, &last
 }
@@ -145,4 +159,62 @@ func TestCannotWrite(t *testing.T) {
 	if err := wantLive(map[string]*Membership{"ok1": ok1, "ok2": ok2, "readonly": readonly}, map[string]int{"ok1": 2, "ok2": 2, "readonly": 1})(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A replica that may not list or watch Leases counts 1 and says so once, with
+// what it costs, not at every retry of its informer.
+func TestCannotListOrWatchLogsOnce(t *testing.T) {
+	sink := &errorSink{}
+	ctx := klog.NewContext(context.Background(), logr.New(sink))
+
+	client := fake.NewClientset()
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Group: coordinationv1.GroupName, Resource: "leases"}, "", errors.New("RBAC: no list or watch"))
+	var tries atomic.Int64
+	client.PrependReactor("list", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		tries.Add(1)
+		return true, nil, forbidden
+	})
+	client.PrependWatchReactor("leases", func(k8stesting.Action) (bool, watch.Interface, error) {
+		tries.Add(1)
+		return true, nil, forbidden
+	})
+	m, _ := startWith(t, ctx, client, "gw", "blind")
+	// The informer retries after 0.8 s, 1.6 s, ...; the Lease duration (1 s)
+	// passes meanwhile, after which the replica knows it cannot see its own.
+	eventually(t, "three refused lists or watches", func() error {
+		if n := tries.Load(); n < 3 {
+			return fmt.Errorf("%d tries", n)
+		}
+		return nil
+	})
+	if n := m.Live(); n != 1 {
+		t.Errorf("counts %d replicas, want 1", n)
+	}
+	errs := sink.errors()
+	if len(errs) != 1 || !strings.Contains(errs[0], "whole flow-control limits") {
+		t.Fatalf("%d errors logged after %d refused lists or watches, want one that says whole limits are enforced:\n%s", len(errs), tries.Load(), strings.Join(errs, "\n"))
+	}
+}
+
+// errorSink records the errors logged through it.
+type errorSink struct {
+	mu   sync.Mutex
+	errs []string
+}
+
+func (s *errorSink) errors() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.errs)
+}
+
+func (s *errorSink) Init(logr.RuntimeInfo)          {}
+func (s *errorSink) Enabled(int) bool               { return true }
+func (s *errorSink) Info(int, string, ...any)       {}
+func (s *errorSink) WithValues(...any) logr.LogSink { return s }
+func (s *errorSink) WithName(string) logr.LogSink   { return s }
+func (s *errorSink) Error(err error, msg string, _ ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.errs = append(s.errs, fmt.Sprintf("%s: %v", msg, err))
 }

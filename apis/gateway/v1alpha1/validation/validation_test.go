@@ -1,17 +1,10 @@
 package validation_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"math/big"
 	"strings"
 	"testing"
-	"time"
 
 	"k8s.io/utils/ptr"
 
@@ -20,6 +13,7 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1/validation"
+	"github.com/kubewharf/kube-gateway/test/testca"
 )
 
 const secretNamespace = "kube-gateway"
@@ -53,29 +47,6 @@ func assertErrors(t *testing.T, got field.ErrorList, want []fieldErr) {
 			t.Errorf("error %d: got %v, want %v\nfull errors: %v", i, g[i], want[i], got.ToAggregate())
 		}
 	}
-}
-
-// caPEM returns a freshly generated self-signed CA certificate, PEM-encoded.
-func caPEM(t *testing.T) []byte {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "test-ca"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
 // valid returns an UpstreamCluster that passes validation, with defaults applied.
@@ -148,7 +119,7 @@ func TestValidateEndpoint(t *testing.T) {
 }
 
 func TestValidateUpstreamCluster(t *testing.T) {
-	ca := caPEM(t)
+	ca := testca.New(t, "test-ca").PEM
 	tests := []struct {
 		name   string
 		mutate func(*gatewayv1alpha1.UpstreamCluster)

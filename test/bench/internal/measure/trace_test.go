@@ -2,6 +2,7 @@ package measure
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -87,9 +88,10 @@ func TestHandlingsSplitsEachRequest(t *testing.T) {
 	get("/slow-member")
 	// A handler's goroutine ends a little after its client has the answer;
 	// only requests whose goroutine ended in the trace are whole.
-	for deadline := time.Now().Add(wait.ForeverTestTimeout); runtime.NumGoroutine() > idle && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
+	// Best effort: a request still running is missing below, and reported.
+	_ = wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
+		return runtime.NumGoroutine() <= idle, nil
+	})
 	trace.Stop()
 
 	tr, err := ReadTrace(&buf, "httputil.(*ReverseProxy).ServeHTTP")
