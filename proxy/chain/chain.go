@@ -7,16 +7,16 @@
 // k8s.io/apiserver's DefaultBuildHandlerChain let it through untouched (request
 // timeout, deadline, in-flight limit, wait group), and go-restful's routing and
 // Connect handler only find the name and the sub-path. They and the always-on
-// tracing filter cost several times the gateway's own work per request
-// (docs/benchmark.md). The short chain keeps what decides who may do what, and
+// tracing filter cost more than the gateway's own work per request
+// (docs/benchmark-history.md). The short chain keeps what decides who may do what, and
 // what operators rely on: panic recovery, request info, authentication,
 // audit, impersonation, authorization, CONNECT admission (in the handler),
 // warnings, CORS, HSTS, Cache-Control, probabilistic GOAWAY; tracing when
 // tracing is configured.
 //
 // A proxied request's goroutine gets the stack the short chain needs before it
-// runs (stack.go): growing it twice deep inside the chain cost 6-9 % of the
-// gateway's CPU per request.
+// runs (stack.go): growing it twice deep inside the chain cost a measurable
+// share of the gateway's CPU per request (docs/benchmark-history.md).
 //
 // In front of both chains sits the entry decision (entry.go): by default the
 // gateway's API group is served only to requests that come through the hub's

@@ -13,8 +13,9 @@ const growFrame = 8 << 10
 // the many idle connection readers keep small. The short chain
 // (authentication, audit, authorization) and the reverse proxy below it need
 // about 16 KiB: without this a request's stack grew twice, deep in the chain,
-// and the runtime copied it and adjusted every frame each time: 6-9 % of the
-// gateway's CPU per proxied GET at c=16 (docs/benchmark.md). Growing it here
+// and the runtime copied it and adjusted every frame each time, a measurable
+// share of the gateway's CPU per proxied GET (docs/benchmark-history.md,
+// "What changed, and what each change bought"). Growing it here
 // copies a few frames once. A request that needed less (a refusal, an
 // error) keeps the stack only until its goroutine ends; an open watch's
 // stack is 16 KiB either way.

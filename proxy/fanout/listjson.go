@@ -19,7 +19,8 @@ import (
 // is read once to find its kind, list metadata and items (and in its items
 // or rows, where the cluster goes: splice.go), and the items are copied into
 // the merged list as they are, with only the cluster spliced in. Decoding them into generic maps and encoding them again
-// took five times as long, and allocated eighteen times the answers' size.
+// took several times as long and allocated many times the answers' size
+// (BenchmarkMerge; docs/benchmark-history.md).
 
 // memberList is one member's list (or Table) answer, read only as far as
 // merging needs. The raw values are slices of the member's answer.

@@ -121,7 +121,7 @@ func (m *memberWatch) watchOnce(ctx context.Context, opened func(opening)) (o op
 	inner.URL.RawQuery = m.wq.memberValues(m.cluster, m.last, m.initialDone)
 	inner.Header.Set("Accept", m.accept)
 	// Uncompressed: a member's watch stream lasts for hours, and the
-	// decompressor of a compressed one holds about 40 KiB for as long; its
+	// decompressor of a compressed one holds its window for as long; its
 	// events, flushed one by one, compress poorly anyway.
 	inner.Header.Set("Accept-Encoding", "identity")
 	w := &eventWriter{header: http.Header{}, m: m, ctx: actx, stop: cancel}

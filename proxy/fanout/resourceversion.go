@@ -40,8 +40,9 @@ func ParseCompositeResourceVersion(rv string) (map[string]string, error) {
 // encodes them as a CompositeResourceVersion, for every event when the
 // client takes no bookmarks.
 //
-// With 1,000 members the composite is about 30 KB: encoding and quoting it
-// whole for each event cost 100 µs, more than the event itself. So each
+// The composite grows with the members: encoding and quoting it whole for
+// each event cost more than the event itself (BenchmarkWatchEvent;
+// docs/benchmark-history.md). So each
 // member's piece of the JSON object, `,"name":"resourceVersion"`, is padded
 // with JSON whitespace to a multiple of 3 bytes when it changes: its base64
 // is then a fixed piece of the composite's, and an event costs copying the

@@ -5,8 +5,8 @@
 //
 // The hub sends thousands of requests over one connection with the same client
 // certificate; the library checks its chain (a public-key signature check per
-// certificate) for each of them, which cost more CPU than all of the gateway's
-// own proxying (docs/benchmark.md; kubernetes/kubernetes#90533). A verified
+// certificate) for each of them (BenchmarkTrusted; docs/benchmark-history.md).
+// A verified
 // certificate is remembered by identity, for as long as the request-header CA
 // bundle is the same and the verified chain is within its validity period: the
 // TLS stack parses a connection's certificates once, at its handshake, and

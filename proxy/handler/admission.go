@@ -47,8 +47,8 @@ func (h *Handler) admitConnect(ctx context.Context, name, path string) error {
 // the webhook and admission policy plugins handle CONNECT, and they act only
 // through configuration objects on the hub (webhook configurations,
 // policies). While the hub has none, running the chain for every proxied
-// request decides nothing and costs about a tenth of the gateway's CPU per
-// request (docs/benchmark.md).
+// request decides nothing and still costs CPU on every request
+// (docs/benchmark-history.md).
 //
 // Needed runs on every proxied request, so it reads two atomics rather than the
 // informers' stores (a lock and a list of keys each): event handlers count the

@@ -26,11 +26,12 @@ const Flag = "max-long-running-requests-per-user"
 // bench-scale, docs/operations.md).
 const (
 	// StreamSlots: a watch or a log stream, an HTTP/2 stream on connections
-	// that other requests share; about 40 KiB.
+	// that other requests share (docs/benchmark.md, per idle watch).
 	StreamSlots = 1
 	// SessionSlots: an exec, attach or port-forward session, an upgraded
 	// connection into the gateway and one of its own to the member, with a
-	// goroutine and a buffer for each direction; about 125 KiB.
+	// goroutine and a buffer for each direction: about three times a
+	// watch's memory (docs/benchmark.md, per exec session).
 	SessionSlots = 3
 )
 

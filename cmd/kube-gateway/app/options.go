@@ -109,9 +109,9 @@ func NewOptions() *Options {
 		Logs:            logs.NewOptions(),
 		SecretNamespace: "kube-gateway",
 		StatusLeaseName: "kube-gateway-status",
-		// 10,000 slots (open watches, or a third as many exec sessions) cost
-		// the gateway about 400 MiB: one user at the cap fits the chart's
-		// 1 GiB memory limit with room for others.
+		// 10,000 slots (open watches, or a third as many exec sessions): one
+		// user at the cap fits the chart's memory limit with room for others
+		// (docs/operations.md, capacity).
 		MaxLongRunningPerUser:       10000,
 		MemberResponseHeaderTimeout: forward.DefaultResponseHeaderTimeout,
 		SplitLimitsAcrossReplicas:   true,
@@ -165,13 +165,13 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	gw.DurationVar(&o.MemberResponseHeaderTimeout, "member-response-header-timeout", o.MemberResponseHeaderTimeout,
 		"How long to wait for a member server's response headers to a proxied request that is not long-running (watches, log follow, exec, attach, port-forward and proxy are never cut). A server that stays silent longer is counted as failed toward its health; the client gets a 504, or the answer of another server when the request may be retried (GET, HEAD, OPTIONS). Keep it above the members' --request-timeout (60s by default), so that a busy server answers with its own 504 first. 0 waits forever.")
 	gw.BoolVar(&o.ProbeWithNewConnections, "probe-with-new-connections", o.ProbeWithNewConnections,
-		"Probe a server that served no proxied request in the last 90s over a connection of its own, closed after the answer, instead of over the connection that proxied requests use. A cluster nobody sends requests to then holds no connection once its pooled one has been idle for 90s: about half the memory of an idle cluster (85 KiB less with two servers), for a TLS handshake per probe of an idle server (about 0.7 ms of the gateway's CPU and 0.6 ms of the member's, at every health check interval). Servers in use (open watches included) are probed over their pooled connection, as without this flag. For fleets with many rarely used clusters where memory is scarcer than CPU.")
+		"Probe a server that served no proxied request in the last 90s over a connection of its own, closed after the answer, instead of over the connection that proxied requests use. A cluster nobody sends requests to then holds no connection once its pooled one has been idle for 90s: about half the memory of an idle cluster, for a TLS handshake per probe of an idle server on the gateway and on the member, at every health check interval (docs/benchmark.md has the figures). Servers in use (open watches included) are probed over their pooled connection, as without this flag. For fleets with many rarely used clusters where memory is scarcer than CPU.")
 	gw.StringVar(&o.SecretNamespace, "secret-namespace", o.SecretNamespace,
 		"Hub namespace of the Secrets holding the gateway's credentials toward member clusters. The gateway reads Secrets only there, and UpstreamClusters may only reference Secrets there.")
 	gw.StringVar(&o.StatusLeaseName, "status-lease-name", o.StatusLeaseName,
 		"Name of the hub Lease, in --secret-namespace, whose holder among the gateway replicas writes UpstreamCluster status and records Events. Installations that share a secret namespace need different names.")
 	gw.IntVar(&o.MaxLongRunningPerUser, longrunning.Flag, o.MaxLongRunningPerUser,
-		"Most long-running proxied requests one hub user may hold open through this gateway process, over all upstream clusters: a watch or log stream counts 1, an exec, attach or port-forward session 3 (it holds connections of its own, about three times a watch's memory). Past it the gateway answers 429. Users are told apart by name: the replicas of a controller that share a service account share one budget. Neither the hub's priority and fairness nor --max-requests-inflight counts these requests, and each open watch costs the gateway about 40 KiB: the limit bounds what one user can take. 0 means no limit.")
+		"Most long-running proxied requests one hub user may hold open through this gateway process, over all upstream clusters: a watch or log stream counts 1, an exec, attach or port-forward session 3 (it holds connections of its own, about three times a watch's memory). Past it the gateway answers 429. Users are told apart by name: the replicas of a controller that share a service account share one budget. Neither the hub's priority and fairness nor --max-requests-inflight counts these requests, and each open watch costs the gateway memory (docs/benchmark.md): the limit bounds what one user can take. 0 means no limit.")
 	gw.BoolVar(&o.SplitLimitsAcrossReplicas, SplitLimitsFlag, o.SplitLimitsAcrossReplicas,
 		"Divide every flow-control limit of the UpstreamClusters among the live gateway replicas, so that a schema's qps, burst and max in-flight hold for the whole gateway rather than for each replica. Each replica keeps a hub Lease, in --secret-namespace, labeled "+replicas.LabelReplicaOf+"=<--status-lease-name>, and counts those of the others; one that cannot read or write them enforces whole limits. Off: every replica enforces whole limits.")
 	gw.IntVar(&o.FanOutParallel, "fan-out-parallel", o.FanOutParallel,

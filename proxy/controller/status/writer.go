@@ -86,7 +86,8 @@ const (
 	retryMaxDelay  = 30 * time.Second
 	// Writes over all clusters: a new leader with many clusters to correct
 	// does not burst the storage, and a thousand clusters registered at once
-	// still show Ready within seconds (at 10/s it took 90 s).
+	// still show Ready within seconds (10 writes/s was far too slow for a
+	// thousand: docs/benchmark-history.md).
 	writeQPS   = 100
 	writeBurst = 200
 )
