@@ -11,6 +11,9 @@
 //     to fanout, any other name is one member (CONNECT admission, the compiled
 //     cluster, forward);
 //   - fanout: one list or watch over many members, each asked through handler;
+//   - door: the member door, a listener of its own where a member's own
+//     clients come in by host name, authenticated against that member only,
+//     then served by handler as their own identity;
 //   - forward: carries one request to a member, running the stages below, and
 //     streams the answer back (attempts, retries, upgrades);
 //   - request: the inner request's attributes (verb, resource, namespace, ...);

@@ -53,6 +53,10 @@ type Request struct {
 	User user.Info
 	// Errors receives errors that happen before the member answered.
 	Errors ErrorWriter
+	// MemberIdentity: User is the member's own identity (the member door),
+	// impersonated as it is; otherwise the hub user, mapped by the cluster's
+	// spec.impersonation.
+	MemberIdentity bool
 	// ViaHub: the hub's front proxy passes the response on and sets its own
 	// Audit-ID and Cache-Control on it, so the member's are dropped.
 	ViaHub bool
@@ -226,7 +230,11 @@ func noop() {}
 // attempt sends a copy.
 func (f *Forwarder) attempts(w *statusRecorder, req *http.Request, r Request, route *cluster.Route, attrs *request.Attributes, upgrade bool) (last *attempt, ok bool) {
 	retryable := isRetryable(req, attrs, upgrade)
-	identity := r.Cluster.Impersonation.Identity(r.User)
+	policy := r.Cluster.Impersonation
+	if r.MemberIdentity {
+		policy = impersonate.AsIs
+	}
+	identity := policy.Identity(r.User)
 	var failed *balance.Endpoint
 	for n := 0; ; n++ {
 		endpoint := route.Pick(failed)

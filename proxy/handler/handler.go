@@ -132,6 +132,28 @@ func (h *Handler) serveMember(w http.ResponseWriter, req *http.Request, name, pa
 	})
 }
 
+// ServeDoor serves a request that came in by the member door of cluster
+// name (proxy/door): the user in its context is the member's own identity,
+// impersonated as it is; there is no fan-out and no CONNECT admission (the
+// hub's admission speaks of hub users).
+func (h *Handler) ServeDoor(w http.ResponseWriter, req *http.Request, name string) {
+	errs := &statusWriter{w: w, req: req, serializer: h.serializer}
+	c, err := h.lookup(req.Context(), name)
+	if err != nil {
+		errs.Error(err)
+		return
+	}
+	u, _ := genericapirequest.UserFrom(req.Context())
+	h.forwarder.Serve(w, req, forward.Request{
+		Cluster:        c,
+		Path:           req.URL.Path,
+		RawQuery:       req.URL.RawQuery,
+		User:           u,
+		Errors:         errs,
+		MemberIdentity: true,
+	})
+}
+
 func (h *Handler) lookup(ctx context.Context, name string) (*cluster.Cluster, error) {
 	c, err := h.clusters.Lookup(name)
 	if errors.Is(err, clusterset.ErrUnknown) {

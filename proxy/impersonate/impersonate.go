@@ -29,11 +29,14 @@ type Policy struct {
 	groups, extras          nameFilter
 }
 
+// AsIs impersonates a user as it is: its name, groups, UID and extras.
+var AsIs = &Policy{}
+
 // Compile turns an UpstreamCluster's impersonation policy into a Policy; nil
 // means the member sees the hub user as is.
 func Compile(p *gatewayv1alpha1.ImpersonationPolicy) *Policy {
 	if p == nil {
-		return &Policy{}
+		return AsIs
 	}
 	return &Policy{
 		userPrefix:  p.UserPrefix,

@@ -460,11 +460,17 @@ func TestEmergencyBrakeFromTheDocs(t *testing.T) {
 	}
 	apply := func(manifest string) {
 		t.Helper()
-		cmd := env.KubectlCmd(ctx, "hub-admin", "apply", "--server-side", "-f", "-")
-		cmd.Stdin = strings.NewReader(manifest)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("kubectl apply --server-side: %v: %s", err, out)
-		}
+		// Until the hub has aggregated the gateway's OpenAPI, kubectl cannot
+		// tell that the server validates, and checks the partial object
+		// itself against the schema's required fields.
+		eventually(t, 30*time.Second, func(ctx context.Context) error {
+			cmd := env.KubectlCmd(ctx, "hub-admin", "apply", "--server-side", "-f", "-")
+			cmd.Stdin = strings.NewReader(manifest)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return errorf("kubectl apply --server-side: %v: %s", err, out)
+			}
+			return nil
+		})
 	}
 	apply(strings.Replace(block, "name: member-a\n", "name: "+uc.Name+"\n", 1))
 	eventually(t, 10*time.Second, func(ctx context.Context) error {

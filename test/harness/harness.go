@@ -26,6 +26,7 @@ package harness
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,6 +41,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kubewharf/kube-gateway/test/testca"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -142,6 +144,9 @@ type Env struct {
 	Gateway       *Process
 	GatewayURL    string
 	GatewayCAFile string
+	// MemberDoorAddress is host:port of the gateway's member door
+	// (--member-door-port), on 127.0.0.1.
+	MemberDoorAddress string
 	// Kubelet is the stand-in kubelet behind Node "stand-in" on member-a.
 	Kubelet *StandInKubelet
 
@@ -174,6 +179,7 @@ type Cluster struct {
 	ControllerManager *Process
 
 	dir      string // <WorkDir>/clusters/<name>
+	ca       *certAuthority
 	serving  *keyPair
 	saKey    string
 	tokens   string // token file
@@ -639,4 +645,15 @@ func (e *Env) IssueClientCert(cn string, frontProxyCA bool) (certFile, keyFile s
 		return "", "", err
 	}
 	return kp.CertFile, kp.KeyFile, nil
+}
+
+// ClientCertificate issues a client certificate of the cluster's client CA
+// (its apiservers' --client-ca-file) for user cn in groups: the member's own
+// credential, as a kubelet's or a controller's.
+func (c *Cluster) ClientCertificate(cn string, groups ...string) (certPEM, keyPEM []byte, err error) {
+	leaf, err := c.ca.ca.Sign(testca.Spec{CommonName: cn, Organization: groups, Usage: x509.ExtKeyUsageClientAuth})
+	if err != nil {
+		return nil, nil, err
+	}
+	return leaf.CertPEM, leaf.KeyPEM, nil
 }

@@ -214,7 +214,7 @@ func (e *Env) makeClusters() error {
 		if err != nil {
 			return nil, err
 		}
-		c.CAFile, c.CAData = ca.CertFile, ca.CertPEM
+		c.CAFile, c.CAData, c.ca = ca.CertFile, ca.CertPEM, ca
 		if c.serving, err = ca.issue(dir, "serving", loopbackServing("kubernetes", "kubernetes.default", "kubernetes.default.svc")); err != nil {
 			return nil, err
 		}
@@ -469,7 +469,10 @@ func probeReadyz(ctx context.Context, client *http.Client, url, token string, he
 }
 
 func (e *Env) startGateway(ctx context.Context) error {
-	p, url, err := e.startGatewayProcess(ctx, "kube-gateway", e.cfg.GatewayArgs)
+	door := mustFreePort()
+	e.MemberDoorAddress = "127.0.0.1:" + strconv.Itoa(door)
+	args := append([]string{"--member-door-port=" + strconv.Itoa(door)}, e.cfg.GatewayArgs...)
+	p, url, err := e.startGatewayProcess(ctx, "kube-gateway", args)
 	e.Gateway, e.GatewayURL = p, url
 	return err
 }

@@ -54,6 +54,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &gatewayv1alpha1.NameFilterApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecretReference"):
 		return &gatewayv1alpha1.SecretReferenceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SecureServing"):
+		return &gatewayv1alpha1.SecureServingApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ServerStatus"):
 		return &gatewayv1alpha1.ServerStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ServiceAccountReference"):

@@ -53,6 +53,28 @@ type UpstreamClusterSpec struct {
 	// +optional
 	// +listType=atomic
 	DispatchPolicies []DispatchPolicy `json:"dispatchPolicies,omitempty"`
+
+	// SecureServing opens the member door for this cluster: the member's own
+	// clients (kubelets, controllers, kubectl with the member's credentials)
+	// reach it on the gateway's member-door port under one of ServerNames,
+	// authenticated against this member only. Nil: the door is closed.
+	// +optional
+	SecureServing *SecureServing `json:"secureServing,omitempty"`
+}
+
+// SecureServing is how the member door serves one cluster.
+type SecureServing struct {
+	// ServerNames are the hostnames the cluster is served under: the TLS
+	// server name (SNI) a client sends picks the cluster. Lower-case DNS
+	// names, not IP addresses; a name belongs to one cluster only.
+	// +listType=set
+	ServerNames []string `json:"serverNames"`
+	// SecretRef names the hub Secret with the door's serving certificate for
+	// these names, keys `tls.crt` and `tls.key`, and `ca.crt`: the CA bundle
+	// that verifies client certificates (the member's client CA, so that the
+	// member's own certificates authenticate here). It must live in the
+	// gateway's Secret namespace, like spec.clientConfig.secretRef.
+	SecretRef SecretReference `json:"secretRef"`
 }
 
 // UpstreamServer is one kube-apiserver endpoint of a member cluster.

@@ -82,6 +82,11 @@ func (in SecretReference) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SecureServing) OpenAPIModelName() string {
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.SecureServing"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ServerStatus) OpenAPIModelName() string {
 	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.ServerStatus"
 }

@@ -4,7 +4,9 @@ package app
 
 import (
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -40,6 +42,9 @@ const defaultEtcdPathPrefix = "/registry/gateway.kubewharf.io"
 
 // SplitLimitsFlag divides flow-control limits among the gateway replicas.
 const SplitLimitsFlag = "split-limits-across-replicas"
+
+// MemberDoorPortFlag is the port of the member door.
+const MemberDoorPortFlag = "member-door-port"
 
 // DirectAccessFlag is the flag that lets hub credentials in without the hub.
 const DirectAccessFlag = "direct-access"
@@ -86,6 +91,9 @@ type Options struct {
 	// FanOutListMemory bounds the member answers that the fan-out lists in
 	// flight hold together; 0: no bound.
 	FanOutListMemory resource.QuantityValue
+	// MemberDoorPort serves the member door there (on the secure serving
+	// bind address); 0: no member door.
+	MemberDoorPort int
 
 	scheme *runtime.Scheme
 	codecs serializer.CodecFactory
@@ -180,6 +188,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"How long a fan-out list waits for each member's complete answer, and a fan-out watch for each member's watch to open. A member that takes longer is left out with a warning (or fails the request with gateway.kubewharf.io/strict=true).")
 	gw.Var(&o.FanOutListMemory, "fan-out-list-memory",
 		"Most memory (a quantity: 256Mi, 1Gi) that the member answers of the fan-out lists in flight take together. A fan-out list holds every member's answer until it writes the merged list; one that would take more fails with 413 when it alone is larger (page it with limit: kubectl get --chunk-size, client-go's pager), with 429 when other fan-out lists hold the memory. Keep it well below the gateway's memory limit: the buffers holding the answers take up to twice this. 0 means no bound.")
+	gw.IntVar(&o.MemberDoorPort, MemberDoorPortFlag, o.MemberDoorPort,
+		"Serve the member door on this port of --bind-address: a member's own clients (kubelets, controllers, kubectl with the member's credentials) reach that member through the gateway by one of its UpstreamCluster's spec.secureServing.serverNames, with a client certificate of the member's CA. The member authorizes them, as their own identity, which the gateway impersonates. 0: no member door.")
 	o.Recommended.Etcd.AddFlags(fss.FlagSet("etcd"))
 	o.Recommended.SecureServing.AddFlags(fss.FlagSet("secure serving"))
 	o.Recommended.Authentication.AddFlags(fss.FlagSet("authentication"))
@@ -230,6 +240,11 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--%s %d: must be 0 (no limit) or more", longrunning.Flag, o.MaxLongRunningPerUser))
 	}
 	errs = append(errs, o.validateFanOut()...)
+	if o.MemberDoorPort < 0 || o.MemberDoorPort > 65535 {
+		errs = append(errs, fmt.Errorf("--%s %d: must be a port, or 0 for no member door", MemberDoorPortFlag, o.MemberDoorPort))
+	} else if o.MemberDoorPort != 0 && o.MemberDoorPort == o.Recommended.SecureServing.BindPort {
+		errs = append(errs, fmt.Errorf("--%s %d: the gateway's --secure-port already serves it", MemberDoorPortFlag, o.MemberDoorPort))
+	}
 	for _, msg := range validation.IsDNS1123Subdomain(o.StatusLeaseName) {
 		errs = append(errs, fmt.Errorf("--status-lease-name %q: %s", o.StatusLeaseName, msg))
 	}
@@ -312,6 +327,7 @@ func (o *Options) Config() (*Config, error) {
 			FanOutParallel:              o.FanOutParallel,
 			FanOutMemberTimeout:         o.FanOutMemberTimeout,
 			FanOutListMemory:            fanout.NewListMemory(o.FanOutListMemory.Value()),
+			MemberDoorAddress:           o.memberDoorAddress(),
 		},
 	}, nil
 }
@@ -333,4 +349,16 @@ func (o *Options) connectAdmissionPlugins() []string {
 		}
 	}
 	return enabled
+}
+
+// memberDoorAddress is host:port of the member door; "" for none.
+func (o *Options) memberDoorAddress() string {
+	if o.MemberDoorPort == 0 {
+		return ""
+	}
+	host := ""
+	if ip := o.Recommended.SecureServing.BindAddress; ip != nil && !ip.IsUnspecified() {
+		host = ip.String()
+	}
+	return net.JoinHostPort(host, strconv.Itoa(o.MemberDoorPort))
 }

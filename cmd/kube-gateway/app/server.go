@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/controller/clusterset"
 	"github.com/kubewharf/kube-gateway/proxy/controller/replicas"
 	"github.com/kubewharf/kube-gateway/proxy/controller/status"
+	"github.com/kubewharf/kube-gateway/proxy/door"
 	"github.com/kubewharf/kube-gateway/proxy/fanout"
 	"github.com/kubewharf/kube-gateway/proxy/flowcontrol"
 	"github.com/kubewharf/kube-gateway/proxy/forward"
@@ -79,6 +81,8 @@ type ExtraConfig struct {
 	// configuration objects decide whether CONNECT admission can refuse a proxy
 	// request (handler.ConnectAdmissionGate); nil: always run it.
 	ConnectAdmissionPlugins []string
+	// MemberDoorAddress is where the member door listens; "" for none.
+	MemberDoorAddress string
 }
 
 // CompletedConfig is a Config after Complete: only it can build a server.
@@ -185,6 +189,8 @@ func (c CompletedConfig) New() (*Server, error) {
 	if c.extra.ConnectAdmissionPlugins != nil {
 		admissionGate = handler.NewConnectAdmissionGate(c.generic.SharedInformerFactory, c.extra.ConnectAdmissionPlugins)
 	}
+	var doorHandler http.Handler
+	var doorServer *door.Server
 	c.generic.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
 		proxy := handler.New(handler.Config{
 			Clusters:      controller,
@@ -199,6 +205,10 @@ func (c CompletedConfig) New() (*Server, error) {
 			FanOut: &fanout.Handler{Clusters: storage.UpstreamCluster, Authorizer: gc.Authorization.Authorizer, Serializer: c.extra.Codecs,
 				Parallel: c.extra.FanOutParallel, MemberTimeout: c.extra.FanOutMemberTimeout, ListMemory: listMemory},
 		})
+		if c.extra.MemberDoorAddress != "" {
+			doorServer = door.NewServer(controller, proxy.ServeDoor, c.extra.Codecs)
+			doorHandler = door.Chain(doorServer, gc)
+		}
 		return chain.New(genericapiserver.DefaultBuildHandlerChain(apiHandler, gc), proxy.Serve, gc, chain.Options{Tracing: c.extra.Tracing, Entry: c.extra.Entry})
 	}
 	generic, err := c.generic.New("kube-gateway", genericapiserver.NewEmptyDelegate())
@@ -216,6 +226,17 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 
+	if doorServer != nil {
+		// Listen now, so that a port in use fails the start.
+		ln, err := net.Listen("tcp", c.extra.MemberDoorAddress)
+		if err != nil {
+			return nil, fmt.Errorf("member door: %w", err)
+		}
+		generic.AddPostStartHookOrDie("start-member-door", func(hookCtx genericapiserver.PostStartHookContext) error {
+			go door.Serve(hookCtx, ln, doorServer, doorHandler)
+			return nil
+		})
+	}
 	generic.AddPostStartHookOrDie("start-upstreamcluster-controller", func(hookCtx genericapiserver.PostStartHookContext) error {
 		secretInformers.Start(hookCtx.Done())
 		go controller.Run(hookCtx)

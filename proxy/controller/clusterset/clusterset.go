@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +29,7 @@ import (
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/controller/served"
+	"github.com/kubewharf/kube-gateway/proxy/door"
 	"github.com/kubewharf/kube-gateway/proxy/health"
 	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
@@ -35,7 +38,14 @@ import (
 type entry struct {
 	cluster *cluster.Cluster
 	err     error
-	version string // what it was compiled from; equal versions need no recompile
+	// door is the cluster's member door, or doorErr why it cannot serve;
+	// both nil when spec.secureServing is not set.
+	door    *door.Door
+	doorErr error
+	// doorNames are the server names of spec.secureServing, whether or not
+	// its door can serve (a client then learns why not).
+	doorNames []string
+	version   string // what it was compiled from; equal versions need no recompile
 	// stopHealth ends the health checking of cluster.
 	stopHealth context.CancelFunc
 }
@@ -66,7 +76,10 @@ type Controller struct {
 	secrets  cache.SharedIndexInformer
 	queue    workqueue.TypedRateLimitingInterface[string]
 	state    atomic.Pointer[map[string]*entry]
-	hooks    Hooks
+	// doors maps each member-door server name to what serves it, rebuilt
+	// with state.
+	doors atomic.Pointer[map[string]doorSlot]
+	hooks Hooks
 	// probes paces the health probes of every compiled cluster.
 	probes *health.Scheduler
 	// ClusterOptions apply to every cluster compiled. Set them before Run.
@@ -88,6 +101,9 @@ func NewController(clusterSource cache.ListerWatcher, secrets cache.SharedIndexI
 				if k := cc.Konnectivity; k != nil {
 					keys = append(keys, k.SecretRef.Namespace+"/"+k.SecretRef.Name)
 				}
+				if ss := obj.(*gatewayv1alpha1.UpstreamCluster).Spec.SecureServing; ss != nil {
+					keys = append(keys, ss.SecretRef.Namespace+"/"+ss.SecretRef.Name)
+				}
 				return keys, nil
 			},
 		}),
@@ -96,6 +112,7 @@ func NewController(clusterSource cache.ListerWatcher, secrets cache.SharedIndexI
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "upstreamclusters"}),
 	}
 	c.state.Store(&map[string]*entry{})
+	c.doors.Store(&map[string]doorSlot{})
 	if err := c.clusters.SetTransform(DropManagedFields); err != nil {
 		return nil, err
 	}
@@ -247,6 +264,15 @@ func (c *Controller) sync(ctx context.Context, name string) {
 		}
 		secretVersion += "/konnectivity/" + tunnelVersion
 	}
+	var doorSecret *corev1.Secret
+	if ss := uc.Spec.SecureServing; ss != nil {
+		doorVersion := "absent"
+		if sobj, ok, _ := c.secrets.GetIndexer().GetByKey(ss.SecretRef.Namespace + "/" + ss.SecretRef.Name); ok {
+			doorSecret = sobj.(*corev1.Secret)
+			doorVersion = string(doorSecret.UID) + "/" + doorSecret.ResourceVersion
+		}
+		secretVersion += "/door/" + doorVersion
+	}
 	version := fmt.Sprintf("%s/%d/%s", uc.UID, uc.Generation, secretVersion)
 	if old != nil && old.version == version {
 		return
@@ -265,6 +291,12 @@ func (c *Controller) sync(ctx context.Context, name string) {
 	}
 	if next.cluster, err = cluster.CompileTunneled(uc, secret, tunnelSecret, prev, observe, c.ClusterOptions); err != nil {
 		next.err = err
+	}
+	if ss := uc.Spec.SecureServing; ss != nil {
+		next.doorNames = ss.ServerNames
+	}
+	if next.door, next.doorErr = door.Compile(uc, doorSecret); next.doorErr != nil {
+		logger.Info("Member door of the upstream cluster cannot serve", "reason", next.doorErr.Error())
 	}
 	healthCtx := ctx
 	if next.cluster != nil {
@@ -305,6 +337,7 @@ func (c *Controller) swap(name string, next *entry) {
 		m[name] = next
 	}
 	c.state.Store(&m)
+	c.doors.Store(doorIndex(m))
 	if old != nil && old.stopHealth != nil {
 		old.stopHealth()
 	}
@@ -397,4 +430,47 @@ func discover(ctx context.Context, cl *cluster.Cluster, refs []served.Ref) ([]se
 		return nil, transport.StripURL(err)
 	}
 	return served.Unserved(refs, lists, nil), nil
+}
+
+// doorSlot is what serves one member-door server name.
+type doorSlot struct {
+	entry *entry
+	// others names the other clusters that claim the name: then none serves it.
+	others []string
+	name   string // the cluster of entry
+}
+
+func doorIndex(m map[string]*entry) *map[string]doorSlot {
+	idx := map[string]doorSlot{}
+	for name, e := range m {
+		for _, n := range e.doorNames {
+			slot, taken := idx[n]
+			if taken {
+				slot.others = append(slot.others, name)
+			} else {
+				slot = doorSlot{entry: e, name: name}
+			}
+			idx[n] = slot
+		}
+	}
+	return &idx
+}
+
+// Door returns the member door that serves server name, or says why none
+// does (proxy/door.Doors).
+func (c *Controller) Door(serverName string) (*door.Door, error) {
+	slot, ok := (*c.doors.Load())[serverName]
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("no UpstreamCluster serves it (spec.secureServing.serverNames)")
+	case len(slot.others) > 0:
+		all := append([]string{slot.name}, slot.others...)
+		slices.Sort(all)
+		return nil, fmt.Errorf("UpstreamClusters %s all name it in spec.secureServing.serverNames: it is served by none until one does", strings.Join(all, ", "))
+	case slot.entry.err != nil:
+		return nil, fmt.Errorf("upstream cluster %q cannot be used: %w", slot.name, slot.entry.err)
+	case slot.entry.doorErr != nil:
+		return nil, fmt.Errorf("upstream cluster %q: %w", slot.name, slot.entry.doorErr)
+	}
+	return slot.entry.door, nil
 }

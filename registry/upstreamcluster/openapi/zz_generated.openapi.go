@@ -45,6 +45,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.MaxRequestsInflightFlowControl{}.OpenAPIModelName(): schema_kube_gateway_apis_gateway_v1alpha1_MaxRequestsInflightFlowControl(ref),
 		v1alpha1.NameFilter{}.OpenAPIModelName():                     schema_kube_gateway_apis_gateway_v1alpha1_NameFilter(ref),
 		v1alpha1.SecretReference{}.OpenAPIModelName():                schema_kube_gateway_apis_gateway_v1alpha1_SecretReference(ref),
+		v1alpha1.SecureServing{}.OpenAPIModelName():                  schema_kube_gateway_apis_gateway_v1alpha1_SecureServing(ref),
 		v1alpha1.ServerStatus{}.OpenAPIModelName():                   schema_kube_gateway_apis_gateway_v1alpha1_ServerStatus(ref),
 		v1alpha1.ServiceAccountReference{}.OpenAPIModelName():        schema_kube_gateway_apis_gateway_v1alpha1_ServiceAccountReference(ref),
 		v1alpha1.TokenBucketFlowControl{}.OpenAPIModelName():         schema_kube_gateway_apis_gateway_v1alpha1_TokenBucketFlowControl(ref),
@@ -762,6 +763,48 @@ func schema_kube_gateway_apis_gateway_v1alpha1_SecretReference(ref common.Refere
 	}
 }
 
+func schema_kube_gateway_apis_gateway_v1alpha1_SecureServing(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SecureServing is how the member door serves one cluster.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"serverNames": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "ServerNames are the hostnames the cluster is served under: the TLS server name (SNI) a client sends picks the cluster. Lower-case DNS names, not IP addresses; a name belongs to one cluster only.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"secretRef": {
+						SchemaProps: spec.SchemaProps{
+							Description: "SecretRef names the hub Secret with the door's serving certificate for these names, keys `tls.crt` and `tls.key`, and `ca.crt`: the CA bundle that verifies client certificates (the member's client CA, so that the member's own certificates authenticate here). It must live in the gateway's Secret namespace, like spec.clientConfig.secretRef.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.SecretReference{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"serverNames", "secretRef"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.SecretReference{}.OpenAPIModelName()},
+	}
+}
+
 func schema_kube_gateway_apis_gateway_v1alpha1_ServerStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1077,12 +1120,18 @@ func schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterSpec(ref common.Re
 							},
 						},
 					},
+					"secureServing": {
+						SchemaProps: spec.SchemaProps{
+							Description: "SecureServing opens the member door for this cluster: the member's own clients (kubelets, controllers, kubectl with the member's credentials) reach it on the gateway's member-door port under one of ServerNames, authenticated against this member only. Nil: the door is closed.",
+							Ref:         ref(v1alpha1.SecureServing{}.OpenAPIModelName()),
+						},
+					},
 				},
 				Required: []string{"servers", "clientConfig"},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.ClientConfig{}.OpenAPIModelName(), v1alpha1.DispatchPolicy{}.OpenAPIModelName(), v1alpha1.FlowControl{}.OpenAPIModelName(), v1alpha1.HealthCheck{}.OpenAPIModelName(), v1alpha1.ImpersonationPolicy{}.OpenAPIModelName(), v1alpha1.UpstreamServer{}.OpenAPIModelName()},
+			v1alpha1.ClientConfig{}.OpenAPIModelName(), v1alpha1.DispatchPolicy{}.OpenAPIModelName(), v1alpha1.FlowControl{}.OpenAPIModelName(), v1alpha1.HealthCheck{}.OpenAPIModelName(), v1alpha1.ImpersonationPolicy{}.OpenAPIModelName(), v1alpha1.SecureServing{}.OpenAPIModelName(), v1alpha1.UpstreamServer{}.OpenAPIModelName()},
 	}
 }
 

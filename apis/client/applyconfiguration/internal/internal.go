@@ -267,6 +267,19 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
       default: ""
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.SecureServing
+  map:
+    fields:
+    - name: secretRef
+      type:
+        namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.SecretReference
+      default: {}
+    - name: serverNames
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
 - name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.ServerStatus
   map:
     fields:
@@ -350,6 +363,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: impersonation
       type:
         namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.ImpersonationPolicy
+    - name: secureServing
+      type:
+        namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.SecureServing
     - name: servers
       type:
         list:

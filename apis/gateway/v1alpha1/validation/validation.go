@@ -71,6 +71,37 @@ func validateSpec(spec *gatewayv1alpha1.UpstreamClusterSpec, opts Options, fldPa
 	flowErrs, schemas := validateFlowControl(spec.FlowControl, fldPath.Child("flowControl"))
 	allErrs = append(allErrs, flowErrs...)
 	allErrs = append(allErrs, validateDispatchPolicies(spec.DispatchPolicies, spec.Servers, schemas, fldPath.Child("dispatchPolicies"))...)
+	if spec.SecureServing != nil {
+		allErrs = append(allErrs, validateSecureServing(spec.SecureServing, opts, fldPath.Child("secureServing"))...)
+	}
+	return allErrs
+}
+
+// validateSecureServing checks the member door's settings. That no other
+// cluster serves the same names is checked against the stored clusters
+// (registry/upstreamcluster), not here.
+func validateSecureServing(ss *gatewayv1alpha1.SecureServing, opts Options, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	namesPath := fldPath.Child("serverNames")
+	if len(ss.ServerNames) == 0 {
+		allErrs = append(allErrs, field.Required(namesPath, "the host names the member's clients use to reach this cluster through the gateway"))
+	}
+	seen := sets.New[string]()
+	for i, name := range ss.ServerNames {
+		p := namesPath.Index(i)
+		switch {
+		case net.ParseIP(name) != nil:
+			allErrs = append(allErrs, field.Invalid(p, name, "must be a host name, not an IP address: clients send no server name (SNI) for an IP address"))
+		case seen.Has(name):
+			allErrs = append(allErrs, field.Duplicate(p, name))
+		default:
+			for _, msg := range apimachineryvalidation.NameIsDNSSubdomain(name, false) {
+				allErrs = append(allErrs, field.Invalid(p, name, msg))
+			}
+		}
+		seen.Insert(name)
+	}
+	allErrs = append(allErrs, validateSecretRef(ss.SecretRef, "the Secret with the door's serving certificate (tls.crt, tls.key) and client CA (ca.crt)", opts, fldPath.Child("secretRef"))...)
 	return allErrs
 }
 

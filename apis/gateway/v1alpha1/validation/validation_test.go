@@ -143,6 +143,39 @@ func TestValidateUpstreamCluster(t *testing.T) {
 			},
 		},
 
+		// secureServing: the member door
+		{
+			name: "member door",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				uc.Spec.SecureServing = &gatewayv1alpha1.SecureServing{ServerNames: []string{"member-a.example.com", "member-a"},
+					SecretRef: gatewayv1alpha1.SecretReference{Namespace: "kube-gateway", Name: "member-a-door"}}
+			},
+		},
+		{
+			name: "member door without names or Secret",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				uc.Spec.SecureServing = &gatewayv1alpha1.SecureServing{}
+			},
+			want: []fieldErr{
+				{field.ErrorTypeRequired, "spec.secureServing.serverNames"},
+				{field.ErrorTypeRequired, "spec.secureServing.secretRef.name"},
+				{field.ErrorTypeRequired, "spec.secureServing.secretRef.namespace"},
+			},
+		},
+		{
+			name: "member door names: an IP, upper case, a duplicate; a Secret elsewhere",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				uc.Spec.SecureServing = &gatewayv1alpha1.SecureServing{ServerNames: []string{"127.0.0.1", "Member-A.example.com", "a.example.com", "a.example.com"},
+					SecretRef: gatewayv1alpha1.SecretReference{Namespace: "default", Name: "door"}}
+			},
+			want: []fieldErr{
+				{field.ErrorTypeInvalid, "spec.secureServing.serverNames[0]"},
+				{field.ErrorTypeInvalid, "spec.secureServing.serverNames[1]"},
+				{field.ErrorTypeDuplicate, "spec.secureServing.serverNames[3]"},
+				{field.ErrorTypeNotSupported, "spec.secureServing.secretRef.namespace"},
+			},
+		},
+
 		// metadata
 		{
 			name:   "missing name",

@@ -38,6 +38,11 @@ type UpstreamClusterSpecApplyConfiguration struct {
 	// match decides the server subset, the balancing strategy and the flow-control
 	// schema. No match: all enabled servers, RoundRobin, no flow control.
 	DispatchPolicies []DispatchPolicyApplyConfiguration `json:"dispatchPolicies,omitempty"`
+	// SecureServing opens the member door for this cluster: the member's own
+	// clients (kubelets, controllers, kubectl with the member's credentials)
+	// reach it on the gateway's member-door port under one of ServerNames,
+	// authenticated against this member only. Nil: the door is closed.
+	SecureServing *SecureServingApplyConfiguration `json:"secureServing,omitempty"`
 }
 
 // UpstreamClusterSpecApplyConfiguration constructs a declarative configuration of the UpstreamClusterSpec type for use with
@@ -101,5 +106,13 @@ func (b *UpstreamClusterSpecApplyConfiguration) WithDispatchPolicies(values ...*
 		}
 		b.DispatchPolicies = append(b.DispatchPolicies, *values[i])
 	}
+	return b
+}
+
+// WithSecureServing sets the SecureServing field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SecureServing field is set to the value of the last call.
+func (b *UpstreamClusterSpecApplyConfiguration) WithSecureServing(value *SecureServingApplyConfiguration) *UpstreamClusterSpecApplyConfiguration {
+	b.SecureServing = value
 	return b
 }

@@ -1,0 +1,79 @@
+// Package door is the member door: a listener of its own where a member
+// cluster's own clients (kubelets, controllers, kubectl with the member's
+// credentials) reach that member through the gateway, by a host name of its
+// spec.secureServing. The TLS server name (SNI) picks the cluster and its
+// serving certificate; the client is authenticated against that member only
+// (a client certificate verified by the CA of the cluster's door Secret) and
+// the request goes to the data plane's entry (proxy/handler) as that
+// identity, which the gateway impersonates: the member authorizes, the
+// gateway does not. A name no cluster serves, a client without SNI, a Host
+// naming another name: a clear error, never another cluster's answer.
+package door
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+)
+
+// Keys of the door Secret.
+const (
+	CertKey     = corev1.TLSCertKey       // the serving certificate (chain)
+	KeyKey      = corev1.TLSPrivateKeyKey // its key
+	ClientCAKey = "ca.crt"                // CAs that verify client certificates
+)
+
+// Door is one cluster's member door, compiled from spec.secureServing and
+// its Secret; immutable.
+type Door struct {
+	// Cluster is the UpstreamCluster the door serves.
+	Cluster string
+	// ServerNames are the names it is served under.
+	ServerNames []string
+	// Version is what it was compiled from, to tell when to compile again.
+	Version string
+
+	// tls serves the door's names: its certificate, client certificates
+	// requested but verified per request (verify), so that a bad one gets a
+	// 401 Status rather than a TLS alert.
+	tls       *tls.Config
+	clientCAs *x509.CertPool
+}
+
+// Compile builds the door of uc from secret (nil when the Secret does not
+// exist); nil without error when uc has no door.
+func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret) (*Door, error) {
+	ss := uc.Spec.SecureServing
+	if ss == nil {
+		return nil, nil
+	}
+	ref := ss.SecretRef
+	if secret == nil {
+		return nil, fmt.Errorf("its member-door Secret %s/%s was not found on the hub", ref.Namespace, ref.Name)
+	}
+	cert, err := tls.X509KeyPair(secret.Data[CertKey], secret.Data[KeyKey])
+	if err != nil {
+		return nil, fmt.Errorf("member-door Secret %s/%s: keys %s and %s: %v", ref.Namespace, ref.Name, CertKey, KeyKey, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(secret.Data[ClientCAKey]) {
+		return nil, fmt.Errorf("member-door Secret %s/%s: key %s holds no PEM certificate: the member's client CA, which verifies its clients' certificates", ref.Namespace, ref.Name, ClientCAKey)
+	}
+	return &Door{
+		Cluster:     uc.Name,
+		ServerNames: slices.Clone(ss.ServerNames),
+		Version:     string(secret.UID) + "/" + secret.ResourceVersion,
+		tls: &tls.Config{
+			MinVersion:   tls.VersionTLS12,
+			NextProtos:   nextProtos,
+			Certificates: []tls.Certificate{cert},
+			ClientAuth:   tls.RequestClientCert,
+		},
+		clientCAs: pool,
+	}, nil
+}

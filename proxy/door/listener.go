@@ -1,0 +1,67 @@
+package door
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	genericfilters "k8s.io/apiserver/pkg/server/filters"
+	"k8s.io/klog/v2"
+)
+
+// Chain is the door's handler chain, built from the generic server's
+// configuration c as proxy/chain builds the hub path's: panic recovery,
+// request info and the audit log as for any request, with the door's own
+// authentication in place of the hub's and no authorization (the member
+// authorizes).
+func Chain(s *Server, c *genericapiserver.Config) http.Handler {
+	h := http.Handler(http.HandlerFunc(s.Serve))
+	h = genericapifilters.WithAudit(h, c.AuditBackend, c.AuditPolicyRuleEvaluator, c.LongRunningFunc)
+	h = s.Authenticate(h)
+	h = genericapifilters.WithWarningRecorder(h)
+	h = genericapifilters.WithCacheControl(h)
+	h = genericapifilters.WithRequestInfo(h, c.RequestInfoResolver)
+	h = genericapifilters.WithRequestReceivedTimestamp(h)
+	h = genericfilters.WithPanicRecovery(h, c.RequestInfoResolver)
+	return genericapifilters.WithAuditInit(h)
+}
+
+// shutdownGrace is how long a stopping door waits for its requests; the
+// forwarder ends proxied streams when the shutdown begins.
+const shutdownGrace = 5 * time.Second
+
+// Serve serves h with s's TLS configuration on ln until ctx ends.
+func Serve(ctx context.Context, ln net.Listener, s *Server, h http.Handler) {
+	logger := klog.FromContext(ctx).WithName("member-door")
+	srv := &http.Server{
+		Handler:           h,
+		TLSConfig:         s.TLSConfig(),
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		// Refused handshakes (a name no cluster serves) are a client's
+		// mistake: logged as information, not as errors.
+		ErrorLog: klog.NewStandardLogger("INFO"),
+		BaseContext: func(net.Listener) context.Context {
+			return context.WithoutCancel(ctx)
+		},
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			_ = srv.Close()
+		}
+	}()
+	logger.Info("Serving the member door", "address", ln.Addr().String())
+	if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		logger.Error(err, "Member door stopped")
+	}
+	<-done
+}

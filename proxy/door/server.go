@@ -1,0 +1,176 @@
+package door
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/klog/v2"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+)
+
+// nextProtos: HTTP/2 for everything but upgrades, which clients ask for over
+// HTTP/1.1.
+var nextProtos = []string{"h2", "http/1.1"}
+
+// Doors finds the door that serves a server name; the cluster set is one.
+type Doors interface {
+	// Door returns the door serving name (lower case), or an error that says
+	// why none does.
+	Door(name string) (*Door, error)
+}
+
+// ServeFunc forwards req, authenticated as the member identity in its
+// context, to the member cluster (handler.Handler.ServeDoor).
+type ServeFunc func(w http.ResponseWriter, req *http.Request, cluster string)
+
+// Server is the member door.
+type Server struct {
+	doors      Doors
+	serve      ServeFunc
+	serializer runtime.NegotiatedSerializer
+}
+
+// NewServer returns the member door over doors, forwarding with serve;
+// serializer encodes errors as Status objects.
+func NewServer(doors Doors, serve ServeFunc, serializer runtime.NegotiatedSerializer) *Server {
+	return &Server{doors: doors, serve: serve, serializer: serializer}
+}
+
+// TLSConfig is the listener's TLS configuration: the server name a client
+// sends picks the door, whose certificate answers.
+func (s *Server) TLSConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: nextProtos,
+		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			if hello.ServerName == "" {
+				return nil, errors.New("member door: the client sent no server name (SNI); connect by one of an UpstreamCluster's spec.secureServing.serverNames")
+			}
+			d, err := s.doors.Door(strings.ToLower(hello.ServerName))
+			if err != nil {
+				return nil, fmt.Errorf("member door: server name %q: %w", hello.ServerName, err)
+			}
+			return d.tls, nil
+		},
+	}
+}
+
+var clustersResource = schema.GroupResource{Group: gatewayv1alpha1.GroupName, Resource: "upstreamclusters"}
+
+// Authenticate is the door's first handler: it finds the door of the
+// connection's server name, checks that the request names no other host,
+// authenticates the client against that member and refuses what the door
+// cannot carry; next serves what passes, with the member identity in the
+// request's context (genericapirequest.UserFrom) and the cluster's name in
+// ClusterFrom.
+func (s *Server) Authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		d, u, err := s.authenticate(req)
+		if err != nil {
+			responsewriters.ErrorNegotiated(err, s.serializer, gatewayv1alpha1.SchemeGroupVersion, w, req)
+			return
+		}
+		ctx := genericapirequest.WithUser(req.Context(), u)
+		next.ServeHTTP(w, req.WithContext(context.WithValue(ctx, clusterKey{}, d.Cluster)))
+	})
+}
+
+// Serve forwards an authenticated request to its door's cluster.
+func (s *Server) Serve(w http.ResponseWriter, req *http.Request) {
+	s.serve(w, req, ClusterFrom(req.Context()))
+}
+
+type clusterKey struct{}
+
+// ClusterFrom returns the cluster whose door a request came in by.
+func ClusterFrom(ctx context.Context) string {
+	name, _ := ctx.Value(clusterKey{}).(string)
+	return name
+}
+
+func (s *Server) authenticate(req *http.Request) (*Door, user.Info, error) {
+	if req.TLS == nil || req.TLS.ServerName == "" {
+		return nil, nil, apierrors.NewBadRequest("the member door is served over TLS with a server name (SNI) only")
+	}
+	sni := strings.ToLower(req.TLS.ServerName)
+	d, err := s.doors.Door(sni)
+	if err != nil {
+		// The door went away, or changed names, since the handshake.
+		return nil, nil, apierrors.NewServiceUnavailable(fmt.Sprintf("server name %q: %v", sni, err))
+	}
+	if host := hostOf(req.Host); host != sni && net.ParseIP(host) == nil {
+		// HTTP/2 lets a client reuse a connection for another name its
+		// certificate covers: that name may be another cluster's.
+		return nil, nil, misdirected(fmt.Sprintf("this connection serves %q (its TLS server name), not %q: connect again with server name %q", sni, host, host))
+	}
+	for name := range req.Header {
+		if strings.HasPrefix(name, "Impersonate-") {
+			return nil, nil, apierrors.NewForbidden(clustersResource, d.Cluster,
+				fmt.Errorf("the member door does not carry a client's own impersonation (header %s) yet: send the request to the member's apiservers", name))
+		}
+	}
+	if len(req.TLS.PeerCertificates) == 0 {
+		if strings.HasPrefix(req.Header.Get("Authorization"), "Bearer ") {
+			return nil, nil, apierrors.NewUnauthorized(fmt.Sprintf("upstream cluster %q: the member door accepts client certificates of the member's CA only, not bearer tokens yet", d.Cluster))
+		}
+		return nil, nil, apierrors.NewUnauthorized(fmt.Sprintf("upstream cluster %q: the member door needs a client certificate of the member's CA", d.Cluster))
+	}
+	u, err := d.verify(req.TLS.PeerCertificates)
+	if err != nil {
+		klog.FromContext(req.Context()).V(2).Info("Member door refused a client certificate", "upstreamcluster", d.Cluster, "err", err.Error())
+		return nil, nil, apierrors.NewUnauthorized(fmt.Sprintf("upstream cluster %q: client certificate: %v", d.Cluster, err))
+	}
+	return d, u, nil
+}
+
+// verify checks a client certificate chain against the door's client CAs and
+// maps it as kube-apiserver does: the common name is the user, the
+// organizations its groups.
+func (d *Door) verify(chain []*x509.Certificate) (user.Info, error) {
+	opts := x509.VerifyOptions{Roots: d.clientCAs, Intermediates: x509.NewCertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	for _, c := range chain[1:] {
+		opts.Intermediates.AddCert(c)
+	}
+	if _, err := chain[0].Verify(opts); err != nil {
+		return nil, err
+	}
+	leaf := chain[0]
+	if leaf.Subject.CommonName == "" {
+		return nil, errors.New("the certificate has no common name, which names the user")
+	}
+	groups := append([]string{}, leaf.Subject.Organization...)
+	return &user.DefaultInfo{Name: leaf.Subject.CommonName, Groups: append(groups, user.AllAuthenticated)}, nil
+}
+
+// hostOf is a Host header's host, lower case, without port or brackets.
+func hostOf(hostport string) string {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host = hostport
+	}
+	return strings.ToLower(strings.Trim(host, "[]"))
+}
+
+// misdirected is 421 Misdirected Request: the client should retry on a
+// connection of its own for that name.
+func misdirected(msg string) error {
+	return &apierrors.StatusError{ErrStatus: metav1Status(http.StatusMisdirectedRequest, "MisdirectedRequest", msg)}
+}
+
+func metav1Status(code int32, reason, msg string) metav1.Status {
+	return metav1.Status{Status: metav1.StatusFailure, Code: code, Reason: metav1.StatusReason(reason), Message: msg}
+}

@@ -1,0 +1,213 @@
+package door
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/test/testca"
+)
+
+type fakeDoors map[string]*Door
+
+func (f fakeDoors) Door(name string) (*Door, error) {
+	if d, ok := f[name]; ok {
+		return d, nil
+	}
+	return nil, errors.New("no UpstreamCluster serves it")
+}
+
+// doorOf compiles the door of cluster with a serving certificate for names
+// from servingCA and clientCA as the client CA.
+func doorOf(t *testing.T, cluster string, names []string, servingCA, clientCA *testca.CA) *Door {
+	t.Helper()
+	serving := servingCA.Issue(t, testca.Spec{CommonName: names[0], SANs: names, Usage: x509.ExtKeyUsageServerAuth})
+	uc := &gatewayv1alpha1.UpstreamCluster{ObjectMeta: metav1.ObjectMeta{Name: cluster}}
+	uc.Spec.SecureServing = &gatewayv1alpha1.SecureServing{ServerNames: names, SecretRef: gatewayv1alpha1.SecretReference{Namespace: "kube-gateway", Name: cluster + "-door"}}
+	d, err := Compile(uc, &corev1.Secret{Data: map[string][]byte{CertKey: serving.CertPEM, KeyKey: serving.KeyPEM, ClientCAKey: clientCA.PEM}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+type seen struct {
+	cluster, user string
+	groups        []string
+}
+
+// TestDoor serves two clusters' doors on a real TLS listener and checks who
+// gets in, as whom, and the errors of everyone else.
+func TestDoor(t *testing.T) {
+	servingCA := testca.New(t, "door-serving-ca")
+	caA, caB := testca.New(t, "member-a-client-ca"), testca.New(t, "member-b-client-ca")
+	doors := fakeDoors{}
+	for _, d := range []*Door{
+		doorOf(t, "member-a", []string{"member-a.example.com"}, servingCA, caA),
+		doorOf(t, "member-b", []string{"member-b.example.com"}, servingCA, caB),
+	} {
+		for _, n := range d.ServerNames {
+			doors[n] = d
+		}
+	}
+	scheme := runtime.NewScheme()
+	metav1.AddToGroupVersion(scheme, metav1.SchemeGroupVersion)
+	got := make(chan seen, 1)
+	s := NewServer(doors, func(w http.ResponseWriter, req *http.Request, cluster string) {
+		u, _ := genericapirequest.UserFrom(req.Context())
+		got <- seen{cluster, u.GetName(), u.GetGroups()}
+		_, _ = io.WriteString(w, "forwarded")
+	}, serializer.NewCodecFactory(scheme))
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		Serve(ctx, ln, s, s.Authenticate(http.HandlerFunc(s.Serve)))
+	}()
+	t.Cleanup(func() { cancel(); <-served })
+
+	adminA := caA.Issue(t, testca.Spec{CommonName: "admin", Organization: []string{"system:masters"}, Usage: x509.ExtKeyUsageClientAuth})
+	adminB := caB.Issue(t, testca.Spec{CommonName: "admin", Organization: []string{"system:masters"}, Usage: x509.ExtKeyUsageClientAuth})
+	expiredA := caA.Issue(t, testca.Spec{CommonName: "admin", Usage: x509.ExtKeyUsageClientAuth, NotAfter: time.Now().Add(-time.Minute)})
+	roots := x509.NewCertPool()
+	roots.AddCert(servingCA.Cert)
+	do := func(serverName, host string, cert *testca.Leaf, header http.Header) (int, string, error) {
+		tc := &tls.Config{RootCAs: roots, ServerName: serverName}
+		if serverName == "" {
+			tc.InsecureSkipVerify = true // an IP: no name to verify, and none sent
+		}
+		if cert != nil {
+			tc.Certificates = []tls.Certificate{cert.TLS(t)}
+		}
+		c := &http.Client{Transport: &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}, Timeout: 10 * time.Second}
+		defer c.CloseIdleConnections()
+		req, _ := http.NewRequest(http.MethodGet, "https://"+ln.Addr().String()+"/api/v1/namespaces/default/pods", nil)
+		req.Host = host
+		for k, v := range header {
+			req.Header[k] = v
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body), nil
+	}
+
+	tests := []struct {
+		name       string
+		serverName string
+		host       string
+		cert       *testca.Leaf
+		header     http.Header
+		wantCode   int // 0: the handshake fails
+		wantSeen   *seen
+		wantMsg    string
+	}{
+		{name: "member-a's admin on member-a's name", serverName: "member-a.example.com", host: "member-a.example.com", cert: &adminA,
+			wantCode: 200, wantSeen: &seen{"member-a", "admin", []string{"system:masters", "system:authenticated"}}},
+		{name: "the Host may be the address dialed", serverName: "member-a.example.com", host: ln.Addr().String(), cert: &adminA,
+			wantCode: 200, wantSeen: &seen{"member-a", "admin", []string{"system:masters", "system:authenticated"}}},
+		{name: "member-b's admin on member-b's name", serverName: "member-b.example.com", host: "member-b.example.com", cert: &adminB,
+			wantCode: 200, wantSeen: &seen{"member-b", "admin", []string{"system:masters", "system:authenticated"}}},
+		{name: "member-b's certificate on member-a's name", serverName: "member-a.example.com", host: "member-a.example.com", cert: &adminB,
+			wantCode: 401, wantMsg: `upstream cluster \"member-a\": client certificate: x509: certificate signed by unknown authority`},
+		{name: "an expired certificate", serverName: "member-a.example.com", host: "member-a.example.com", cert: &expiredA,
+			wantCode: 401, wantMsg: "expired"},
+		{name: "no credential", serverName: "member-a.example.com", host: "member-a.example.com",
+			wantCode: 401, wantMsg: "needs a client certificate of the member's CA"},
+		{name: "a bearer token", serverName: "member-a.example.com", host: "member-a.example.com", header: http.Header{"Authorization": {"Bearer abc"}},
+			wantCode: 401, wantMsg: "not bearer tokens"},
+		{name: "a Host naming another cluster", serverName: "member-a.example.com", host: "member-b.example.com", cert: &adminA,
+			wantCode: 421, wantMsg: `not \"member-b.example.com\"`},
+		{name: "the client's own impersonation", serverName: "member-a.example.com", host: "member-a.example.com", cert: &adminA,
+			header: http.Header{"Impersonate-User": {"someone"}}, wantCode: 403, wantMsg: "Impersonate-User"},
+		{name: "a name no cluster serves", serverName: "member-c.example.com", host: "member-c.example.com", cert: &adminA},
+		{name: "no server name", host: "127.0.0.1", cert: &adminA},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, body, err := do(tt.serverName, tt.host, tt.cert, tt.header)
+			if tt.wantCode == 0 {
+				if err == nil {
+					t.Fatalf("answered %d %s, want a failed handshake", code, body)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code != tt.wantCode {
+				t.Fatalf("status %d %s, want %d", code, body, tt.wantCode)
+			}
+			if tt.wantSeen == nil {
+				var st metav1.Status
+				if err := json.Unmarshal([]byte(body), &st); err != nil || st.Kind != "Status" || st.Code != int32(code) {
+					t.Errorf("body %s is not a Status with code %d", body, code)
+				}
+				if !strings.Contains(body, tt.wantMsg) {
+					t.Errorf("body %s does not say %q", body, tt.wantMsg)
+				}
+				select {
+				case s := <-got:
+					t.Errorf("forwarded as %+v", s)
+				default:
+				}
+				return
+			}
+			select {
+			case s := <-got:
+				if s.cluster != tt.wantSeen.cluster || s.user != tt.wantSeen.user || strings.Join(s.groups, ",") != strings.Join(tt.wantSeen.groups, ",") {
+					t.Errorf("forwarded as %+v, want %+v", s, *tt.wantSeen)
+				}
+			default:
+				t.Error("not forwarded")
+			}
+		})
+	}
+}
+
+func TestCompileRefusesAnUnusableSecret(t *testing.T) {
+	ca := testca.New(t, "ca")
+	serving := ca.Issue(t, testca.Spec{CommonName: "a.example.com", SANs: []string{"a.example.com"}, Usage: x509.ExtKeyUsageServerAuth})
+	uc := &gatewayv1alpha1.UpstreamCluster{ObjectMeta: metav1.ObjectMeta{Name: "member-a"}}
+	uc.Spec.SecureServing = &gatewayv1alpha1.SecureServing{ServerNames: []string{"a.example.com"}, SecretRef: gatewayv1alpha1.SecretReference{Namespace: "kube-gateway", Name: "door"}}
+	for _, tt := range []struct {
+		name   string
+		secret *corev1.Secret
+		want   string
+	}{
+		{"missing", nil, "kube-gateway/door was not found"},
+		{"no key", &corev1.Secret{Data: map[string][]byte{CertKey: serving.CertPEM, ClientCAKey: ca.PEM}}, "tls.crt and tls.key"},
+		{"no client CA", &corev1.Secret{Data: map[string][]byte{CertKey: serving.CertPEM, KeyKey: serving.KeyPEM}}, "ca.crt holds no PEM certificate"},
+	} {
+		if _, err := Compile(uc, tt.secret); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: error %v, want one saying %q", tt.name, err, tt.want)
+		}
+	}
+	uc.Spec.SecureServing = nil
+	if d, err := Compile(uc, nil); d != nil || err != nil {
+		t.Errorf("no secureServing: %v, %v; want no door", d, err)
+	}
+}

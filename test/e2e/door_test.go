@@ -1,0 +1,119 @@
+package e2e
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/test/harness"
+	"github.com/kubewharf/kube-gateway/test/testca"
+)
+
+// doorKubeconfig writes a kubeconfig that reaches the member door at the
+// gateway's door address under server name serverName (kubectl's
+// tls-server-name: no DNS needed on loopback), with the client certificate
+// certPEM/keyPEM.
+func doorKubeconfig(t *testing.T, serverName string, caPEM, certPEM, keyPEM []byte) string {
+	t.Helper()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["door"] = &clientcmdapi.Cluster{Server: "https://" + env.MemberDoorAddress, TLSServerName: serverName, CertificateAuthorityData: caPEM}
+	cfg.AuthInfos["member"] = &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM}
+	cfg.Contexts["door"] = &clientcmdapi.Context{Cluster: "door", AuthInfo: "member"}
+	cfg.CurrentContext = "door"
+	path := filepath.Join(t.TempDir(), "door.kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// A member's own clients reach it through the member door: kubectl with a
+// client certificate of member-a's CA, by a server name of the cluster's
+// spec.secureServing, is member-a's admin there (whoami, a list, exec); a
+// certificate of member-b's CA is refused; a second cluster claiming the
+// same name is a 422 naming the first.
+func TestMemberDoor(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	const serverName = "door-a.member-door.test"
+	servingCA := testca.New(t, "member-door-serving-ca")
+	serving := servingCA.Issue(t, testca.Spec{CommonName: serverName, SANs: []string{serverName}, Usage: x509.ExtKeyUsageServerAuth})
+	hub := hubAdmin(t)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "door-a-serving", Namespace: harness.GatewayNamespace},
+		Data: map[string][]byte{"tls.crt": serving.CertPEM, "tls.key": serving.KeyPEM, "ca.crt": env.Members[harness.MemberA].CAData}}
+	if _, err := hub.CoreV1().Secrets(harness.GatewayNamespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = hub.CoreV1().Secrets(harness.GatewayNamespace).Delete(context.Background(), secret.Name, metav1.DeleteOptions{})
+	})
+	uc := memberACluster("door-a")
+	uc.Spec.SecureServing = &gatewayv1alpha1.SecureServing{ServerNames: []string{serverName},
+		SecretRef: gatewayv1alpha1.SecretReference{Namespace: harness.GatewayNamespace, Name: secret.Name}}
+	createCluster(t, uc)
+	waitUsable(t, uc.Name)
+
+	certPEM, keyPEM, err := env.Members[harness.MemberA].ClientCertificate("door-admin", "system:masters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := doorKubeconfig(t, serverName, servingCA.PEM, certPEM, keyPEM)
+	var out string
+	eventually(t, 30*time.Second, func(ctx context.Context) error {
+		out, _, err = env.Kubectl(ctx, admin, "auth", "whoami", "-o", "json")
+		return err
+	})
+	var review struct {
+		Status struct {
+			UserInfo struct {
+				Username string   `json:"username"`
+				Groups   []string `json:"groups"`
+			} `json:"userInfo"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(out), &review); err != nil {
+		t.Fatalf("kubectl auth whoami: %v: %s", err, out)
+	}
+	if u := review.Status.UserInfo; u.Username != "door-admin" || !strings.Contains(strings.Join(u.Groups, ","), "system:masters") {
+		t.Errorf("member-a sees %+v through the door, want door-admin in system:masters", u)
+	}
+	if out, _, err := env.Kubectl(ctx, admin, "get", "namespaces", "alice", "-o", "name"); err != nil || strings.TrimSpace(out) != "namespace/alice" {
+		t.Errorf("kubectl get namespace alice through the door: %q, %v", out, err)
+	}
+	if out, _, err := env.Kubectl(ctx, admin, "exec", "-n", "alice", "shell", "--", "echo", "through the door"); err != nil || !strings.Contains(out, "through the door") {
+		t.Errorf("kubectl exec through the door: %q, %v", out, err)
+	}
+
+	// member-b's own credential does not open member-a's door.
+	certB, keyB, err := env.Members[harness.MemberB].ClientCertificate("door-admin", "system:masters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, err := env.Kubectl(ctx, doorKubeconfig(t, serverName, servingCA.PEM, certB, keyB), "get", "namespaces"); err == nil ||
+		!strings.Contains(stderr, `upstream cluster "door-a": client certificate: x509: certificate signed by unknown authority`) {
+		t.Errorf("member-b's certificate on member-a's door: %v: %s", err, stderr)
+	}
+
+	// One name, one cluster.
+	other := memberACluster("door-a-again")
+	other.Spec.SecureServing = uc.Spec.SecureServing.DeepCopy()
+	_, err = upstreamClusters(t).Create(ctx, other, metav1.CreateOptions{})
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.secureServing.serverNames[0]") || !strings.Contains(err.Error(), `"door-a"`) {
+		t.Errorf("a second cluster with the same server name: %v, want 422 naming spec.secureServing.serverNames[0] and door-a", err)
+	}
+	if err == nil {
+		_ = upstreamClusters(t).Delete(context.Background(), other.Name, metav1.DeleteOptions{})
+	}
+	_ = os.Remove(admin)
+}
