@@ -35,7 +35,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
-	genericrequest "k8s.io/apiserver/pkg/endpoints/request"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/warning"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -118,7 +118,7 @@ func (h *Handler) Serve(w http.ResponseWriter, req *http.Request, name, path str
 		fail(err)
 		return
 	}
-	u, _ := genericrequest.UserFrom(req.Context())
+	u, _ := genericapirequest.UserFrom(req.Context())
 	attrs, err := request.Parse(req.Method, path, mq.query, u)
 	if err != nil {
 		fail(apierrors.NewBadRequest(err.Error()))
@@ -329,9 +329,9 @@ func (h *Handler) selectMembers(req *http.Request, segment string, selector labe
 	if !ok {
 		return nil, fmt.Errorf("listing upstream clusters: unexpected %T", obj)
 	}
-	u, _ := genericrequest.UserFrom(ctx)
+	u, _ := genericapirequest.UserFrom(ctx)
 	verb := "get"
-	if info, ok := genericrequest.RequestInfoFrom(ctx); ok && info.Verb != "" {
+	if info, ok := genericapirequest.RequestInfoFrom(ctx); ok && info.Verb != "" {
 		verb = info.Verb
 	}
 	allowed := func(name string) bool {

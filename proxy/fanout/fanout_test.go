@@ -22,7 +22,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
-	genericrequest "k8s.io/apiserver/pkg/endpoints/request"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 )
@@ -116,7 +116,7 @@ func do(h *Handler, name, path, query string, header http.Header) *httptest.Resp
 	for k, v := range header {
 		req.Header[k] = v
 	}
-	req = req.WithContext(genericrequest.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
+	req = req.WithContext(genericapirequest.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
 	rec := httptest.NewRecorder()
 	genericapifilters.WithWarningRecorder(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !IsFanOut(name) {
@@ -267,7 +267,7 @@ func TestUnsupported(t *testing.T) {
 			req.Header.Set("Connection", "Upgrade")
 			req.Header.Set("Upgrade", c.upgrade)
 		}
-		req = req.WithContext(genericrequest.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
+		req = req.WithContext(genericapirequest.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
 		rec := httptest.NewRecorder()
 		h.Serve(rec, req, "*", c.path)
 		var status metav1.Status

@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
-	genericrequest "k8s.io/apiserver/pkg/endpoints/request"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 )
 
 // podList is a member's list of one pod whose name pads it to about size
@@ -173,7 +173,7 @@ func TestListMemoryAbortsTheReverseProxy(t *testing.T) {
 		rp.ServeHTTP(w, req)
 	}
 	srv := httptest.NewServer(genericapifilters.WithWarningRecorder(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		h.Serve(w, req.WithContext(genericrequest.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"})), "*", "/api/v1/pods")
+		h.Serve(w, req.WithContext(genericapirequest.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"})), "*", "/api/v1/pods")
 	})))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL)

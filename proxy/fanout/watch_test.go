@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/user"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
-	genericrequest "k8s.io/apiserver/pkg/endpoints/request"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 )
 
 // endStream, sent to a fake member, ends its current watch response.
@@ -108,7 +108,7 @@ func threeMembers(t *testing.T) (*watchMembers, *httptest.Server) {
 
 func watchServer(t *testing.T, h *Handler) *httptest.Server {
 	srv := httptest.NewServer(genericapifilters.WithWarningRecorder(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r = r.WithContext(genericrequest.WithUser(r.Context(), &user.DefaultInfo{Name: "alice"}))
+		r = r.WithContext(genericapirequest.WithUser(r.Context(), &user.DefaultInfo{Name: "alice"}))
 		name, path, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/"), "/proxy")
 		name, _ = url.PathUnescape(name)
 		h.Serve(w, r, name, path)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
-	testclock "k8s.io/utils/clock/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 )
@@ -33,7 +33,7 @@ func distinguished(s gatewayv1alpha1.FlowControlSchema, d gatewayv1alpha1.FlowDi
 	return s
 }
 
-func schema(t testing.TB, s gatewayv1alpha1.FlowControlSchema, clk *testclock.FakeClock) *Schema {
+func schema(t testing.TB, s gatewayv1alpha1.FlowControlSchema, clk *clocktesting.FakeClock) *Schema {
 	t.Helper()
 	set := NewSet(nil, []gatewayv1alpha1.FlowControlSchema{s}, clk, nil)
 	sc := set.Schema(s.Name)
@@ -53,7 +53,7 @@ type step struct {
 	wantRA  time.Duration // Retry-After when refused
 }
 
-func runSteps(t *testing.T, sc *Schema, clk *testclock.FakeClock, steps []step) {
+func runSteps(t *testing.T, sc *Schema, clk *clocktesting.FakeClock, steps []step) {
 	t.Helper()
 	releases := make([]func(), len(steps))
 	for i, st := range steps {
@@ -186,7 +186,7 @@ func TestSchemaKinds(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clk := testclock.NewFakeClock(t0)
+			clk := clocktesting.NewFakeClock(t0)
 			sc := schema(t, tt.schema, clk)
 			if sc.Name() != "s" || sc.Kind() != tt.wantKind {
 				t.Fatalf("Name, Kind = %q, %q; want s, %q", sc.Name(), sc.Kind(), tt.wantKind)
@@ -215,7 +215,7 @@ func TestNilSetAndSchema(t *testing.T) {
 
 // The numbers of the end-to-end test, on a fake clock.
 func TestTokenBucketBurst30(t *testing.T) {
-	clk := testclock.NewFakeClock(t0)
+	clk := clocktesting.NewFakeClock(t0)
 	sc := schema(t, bucket("list-pods", 5, 5), clk)
 	burst := func() (admitted int) {
 		for i := 0; i < 30; i++ {
@@ -245,7 +245,7 @@ func TestTokenBucketBurst30(t *testing.T) {
 }
 
 func TestMaxInflight2(t *testing.T) {
-	sc := schema(t, inflight("heavy", 2, false), testclock.NewFakeClock(t0))
+	sc := schema(t, inflight("heavy", 2, false), clocktesting.NewFakeClock(t0))
 	r1, _, ok1 := sc.Admit(Request{})
 	r2, _, ok2 := sc.Admit(Request{})
 	_, ra, ok3 := sc.Admit(Request{})
@@ -302,7 +302,7 @@ func TestDistinguisherIsolation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			sc := schema(t, tt.schema, testclock.NewFakeClock(t0))
+			sc := schema(t, tt.schema, clocktesting.NewFakeClock(t0))
 			for i := 0; i < 3; i++ {
 				if _, _, ok := sc.Admit(tt.a); !ok {
 					t.Fatalf("a's request %d refused", i)
@@ -327,7 +327,7 @@ func TestDistinguisherIsolation(t *testing.T) {
 }
 
 func TestNewSetReuse(t *testing.T) {
-	clk := testclock.NewFakeClock(t0)
+	clk := clocktesting.NewFakeClock(t0)
 	v1 := []gatewayv1alpha1.FlowControlSchema{
 		bucket("tb", 5, 5), inflight("mif", 1, false), exempt("free"),
 		distinguished(bucket("per-user", 1, 1), gatewayv1alpha1.FlowDistinguisherUser),
@@ -408,7 +408,7 @@ func TestNewSetReuse(t *testing.T) {
 }
 
 func TestIdleFlowsForgotten(t *testing.T) {
-	clk := testclock.NewFakeClock(t0)
+	clk := clocktesting.NewFakeClock(t0)
 	tb := schema(t, distinguished(bucket("tb", 1, 100), gatewayv1alpha1.FlowDistinguisherUser), clk)
 	mif := schema(t, distinguished(inflight("mif", 1, false), gatewayv1alpha1.FlowDistinguisherUser), clk)
 
@@ -455,7 +455,7 @@ func TestIdleFlowsForgotten(t *testing.T) {
 }
 
 func TestFlowCap(t *testing.T) {
-	clk := testclock.NewFakeClock(t0)
+	clk := clocktesting.NewFakeClock(t0)
 	sc := schema(t, distinguished(bucket("s", 1, 1), gatewayv1alpha1.FlowDistinguisherUser), clk)
 	for i := 0; i < MaxFlows; i++ {
 		if _, _, ok := sc.Admit(Request{User: fmt.Sprint("user-", i)}); !ok {
@@ -514,7 +514,7 @@ func TestRetryAfter(t *testing.T) {
 }
 
 func TestAdmitAllocations(t *testing.T) {
-	clk := testclock.NewFakeClock(t0)
+	clk := clocktesting.NewFakeClock(t0)
 	set := NewSet(nil, []gatewayv1alpha1.FlowControlSchema{
 		exempt("exempt"), bucket("tb", 1<<30, 1<<30),
 		distinguished(bucket("tb-user", 1<<30, 1<<30), gatewayv1alpha1.FlowDistinguisherUser),
@@ -543,7 +543,7 @@ func TestConcurrentMaxInflight(t *testing.T) {
 		goroutines  = 32
 		iterations  = 2000
 	)
-	clk := testclock.NewFakeClock(t0)
+	clk := clocktesting.NewFakeClock(t0)
 	schemas := []gatewayv1alpha1.FlowControlSchema{
 		inflight("global", maxInflight, false),
 		distinguished(inflight("per-user", maxInflight, false), gatewayv1alpha1.FlowDistinguisherUser),

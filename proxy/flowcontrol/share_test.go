@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	testclock "k8s.io/utils/clock/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 )
@@ -21,7 +21,7 @@ func admitted(sc *Schema, r Request, n int) int {
 	return ok
 }
 
-func sharedSchema(t *testing.T, s gatewayv1alpha1.FlowControlSchema, clk *testclock.FakeClock, share *Share) *Schema {
+func sharedSchema(t *testing.T, s gatewayv1alpha1.FlowControlSchema, clk *clocktesting.FakeClock, share *Share) *Schema {
 	t.Helper()
 	sc := NewSet(nil, []gatewayv1alpha1.FlowControlSchema{s}, clk, share).Schema(s.Name)
 	if sc == nil {
@@ -37,7 +37,7 @@ func TestShareTokenBucket(t *testing.T) {
 	r := Request{User: "alice"}
 	for _, d := range []gatewayv1alpha1.FlowDistinguisher{"", gatewayv1alpha1.FlowDistinguisherUser} {
 		t.Run("distinguisher="+string(d), func(t *testing.T) {
-			clk := testclock.NewFakeClock(t0)
+			clk := clocktesting.NewFakeClock(t0)
 			share := NewShare(clk)
 			share.SetReplicas(2)
 			sc := sharedSchema(t, distinguished(bucket("tb", 20, 8), d), clk, share)
@@ -76,7 +76,7 @@ func TestShareTokenBucket(t *testing.T) {
 // The token count is kept across a re-split: a bucket emptied just before a
 // replica left is not refilled by the change.
 func TestShareKeepsTokens(t *testing.T) {
-	clk := testclock.NewFakeClock(t0)
+	clk := clocktesting.NewFakeClock(t0)
 	share := NewShare(clk)
 	sc := sharedSchema(t, bucket("tb", 10, 10), clk, share)
 	if got := admitted(sc, Request{}, 10); got != 10 {
@@ -92,7 +92,7 @@ func TestShareKeepsTokens(t *testing.T) {
 // Max in-flight 5 among 2 replicas: 2 each (floor); among 10, 1 each; max 0,
 // the emergency brake, refuses on every replica.
 func TestShareMaxInflight(t *testing.T) {
-	clk := testclock.NewFakeClock(t0)
+	clk := clocktesting.NewFakeClock(t0)
 	for _, tt := range []struct {
 		max      int32
 		replicas int

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/user"
-	genericrequest "k8s.io/apiserver/pkg/endpoints/request"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -90,7 +90,7 @@ func TestSkipsAdmissionWhenNothingCanRefuse(t *testing.T) {
 		h := New(Config{Clusters: &fakeClusters{err: errors.New("not compiled")}, Objects: &fakeGetter{}, Forwarder: testForwarder, Admission: admit, Scheme: scheme, Serializer: serializer.NewCodecFactory(scheme)})
 		h.gate = gateFunc(func() bool { return needed })
 		req := httptest.NewRequest(http.MethodGet, "/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/member-a/proxy/api", nil)
-		req = req.WithContext(genericrequest.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
+		req = req.WithContext(genericapirequest.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
 		rec := httptest.NewRecorder()
 		h.Serve(rec, req, "member-a", "/api")
 		if asked := len(admit.attrs) == 1; asked != needed {

@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
-	genericrequest "k8s.io/apiserver/pkg/endpoints/request"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
@@ -206,7 +206,7 @@ func TestServe(t *testing.T) {
 			mu.Lock()
 			reqs = nil
 			mu.Unlock()
-			ctx := genericrequest.WithUser(context.Background(), &user.DefaultInfo{Name: "alice", Groups: []string{"dev"}})
+			ctx := genericapirequest.WithUser(context.Background(), &user.DefaultInfo{Name: "alice", Groups: []string{"dev"}})
 			rec := httptest.NewRecorder()
 			h := New(Config{Clusters: &fakeClusters{c: c}, Objects: &fakeGetter{}, Forwarder: testForwarder})
 			req := httptest.NewRequest(http.MethodGet, "/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/member-a/proxy"+tt.path+"?labelSelector=a%3Db&dryRun=All", nil)
@@ -259,7 +259,7 @@ func TestAdmitsConnect(t *testing.T) {
 	h := New(Config{Clusters: clusters, Objects: &fakeGetter{}, Forwarder: testForwarder, Admission: admit, Scheme: scheme, Serializer: serializer.NewCodecFactory(scheme)})
 
 	req := httptest.NewRequest(http.MethodGet, "/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/member-a/proxy/api?x=1", nil)
-	req = req.WithContext(genericrequest.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
+	req = req.WithContext(genericapirequest.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
 	rec := httptest.NewRecorder()
 	h.Serve(rec, req, "member-a", "/api")
 
@@ -313,7 +313,7 @@ func TestHubHeadersOnce(t *testing.T) {
 					ViaHub: func(*http.Request) bool { return viaHub }})
 				req := httptest.NewRequest(http.MethodGet, "/apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/"+cluster+"/proxy"+path, nil)
 				req.Header.Set("Audit-Id", id)
-				req = req.WithContext(genericrequest.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
+				req = req.WithContext(genericapirequest.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
 				rec := httptest.NewRecorder()
 				// What the short chain sets before the handler runs.
 				rec.Header().Set("Audit-Id", id)

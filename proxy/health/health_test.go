@@ -16,7 +16,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
-	testclock "k8s.io/utils/clock/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/balance"
@@ -135,7 +135,7 @@ type probeEvent struct {
 // harness runs a Checker over members on a fake clock.
 type harness struct {
 	t       *testing.T
-	clk     *testclock.FakeClock
+	clk     *clocktesting.FakeClock
 	cfg     Config
 	c       *Checker
 	members []*member
@@ -153,7 +153,7 @@ func newHarness(t *testing.T, cfg Config, members ...*member) *harness {
 	t.Helper()
 	h := &harness{
 		t:       t,
-		clk:     testclock.NewFakeClock(time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)),
+		clk:     clocktesting.NewFakeClock(time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)),
 		cfg:     cfg,
 		members: members,
 		probes:  make(chan probeEvent, 100),
@@ -734,7 +734,7 @@ func TestUnknownEndpointIgnored(t *testing.T) {
 func TestProbeURL(t *testing.T) {
 	u, _ := url.Parse("https://192.0.2.10:6443")
 	u2, _ := url.Parse("https://user:pw@192.0.2.11:6443/prefix/")
-	c := NewChecker([]*balance.Endpoint{balance.NewEndpoint(u), balance.NewEndpoint(u2)}, func(*balance.Endpoint) http.RoundTripper { return http.DefaultTransport }, Config{Path: "livez"}, testclock.NewFakeClock(time.Now()), nil)
+	c := NewChecker([]*balance.Endpoint{balance.NewEndpoint(u), balance.NewEndpoint(u2)}, func(*balance.Endpoint) http.RoundTripper { return http.DefaultTransport }, Config{Path: "livez"}, clocktesting.NewFakeClock(time.Now()), nil)
 	if got, want := c.endpoints[0].probeURL, "https://192.0.2.10:6443/livez"; got != want {
 		t.Errorf("probe URL %q, want %q", got, want)
 	}
@@ -759,7 +759,7 @@ func TestSpreadProbes(t *testing.T) {
 	}
 	const interval = 5 * time.Second
 	cfg := Config{Path: "/readyz", Interval: interval, Timeout: interval / 2, HealthyThreshold: 1, UnhealthyThreshold: 1, Spread: true}
-	clk := testclock.NewFakeClock(time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC))
+	clk := clocktesting.NewFakeClock(time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC))
 	c := NewChecker(eps, func(*balance.Endpoint) http.RoundTripper { return http.DefaultTransport }, cfg, clk, nil)
 	type due struct {
 		e  *balance.Endpoint

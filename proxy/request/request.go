@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
-	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 )
 
 // Attributes describe a proxied request as the member will see it.
@@ -73,7 +73,7 @@ func (a *Attributes) ServiceAccount() (namespace, name string, ok bool) {
 }
 
 // infoFactory is the Kubernetes path grammar, as kube-apiserver configures it.
-var infoFactory = &apirequest.RequestInfoFactory{
+var infoFactory = &genericapirequest.RequestInfoFactory{
 	APIPrefixes:          sets.NewString("api", "apis"),
 	GrouplessAPIPrefixes: sets.NewString("api"),
 }

@@ -23,7 +23,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	"k8s.io/apimachinery/pkg/util/wait"
-	restclient "k8s.io/client-go/rest"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
@@ -38,7 +38,7 @@ const testTimeout = 30 * time.Second
 // reach it: a client config trusting its serving CA and carrying a client certificate.
 type standIn struct {
 	srv    *Server
-	client *restclient.Config
+	client *rest.Config
 	pki    *testPKI
 }
 
@@ -54,9 +54,9 @@ func startStandIn(t *testing.T) *standIn {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	return &standIn{srv: srv, pki: pki, client: &restclient.Config{
+	return &standIn{srv: srv, pki: pki, client: &rest.Config{
 		Host: "https://" + srv.Addr(),
-		TLSClientConfig: restclient.TLSClientConfig{
+		TLSClientConfig: rest.TLSClientConfig{
 			CAData: pki.caPEM, CertData: pki.clientCertPEM, KeyData: pki.clientKeyPEM,
 		},
 	}}
@@ -381,12 +381,12 @@ func TestPortForwardOverLegacyWebSocket(t *testing.T) {
 func TestClientCertificateRequired(t *testing.T) {
 	s := startStandIn(t)
 	other := newTestPKI(t) // a certificate from a CA the stand-in does not trust
-	for name, cfg := range map[string]restclient.TLSClientConfig{
+	for name, cfg := range map[string]rest.TLSClientConfig{
 		"no client certificate":        {CAData: s.pki.caPEM},
 		"untrusted client certificate": {CAData: s.pki.caPEM, CertData: other.clientCertPEM, KeyData: other.clientKeyPEM},
 	} {
 		t.Run(name, func(t *testing.T) {
-			client := restclient.CopyConfig(s.client)
+			client := rest.CopyConfig(s.client)
 			client.TLSClientConfig = cfg
 			executor, err := remotecommand.NewSPDYExecutor(client, http.MethodPost, s.streamURL("exec", []string{"echo", "x"}, false, false))
 			if err != nil {

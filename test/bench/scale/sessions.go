@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	restclient "k8s.io/client-go/rest"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/kubewharf/kube-gateway/test/bench/internal/measure"
@@ -152,13 +152,13 @@ func sessionPhase(ctx context.Context, s *scene, o options) (*sessionResult, err
 // gatewaySessionConfig is a client configuration for member-a through the
 // gateway alone, with the identity of the scene's gateway target (what the
 // hub's aggregator sends for admin).
-func gatewaySessionConfig(s *scene) *restclient.Config {
+func gatewaySessionConfig(s *scene) *rest.Config {
 	env := s.env
 	certFile, keyFile := env.FrontProxyClientCert()
 	headers := s.gateway.Header
-	return &restclient.Config{
+	return &rest.Config{
 		Host:            env.GatewayURL + harness.ProxyPath(harness.MemberA),
-		TLSClientConfig: restclient.TLSClientConfig{CAFile: env.GatewayCAFile, CertFile: certFile, KeyFile: keyFile},
+		TLSClientConfig: rest.TLSClientConfig{CAFile: env.GatewayCAFile, CertFile: certFile, KeyFile: keyFile},
 		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
 			return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 				req = req.Clone(req.Context())
@@ -176,7 +176,7 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // openSession starts one session and returns once it echoed first.
-func openSession(ctx context.Context, cfg *restclient.Config, execURL *url.URL, first string) (*session, error) {
+func openSession(ctx context.Context, cfg *rest.Config, execURL *url.URL, first string) (*session, error) {
 	exec, err := remotecommand.NewWebSocketExecutor(cfg, http.MethodGet, execURL.String())
 	if err != nil {
 		return nil, err
