@@ -116,20 +116,7 @@ func (h *Handler) serveMember(w http.ResponseWriter, req *http.Request, name, pa
 		errs.Error(err)
 		return
 	}
-	c, err := h.lookup(req.Context(), name)
-	if err != nil {
-		errs.Error(err)
-		return
-	}
-	u, _ := genericapirequest.UserFrom(req.Context())
-	h.forwarder.Serve(w, req, forward.Request{
-		Cluster:  c,
-		Path:     path,
-		RawQuery: req.URL.RawQuery,
-		User:     u,
-		Errors:   errs,
-		ViaHub:   viaHub,
-	})
+	h.forward(w, req, errs, forward.Request{Path: path, RawQuery: req.URL.RawQuery, ViaHub: viaHub}, name)
 }
 
 // ServeDoor serves a request that came in by the member door of cluster
@@ -138,20 +125,20 @@ func (h *Handler) serveMember(w http.ResponseWriter, req *http.Request, name, pa
 // hub's admission speaks of hub users).
 func (h *Handler) ServeDoor(w http.ResponseWriter, req *http.Request, name string) {
 	errs := &statusWriter{w: w, req: req, serializer: h.serializer}
+	h.forward(w, req, errs, forward.Request{Path: req.URL.Path, RawQuery: req.URL.RawQuery, MemberIdentity: true}, name)
+}
+
+// forward completes r with the compiled cluster name and the user of req's
+// context, and forwards it.
+func (h *Handler) forward(w http.ResponseWriter, req *http.Request, errs *statusWriter, r forward.Request, name string) {
 	c, err := h.lookup(req.Context(), name)
 	if err != nil {
 		errs.Error(err)
 		return
 	}
-	u, _ := genericapirequest.UserFrom(req.Context())
-	h.forwarder.Serve(w, req, forward.Request{
-		Cluster:        c,
-		Path:           req.URL.Path,
-		RawQuery:       req.URL.RawQuery,
-		User:           u,
-		Errors:         errs,
-		MemberIdentity: true,
-	})
+	r.Cluster, r.Errors = c, errs
+	r.User, _ = genericapirequest.UserFrom(req.Context())
+	h.forwarder.Serve(w, req, r)
 }
 
 func (h *Handler) lookup(ctx context.Context, name string) (*cluster.Cluster, error) {

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -10,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -121,14 +119,7 @@ func TestKubeconfigCommandFanOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := func(args ...string) (string, error) {
-		cmd := &cobra.Command{Use: "kube-gateway", SilenceErrors: true, SilenceUsage: true}
-		cmd.AddCommand(newKubeconfigCommand())
-		var stdout bytes.Buffer
-		cmd.SetOut(&stdout)
-		cmd.SetErr(&bytes.Buffer{})
-		cmd.SetArgs(append([]string{"kubeconfig", "--kubeconfig", hubPath, "--request-timeout", "10s"}, args...))
-		err := cmd.Execute()
-		return stdout.String(), err
+		return runKubeconfig(append([]string{"--kubeconfig", hubPath, "--request-timeout", "10s"}, args...)...)
 	}
 	for _, c := range []struct {
 		args                  []string

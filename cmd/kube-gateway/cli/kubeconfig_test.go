@@ -247,14 +247,7 @@ func TestKubeconfigDirect(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := func(args ...string) (string, error) {
-		cmd := &cobra.Command{Use: "kube-gateway", SilenceErrors: true, SilenceUsage: true}
-		cmd.AddCommand(newKubeconfigCommand())
-		var stdout bytes.Buffer
-		cmd.SetOut(&stdout)
-		cmd.SetErr(&bytes.Buffer{})
-		cmd.SetArgs(append([]string{"kubeconfig", "--kubeconfig", hubPath}, args...))
-		err := cmd.Execute()
-		return stdout.String(), err
+		return runKubeconfig(append([]string{"--kubeconfig", hubPath}, args...)...)
 	}
 	out, err := run("--cluster", "member-a", "--direct", "--direct-server", "https://203.0.113.7:8443",
 		"--direct-ca-file", caPath, "--direct-tls-server-name", "kube-gateway.kube-gateway.svc", "--flatten")
@@ -405,4 +398,16 @@ func TestMemberKubeconfigsMerge(t *testing.T) {
 			}
 		}
 	}
+}
+
+// runKubeconfig runs `kube-gateway kubeconfig args...` and returns its stdout.
+func runKubeconfig(args ...string) (string, error) {
+	cmd := &cobra.Command{Use: "kube-gateway", SilenceErrors: true, SilenceUsage: true}
+	cmd.AddCommand(newKubeconfigCommand())
+	var stdout bytes.Buffer
+	cmd.SetOut(&stdout)
+	cmd.SetErr(&bytes.Buffer{})
+	cmd.SetArgs(append([]string{"kubeconfig"}, args...))
+	err := cmd.Execute()
+	return stdout.String(), err
 }
