@@ -114,6 +114,11 @@ type Route struct {
 	Schema *flowcontrol.Schema
 }
 
+// PickServer returns a server for the gateway's own request to the member
+// (not a proxied one: no dispatch policy applies), as Pick does for requests
+// no policy matches; nil when the cluster has no enabled server.
+func (c *Cluster) PickServer() *balance.Endpoint { return c.fallback.Pick(nil) }
+
 // Pick returns the server for one request: a healthy candidate other than
 // exclude (a server that just failed it; may be nil). When no candidate is
 // healthy it picks among all of them but exclude, as Envoy does below its

@@ -3,8 +3,8 @@
 // credentials) reach that member through the gateway, by a host name of its
 // spec.secureServing. The TLS server name (SNI) picks the cluster and its
 // serving certificate; the client is authenticated against that member only
-// (a client certificate verified by the CA of the cluster's door Secret) and
-// the request goes to the data plane's entry (proxy/handler) as that
+// (a client certificate verified by the CA of the cluster's door Secret, or
+// a bearer token the member's TokenReview accepts) and the request goes to the data plane's entry (proxy/handler) as that
 // identity, which the gateway impersonates: the member authorizes, the
 // gateway does not. A name no cluster serves, a client without SNI, a Host
 // naming another name: a clear error, never another cluster's answer.
@@ -17,8 +17,10 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/cluster"
 )
 
 // Keys of the door Secret.
@@ -43,11 +45,13 @@ type Door struct {
 	// 401 Status rather than a TLS alert.
 	tls       *tls.Config
 	clientCAs *x509.CertPool
+	// tokens authenticates bearer tokens by the member's TokenReviews.
+	tokens authenticator.Token
 }
 
-// Compile builds the door of uc from secret (nil when the Secret does not
-// exist); nil without error when uc has no door.
-func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret) (*Door, error) {
+// Compile builds the door of uc, compiled as c, from secret (nil when the
+// Secret does not exist); nil without error when uc has no door.
+func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, c *cluster.Cluster, o Options) (*Door, error) {
 	ss := uc.Spec.SecureServing
 	if ss == nil {
 		return nil, nil
@@ -75,5 +79,6 @@ func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret) (*Door,
 			ClientAuth:   tls.RequestClientCert,
 		},
 		clientCAs: pool,
+		tokens:    newTokenAuthenticator(c, o),
 	}, nil
 }

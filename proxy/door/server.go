@@ -124,10 +124,20 @@ func (s *Server) authenticate(req *http.Request) (*Door, user.Info, error) {
 		}
 	}
 	if len(req.TLS.PeerCertificates) == 0 {
-		if strings.HasPrefix(req.Header.Get("Authorization"), "Bearer ") {
-			return nil, nil, apierrors.NewUnauthorized(fmt.Sprintf("upstream cluster %q: the member door accepts client certificates of the member's CA only, not bearer tokens yet", d.Cluster))
+		token, ok := bearerToken(req)
+		if !ok {
+			return nil, nil, apierrors.NewUnauthorized(fmt.Sprintf("upstream cluster %q: the member door needs a client certificate of the member's CA, or a bearer token the member accepts", d.Cluster))
 		}
-		return nil, nil, apierrors.NewUnauthorized(fmt.Sprintf("upstream cluster %q: the member door needs a client certificate of the member's CA", d.Cluster))
+		resp, ok, err := d.tokens.AuthenticateToken(req.Context(), token)
+		switch {
+		case err != nil:
+			// Never 401: a client would drop a token that is good.
+			return nil, nil, apierrors.NewServiceUnavailable(fmt.Sprintf("upstream cluster %q: the member could not review the bearer token: %v", d.Cluster, err))
+		case !ok:
+			return nil, nil, apierrors.NewUnauthorized(fmt.Sprintf("upstream cluster %q: the member does not accept the bearer token", d.Cluster))
+		}
+		req.Header.Del("Authorization") // the gateway's own credential replaces it
+		return d, resp.User, nil
 	}
 	u, err := d.verify(req.TLS.PeerCertificates)
 	if err != nil {
@@ -168,9 +178,12 @@ func hostOf(hostport string) string {
 // misdirected is 421 Misdirected Request: the client should retry on a
 // connection of its own for that name.
 func misdirected(msg string) error {
-	return &apierrors.StatusError{ErrStatus: metav1Status(http.StatusMisdirectedRequest, "MisdirectedRequest", msg)}
+	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusMisdirectedRequest, Reason: "MisdirectedRequest", Message: msg}}
 }
 
-func metav1Status(code int32, reason, msg string) metav1.Status {
-	return metav1.Status{Status: metav1.StatusFailure, Code: code, Reason: metav1.StatusReason(reason), Message: msg}
+// bearerToken is the token of an "Authorization: Bearer" header.
+func bearerToken(req *http.Request) (string, bool) {
+	scheme, token, ok := strings.Cut(req.Header.Get("Authorization"), " ")
+	token = strings.TrimSpace(token)
+	return token, ok && strings.EqualFold(scheme, "bearer") && token != ""
 }

@@ -5,14 +5,18 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -20,6 +24,7 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/cluster/clustertest"
 	"github.com/kubewharf/kube-gateway/test/testca"
 )
 
@@ -32,14 +37,52 @@ func (f fakeDoors) Door(name string) (*Door, error) {
 	return nil, errors.New("no UpstreamCluster serves it")
 }
 
-// doorOf compiles the door of cluster with a serving certificate for names
-// from servingCA and clientCA as the client CA.
-func doorOf(t *testing.T, cluster string, names []string, servingCA, clientCA *testca.CA) *Door {
+// fakeMember answers TokenReviews with the gateway's token as a member
+// would: token "good-"+cluster is ServiceAccount alice:sa, "boom" gets a 500,
+// anything else is not authenticated. It counts the reviews.
+type fakeMember struct {
+	*httptest.Server
+	reviews atomic.Int32
+}
+
+func newFakeMember(t *testing.T, cluster string) *fakeMember {
+	m := &fakeMember{}
+	m.Server = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/apis/authentication.k8s.io/v1/tokenreviews" || r.Method != http.MethodPost || r.Header.Get("Authorization") != "Bearer gw-token" {
+			http.Error(w, "unexpected "+r.Method+" "+r.URL.Path, http.StatusBadRequest)
+			return
+		}
+		m.reviews.Add(1)
+		var review authenticationv1.TokenReview
+		if err := json.NewDecoder(r.Body).Decode(&review); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		switch review.Spec.Token {
+		case "boom":
+			http.Error(w, "etcd is down", http.StatusInternalServerError)
+			return
+		case "good-" + cluster:
+			review.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{
+				Username: "system:serviceaccount:alice:sa", UID: "sa-uid", Groups: []string{"system:serviceaccounts", "system:authenticated"},
+				Extra: map[string]authenticationv1.ExtraValue{"authentication.kubernetes.io/credential-id": {"JTI=1"}}}}
+		}
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(&review)
+	}))
+	t.Cleanup(m.Close)
+	return m
+}
+
+// doorOf compiles the door of cluster, served by member, with a serving
+// certificate for names from servingCA and clientCA as the client CA.
+func doorOf(t *testing.T, cluster string, member *fakeMember, names []string, servingCA, clientCA *testca.CA) *Door {
 	t.Helper()
 	serving := servingCA.Issue(t, testca.Spec{CommonName: names[0], SANs: names, Usage: x509.ExtKeyUsageServerAuth})
 	uc := &gatewayv1alpha1.UpstreamCluster{ObjectMeta: metav1.ObjectMeta{Name: cluster}}
 	uc.Spec.SecureServing = &gatewayv1alpha1.SecureServing{ServerNames: names, SecretRef: gatewayv1alpha1.SecretReference{Namespace: "kube-gateway", Name: cluster + "-door"}}
-	d, err := Compile(uc, &corev1.Secret{Data: map[string][]byte{CertKey: serving.CertPEM, KeyKey: serving.KeyPEM, ClientCAKey: clientCA.PEM}})
+	c := clustertest.Compile(t, cluster, "gw-token", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: member.Certificate().Raw}), nil, member.URL)
+	d, err := Compile(uc, &corev1.Secret{Data: map[string][]byte{CertKey: serving.CertPEM, KeyKey: serving.KeyPEM, ClientCAKey: clientCA.PEM}}, c, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,9 +100,10 @@ func TestDoor(t *testing.T) {
 	servingCA := testca.New(t, "door-serving-ca")
 	caA, caB := testca.New(t, "member-a-client-ca"), testca.New(t, "member-b-client-ca")
 	doors := fakeDoors{}
+	memberA := newFakeMember(t, "member-a")
 	for _, d := range []*Door{
-		doorOf(t, "member-a", []string{"member-a.example.com"}, servingCA, caA),
-		doorOf(t, "member-b", []string{"member-b.example.com"}, servingCA, caB),
+		doorOf(t, "member-a", memberA, []string{"member-a.example.com"}, servingCA, caA),
+		doorOf(t, "member-b", newFakeMember(t, "member-b"), []string{"member-b.example.com"}, servingCA, caB),
 	} {
 		for _, n := range d.ServerNames {
 			doors[n] = d
@@ -70,6 +114,9 @@ func TestDoor(t *testing.T) {
 	got := make(chan seen, 1)
 	s := NewServer(doors, func(w http.ResponseWriter, req *http.Request, cluster string) {
 		u, _ := genericapirequest.UserFrom(req.Context())
+		if req.Header.Get("Authorization") != "" {
+			t.Errorf("the client's Authorization header reached the forwarder")
+		}
 		got <- seen{cluster, u.GetName(), u.GetGroups()}
 		_, _ = io.WriteString(w, "forwarded")
 	}, serializer.NewCodecFactory(scheme))
@@ -136,9 +183,13 @@ func TestDoor(t *testing.T) {
 		{name: "an expired certificate", serverName: "member-a.example.com", host: "member-a.example.com", cert: &expiredA,
 			wantCode: 401, wantMsg: "expired"},
 		{name: "no credential", serverName: "member-a.example.com", host: "member-a.example.com",
-			wantCode: 401, wantMsg: "needs a client certificate of the member's CA"},
-		{name: "a bearer token", serverName: "member-a.example.com", host: "member-a.example.com", header: http.Header{"Authorization": {"Bearer abc"}},
-			wantCode: 401, wantMsg: "not bearer tokens"},
+			wantCode: 401, wantMsg: "needs a client certificate of the member's CA, or a bearer token"},
+		{name: "member-a's token", serverName: "member-a.example.com", host: "member-a.example.com", header: http.Header{"Authorization": {"Bearer good-member-a"}},
+			wantCode: 200, wantSeen: &seen{"member-a", "system:serviceaccount:alice:sa", []string{"system:serviceaccounts", "system:authenticated"}}},
+		{name: "member-b's token on member-a's name", serverName: "member-a.example.com", host: "member-a.example.com", header: http.Header{"Authorization": {"Bearer good-member-b"}},
+			wantCode: 401, wantMsg: `upstream cluster \"member-a\": the member does not accept the bearer token`},
+		{name: "the member cannot review", serverName: "member-a.example.com", host: "member-a.example.com", header: http.Header{"Authorization": {"Bearer boom"}},
+			wantCode: 503, wantMsg: "could not review the bearer token"},
 		{name: "a Host naming another cluster", serverName: "member-a.example.com", host: "member-b.example.com", cert: &adminA,
 			wantCode: 421, wantMsg: `not \"member-b.example.com\"`},
 		{name: "the client's own impersonation", serverName: "member-a.example.com", host: "member-a.example.com", cert: &adminA,
@@ -202,12 +253,38 @@ func TestCompileRefusesAnUnusableSecret(t *testing.T) {
 		{"no key", &corev1.Secret{Data: map[string][]byte{CertKey: serving.CertPEM, ClientCAKey: ca.PEM}}, "tls.crt and tls.key"},
 		{"no client CA", &corev1.Secret{Data: map[string][]byte{CertKey: serving.CertPEM, KeyKey: serving.KeyPEM}}, "ca.crt holds no PEM certificate"},
 	} {
-		if _, err := Compile(uc, tt.secret); err == nil || !strings.Contains(err.Error(), tt.want) {
+		if _, err := Compile(uc, tt.secret, nil, Options{}); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: error %v, want one saying %q", tt.name, err, tt.want)
 		}
 	}
 	uc.Spec.SecureServing = nil
-	if d, err := Compile(uc, nil); d != nil || err != nil {
+	if d, err := Compile(uc, nil, nil, Options{}); d != nil || err != nil {
 		t.Errorf("no secureServing: %v, %v; want no door", d, err)
+	}
+}
+
+// A token the member answered for is not reviewed again within the cache's
+// lifetime, good or bad; one it could not answer for is.
+func TestTokenReviewsAreCached(t *testing.T) {
+	member := newFakeMember(t, "member-a")
+	d := doorOf(t, "member-a", member, []string{"member-a.example.com"}, testca.New(t, "serving"), testca.New(t, "client"))
+	ctx := context.Background()
+	for i := 0; i < 5; i++ {
+		for _, token := range []string{"good-member-a", "bad"} {
+			if _, ok, err := d.tokens.AuthenticateToken(ctx, token); err != nil || ok != (token == "good-member-a") {
+				t.Fatalf("token %s, round %d: %v, %v", token, i, ok, err)
+			}
+		}
+	}
+	if n := member.reviews.Load(); n != 2 {
+		t.Errorf("%d TokenReviews for two tokens asked five times each, want 2", n)
+	}
+	for i := 0; i < 2; i++ {
+		if _, _, err := d.tokens.AuthenticateToken(ctx, "boom"); err == nil {
+			t.Fatal("no error when the member could not review")
+		}
+	}
+	if n := member.reviews.Load(); n != 4 {
+		t.Errorf("%d TokenReviews after two that failed, want 4 (errors are not kept)", n)
 	}
 }

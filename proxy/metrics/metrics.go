@@ -115,6 +115,8 @@ type Metrics struct {
 	rejected *prometheus.CounterVec
 	retries  *prometheus.CounterVec
 	aborts   *prometheus.CounterVec
+	// tokenReviews counts the member door's TokenReviews (cache misses).
+	tokenReviews *prometheus.CounterVec
 
 	resources resourceLabels
 }
@@ -147,12 +149,28 @@ func New() *Metrics {
 			Namespace: namespace, Subsystem: subsystem, Name: "request_aborts_total",
 			Help: "Proxied requests whose response broke off after it began, because the member's connection failed mid-body: the client got an incomplete answer. Also counted in requests_total, with the status the response began with.",
 		}, []string{"cluster", "policy", "schema", "verb", "resource"}),
+		tokenReviews: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "member_door", Name: "tokenreviews_total",
+			Help: "TokenReviews the member door sent to a member for bearer tokens it had no cached answer for, by result (authenticated, rejected, error).",
+		}, []string{"cluster", "result"}),
 		resources: resourceLabels{byCluster: map[string]map[string]struct{}{}},
 	}
 }
 
+// Results of a member door's TokenReview.
+const (
+	TokenAuthenticated = "authenticated"
+	TokenRejected      = "rejected"
+	TokenReviewError   = "error"
+)
+
+// TokenReviewed records a TokenReview the member door sent to cluster.
+func (m *Metrics) TokenReviewed(cluster, result string) {
+	m.tokenReviews.WithLabelValues(safe(cluster), result).Inc()
+}
+
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.duration, m.inflight, m.rejected, m.retries, m.aborts}
+	return []prometheus.Collector{m.requests, m.duration, m.inflight, m.rejected, m.retries, m.aborts, m.tokenReviews}
 }
 
 // Register registers the metrics on reg, all or none: on error, those already

@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,13 +25,12 @@ import (
 
 // doorKubeconfig writes a kubeconfig that reaches the member door at the
 // gateway's door address under server name serverName (kubectl's
-// tls-server-name: no DNS needed on loopback), with the client certificate
-// certPEM/keyPEM.
-func doorKubeconfig(t *testing.T, serverName string, caPEM, certPEM, keyPEM []byte) string {
+// tls-server-name: no DNS needed on loopback), with the credential auth.
+func doorKubeconfig(t *testing.T, serverName string, caPEM []byte, auth *clientcmdapi.AuthInfo) string {
 	t.Helper()
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["door"] = &clientcmdapi.Cluster{Server: "https://" + env.MemberDoorAddress, TLSServerName: serverName, CertificateAuthorityData: caPEM}
-	cfg.AuthInfos["member"] = &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM}
+	cfg.AuthInfos["member"] = auth
 	cfg.Contexts["door"] = &clientcmdapi.Context{Cluster: "door", AuthInfo: "member"}
 	cfg.CurrentContext = "door"
 	path := filepath.Join(t.TempDir(), "door.kubeconfig")
@@ -68,24 +69,13 @@ func TestMemberDoor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin := doorKubeconfig(t, serverName, servingCA.PEM, certPEM, keyPEM)
+	admin := doorKubeconfig(t, serverName, servingCA.PEM, &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM})
 	var out string
 	eventually(t, 30*time.Second, func(ctx context.Context) error {
 		out, _, err = env.Kubectl(ctx, admin, "auth", "whoami", "-o", "json")
 		return err
 	})
-	var review struct {
-		Status struct {
-			UserInfo struct {
-				Username string   `json:"username"`
-				Groups   []string `json:"groups"`
-			} `json:"userInfo"`
-		} `json:"status"`
-	}
-	if err := json.Unmarshal([]byte(out), &review); err != nil {
-		t.Fatalf("kubectl auth whoami: %v: %s", err, out)
-	}
-	if u := review.Status.UserInfo; u.Username != "door-admin" || !strings.Contains(strings.Join(u.Groups, ","), "system:masters") {
+	if u := parseWhoami(t, out); u.Username != "door-admin" || !strings.Contains(strings.Join(u.Groups, ","), "system:masters") {
 		t.Errorf("member-a sees %+v through the door, want door-admin in system:masters", u)
 	}
 	if out, _, err := env.Kubectl(ctx, admin, "get", "namespaces", "alice", "-o", "name"); err != nil || strings.TrimSpace(out) != "namespace/alice" {
@@ -100,9 +90,55 @@ func TestMemberDoor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, stderr, err := env.Kubectl(ctx, doorKubeconfig(t, serverName, servingCA.PEM, certB, keyB), "get", "namespaces"); err == nil ||
+	if _, stderr, err := env.Kubectl(ctx, doorKubeconfig(t, serverName, servingCA.PEM, &clientcmdapi.AuthInfo{ClientCertificateData: certB, ClientKeyData: keyB}), "get", "namespaces"); err == nil ||
 		!strings.Contains(stderr, `upstream cluster "door-a": client certificate: x509: certificate signed by unknown authority`) {
 		t.Errorf("member-b's certificate on member-a's door: %v: %s", err, stderr)
+	}
+
+	// A bound ServiceAccount token of member-a: member-a's TokenReview says
+	// who it is (extras included), member-a's RBAC what it may do, and the
+	// token is reviewed once however often it is used.
+	memberAdmin := env.Kubeconfig(harness.MemberA + "-admin")
+	for _, args := range [][]string{
+		{"-n", harness.AliceNamespace, "create", "serviceaccount", "door-sa"},
+		{"-n", harness.AliceNamespace, "create", "rolebinding", "door-sa-view", "--clusterrole=view", "--serviceaccount=" + harness.AliceNamespace + ":door-sa"},
+	} {
+		if _, _, err := env.Kubectl(ctx, memberAdmin, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _, _ = env.Kubectl(context.Background(), memberAdmin, "-n", harness.AliceNamespace, "delete", "serviceaccount/door-sa", "rolebinding/door-sa-view")
+	})
+	token, _, err := env.Kubectl(ctx, memberAdmin, "-n", harness.AliceNamespace, "create", "token", "door-sa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa := doorKubeconfig(t, serverName, servingCA.PEM, &clientcmdapi.AuthInfo{Token: strings.TrimSpace(token)})
+	out, _, err = env.Kubectl(ctx, sa, "auth", "whoami", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := parseWhoami(t, out)
+	if u.Username != "system:serviceaccount:alice:door-sa" || len(u.Extra["authentication.kubernetes.io/credential-id"]) == 0 {
+		t.Errorf("member-a sees %+v through the door with the token, want system:serviceaccount:alice:door-sa with its credential id", u)
+	}
+	if _, _, err := env.Kubectl(ctx, sa, "-n", harness.AliceNamespace, "get", "configmaps"); err != nil {
+		t.Errorf("the ServiceAccount lists configmaps in its namespace: %v", err)
+	}
+	if _, stderr, err := env.Kubectl(ctx, sa, "-n", "default", "get", "configmaps"); err == nil || !strings.Contains(stderr, "forbidden") {
+		t.Errorf("the ServiceAccount lists configmaps in default: %v %s, want member-a's 403", err, stderr)
+	}
+	if n, ok := doorTokenReviews(t, "door-a", "authenticated"); !ok || n != 1 {
+		t.Errorf("TokenReviews of a token used for several requests: %v (%v), want 1", n, ok)
+	}
+	tokenB, _, err := env.Kubectl(ctx, env.Kubeconfig(harness.MemberB+"-admin"), "-n", "default", "create", "token", "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, err := env.Kubectl(ctx, doorKubeconfig(t, serverName, servingCA.PEM, &clientcmdapi.AuthInfo{Token: strings.TrimSpace(tokenB)}), "get", "namespaces"); err == nil ||
+		!strings.Contains(stderr, `upstream cluster "door-a": the member does not accept the bearer token`) {
+		t.Errorf("member-b's token on member-a's door: %v: %s", err, stderr)
 	}
 
 	// One name, one cluster.
@@ -116,4 +152,25 @@ func TestMemberDoor(t *testing.T) {
 		_ = upstreamClusters(t).Delete(context.Background(), other.Name, metav1.DeleteOptions{})
 	}
 	_ = os.Remove(admin)
+}
+
+// parseWhoami reads the user of kubectl auth whoami -o json.
+func parseWhoami(t *testing.T, out string) authenticationv1.UserInfo {
+	t.Helper()
+	var review authenticationv1.SelfSubjectReview
+	if err := json.Unmarshal([]byte(out), &review); err != nil {
+		t.Fatalf("kubectl auth whoami: %v: %s", err, out)
+	}
+	return review.Status.UserInfo
+}
+
+// doorTokenReviews is the gateway's count of the member door's TokenReviews
+// of cluster with result.
+func doorTokenReviews(t *testing.T, cluster, result string) (float64, bool) {
+	t.Helper()
+	code, body := gatewayGet(t, gatewayClient(t, true), "/metrics", harness.AdminFrontProxyHeader())
+	if code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d", code)
+	}
+	return seriesValue(t, body, "kube_gateway_member_door_tokenreviews_total", map[string]string{"cluster": cluster, "result": result})
 }

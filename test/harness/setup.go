@@ -226,6 +226,8 @@ func (e *Env) setupMember(ctx context.Context, c *Cluster) error {
 				// uids and userextras/<key>: RBAC has no "userextras/*"
 				// wildcard (only "*" and "*/subresource"), so the whole group.
 				rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"*"}, Verbs: []string{"impersonate"}},
+				// The member door's TokenReviews.
+				rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 			)
 		},
 		func() error {

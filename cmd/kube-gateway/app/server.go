@@ -144,6 +144,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	controller.ClusterOptions.ProbeOwnConnections = c.extra.ProbeWithNewConnections
+	controller.DoorOptions.Metrics = proxyMetrics
 	probes := &transport.ProbeCount{}
 	controller.ClusterOptions.ProbeCount = probes
 	if err := legacyregistry.Registerer().Register(metrics.NewServerHealthCollector(controller.EachServer)); err != nil {

@@ -59,6 +59,9 @@ func impersonatorRules() []*rbacv1ac.PolicyRuleApplyConfiguration {
 		// UIDs and user extras. RBAC has no "userextras/*" wildcard (only
 		// "*/subresource"), so all of this group is granted for the verb.
 		rbacv1ac.PolicyRule().WithAPIGroups("authentication.k8s.io").WithResources("*").WithVerbs("impersonate"),
+		// The member door checks the member's own clients' bearer tokens
+		// with TokenReviews on the member.
+		rbacv1ac.PolicyRule().WithAPIGroups("authentication.k8s.io").WithResources("tokenreviews").WithVerbs("create"),
 	}
 }
 

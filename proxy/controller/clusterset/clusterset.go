@@ -82,8 +82,10 @@ type Controller struct {
 	hooks Hooks
 	// probes paces the health probes of every compiled cluster.
 	probes *health.Scheduler
-	// ClusterOptions apply to every cluster compiled. Set them before Run.
+	// ClusterOptions apply to every cluster compiled, DoorOptions to every
+	// member door. Set them before Run.
 	ClusterOptions cluster.Options
+	DoorOptions    door.Options
 }
 
 const secretIndex = "secret"
@@ -295,8 +297,11 @@ func (c *Controller) sync(ctx context.Context, name string) {
 	if ss := uc.Spec.SecureServing; ss != nil {
 		next.doorNames = ss.ServerNames
 	}
-	if next.door, next.doorErr = door.Compile(uc, doorSecret); next.doorErr != nil {
-		logger.Info("Member door of the upstream cluster cannot serve", "reason", next.doorErr.Error())
+	// Without a compiled cluster, Door reports the cluster's own error.
+	if next.cluster != nil {
+		if next.door, next.doorErr = door.Compile(uc, doorSecret, next.cluster, c.DoorOptions); next.doorErr != nil {
+			logger.Info("Member door of the upstream cluster cannot serve", "reason", next.doorErr.Error())
+		}
 	}
 	healthCtx := ctx
 	if next.cluster != nil {

@@ -1,0 +1,132 @@
+package door
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	tokencache "k8s.io/apiserver/pkg/authentication/token/cache"
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/kubewharf/kube-gateway/proxy/cluster"
+	"github.com/kubewharf/kube-gateway/proxy/metrics"
+)
+
+// Options of every door.
+type Options struct {
+	// TokenTTL and TokenFailureTTL are how long the member's answer to a
+	// TokenReview is kept, when it authenticated the token and when it did
+	// not. Errors (the member could not answer) are not kept.
+	TokenTTL, TokenFailureTTL time.Duration
+	// Metrics counts TokenReviews; nil: not counted.
+	Metrics *metrics.Metrics
+}
+
+// Defaults of Options: KubeGateway's lifetimes, which kept a member's
+// TokenReviews off the path of repeated tokens.
+const (
+	DefaultTokenTTL        = 10 * time.Minute
+	DefaultTokenFailureTTL = 10 * time.Second
+)
+
+// tokenReviewTimeout bounds one TokenReview on the member.
+const tokenReviewTimeout = 10 * time.Second
+
+// memberTokens authenticates bearer tokens by a TokenReview on the member,
+// sent with the gateway's own credential to one of its servers: whatever the
+// member's authenticator accepts (ServiceAccount tokens, bound or legacy,
+// static tokens, OIDC) with the audiences the member expects.
+type memberTokens struct {
+	cluster *cluster.Cluster
+	metrics *metrics.Metrics
+}
+
+// errNoServer: the member has no enabled server to ask.
+var errNoServer = errors.New("it has no enabled server to send the TokenReview to")
+
+func (m *memberTokens) AuthenticateToken(ctx context.Context, token string) (*authenticator.Response, bool, error) {
+	resp, ok, err := m.review(ctx, token)
+	if m.metrics != nil {
+		result := metrics.TokenAuthenticated
+		switch {
+		case err != nil:
+			result = metrics.TokenReviewError
+		case !ok:
+			result = metrics.TokenRejected
+		}
+		m.metrics.TokenReviewed(m.cluster.Name, result)
+	}
+	return resp, ok, err
+}
+
+func (m *memberTokens) review(ctx context.Context, token string) (*authenticator.Response, bool, error) {
+	e := m.cluster.PickServer()
+	if e == nil {
+		return nil, false, errNoServer
+	}
+	body, err := json.Marshal(&authenticationv1.TokenReview{
+		TypeMeta: metav1.TypeMeta{Kind: "TokenReview", APIVersion: authenticationv1.SchemeGroupVersion.String()},
+		Spec:     authenticationv1.TokenReviewSpec{Token: token},
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, tokenReviewTimeout)
+	defer cancel()
+	u := e.URL.JoinPath("/apis/authentication.k8s.io/v1/tokenreviews")
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
+	if err != nil {
+		return nil, false, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	res, err := e.Transports.Probe.RoundTrip(req)
+	if err != nil {
+		return nil, false, fmt.Errorf("TokenReview on %s: %w", e.URL.Host, err)
+	}
+	defer res.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	if err != nil {
+		return nil, false, fmt.Errorf("TokenReview on %s: %w", e.URL.Host, err)
+	}
+	if res.StatusCode != http.StatusCreated && res.StatusCode != http.StatusOK {
+		return nil, false, fmt.Errorf("TokenReview on %s: %s: %.200s", e.URL.Host, res.Status, data)
+	}
+	var review authenticationv1.TokenReview
+	if err := json.Unmarshal(data, &review); err != nil {
+		return nil, false, fmt.Errorf("TokenReview on %s: %w", e.URL.Host, err)
+	}
+	st := review.Status
+	if !st.Authenticated {
+		return nil, false, nil
+	}
+	extra := map[string][]string{}
+	for k, v := range st.User.Extra {
+		extra[k] = v
+	}
+	return &authenticator.Response{
+		Audiences: st.Audiences,
+		User:      &user.DefaultInfo{Name: st.User.Username, UID: st.User.UID, Groups: st.User.Groups, Extra: extra},
+	}, true, nil
+}
+
+// newTokenAuthenticator is the door's token authenticator for cluster c: the
+// member's TokenReviews, cached.
+func newTokenAuthenticator(c *cluster.Cluster, o Options) authenticator.Token {
+	ttl, failTTL := o.TokenTTL, o.TokenFailureTTL
+	if ttl == 0 {
+		ttl = DefaultTokenTTL
+	}
+	if failTTL == 0 {
+		failTTL = DefaultTokenFailureTTL
+	}
+	return tokencache.New(&memberTokens{cluster: c, metrics: o.Metrics}, false, ttl, failTTL)
+}
