@@ -143,7 +143,7 @@ func up(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	began := time.Now()
-	env, err := harness.Start(ctx, harness.Config{BinDir: f.binDir, WorkDir: f.dir, Detach: true, NoGateway: f.noGateway, Log: os.Stderr})
+	env, err := harness.Start(ctx, harness.Config{BinDir: f.binDir, WorkDir: f.dir, Detach: true, NoGateway: f.noGateway, MemberDoors: !f.noGateway, Log: os.Stderr})
 	if err != nil {
 		return err
 	}
@@ -219,6 +219,11 @@ func printGuide(env *harness.Env, took time.Duration) {
 	w("  %-44s alice on member-b through hub and gateway (no rights: 403)", kc("alice@member-b"))
 	w("  %-44s admin on member-a through hub and gateway", kc("admin@member-a"))
 	w("  %-44s admin on member-b through hub and gateway", kc("admin@member-b"))
+	if env.MemberDoorAddress != "" {
+		for _, m := range []string{harness.MemberA, harness.MemberB} {
+			w("  %-44s %s's own admin certificate through the member door (%s, as %s%s)", kc(harness.DoorKubeconfig(m)), m, env.MemberDoorAddress, m, harness.MemberDoorDomain)
+		}
+	}
 	w("CAs of the apiservers' serving certificates: %s", rel(filepath.Join(env.WorkDir, "clusters", "<cluster>", "ca.crt")))
 	w("Controllers: a kube-controller-manager per cluster (namespaces, service accounts and their tokens, ClusterRole aggregation, garbage collection)")
 	w("")
@@ -230,6 +235,9 @@ func printGuide(env *harness.Env, took time.Duration) {
 	w("  %s --kubeconfig %s exec -it -n alice shell -- cat     # type lines, ^D to end", kubectl, kc("alice@member-a"))
 	w("  %s --kubeconfig %s port-forward -n alice pod/shell 8080:80   # the stand-in pod echoes what you send to 127.0.0.1:8080", kubectl, kc("alice@member-a"))
 	w("  %s --kubeconfig %s get pods -n alice   # Forbidden: member-b's RBAC applies", kubectl, kc("alice@member-b"))
+	if env.MemberDoorAddress != "" {
+		w("  %s --kubeconfig %s auth whoami   # member-a's own admin, by the member door", kubectl, kc(harness.DoorKubeconfig(harness.MemberA)))
+	}
 	w("  %s --kubeconfig %s get --raw %s/version   # Forbidden: bob may not use the proxy", kubectl, kc("hub-bob"), harness.ProxyPath(harness.MemberA))
 	w("All at once: %s has every context (hub, member-a, alice@hub, alice@member-a, ...), the hub's admin current:", rel(env.MergedKubeconfig()))
 	w("  export KUBECONFIG=%s", env.MergedKubeconfig())

@@ -119,6 +119,11 @@ type Config struct {
 	// (the e2e suite, whose extra gateways would otherwise divide the limits
 	// of the suite's gateway).
 	StatusLeaseOnly bool
+	// MemberDoors opens the member door of each member's UpstreamCluster
+	// under <member>.gateway.test and writes <member>-admin@gateway
+	// kubeconfigs that use it with the member's own admin certificate
+	// (local-up).
+	MemberDoors bool
 	// Log receives progress lines; may be nil.
 	Log io.Writer
 }
@@ -473,6 +478,11 @@ func kubeconfigNames(e *Env) []string {
 	for _, u := range []string{UserAlice, UserAdmin} {
 		for _, m := range []string{MemberA, MemberB} {
 			names = append(names, u+"@"+m)
+		}
+	}
+	if e.cfg.MemberDoors && e.MemberDoorAddress != "" {
+		for _, m := range []string{MemberA, MemberB} {
+			names = append(names, DoorKubeconfig(m))
 		}
 	}
 	paths := make([]string, len(names))

@@ -14,9 +14,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/retry"
 )
 
@@ -486,4 +489,77 @@ func waitProxied(ctx context.Context, cs kubernetes.Interface, cluster string, a
 		}
 		return state
 	})
+}
+
+// MemberDoorDomain is the domain of the member doors' server names that
+// Config.MemberDoors opens: <member>.gateway.test (a reserved domain: the
+// kubeconfigs name it as their tls-server-name and dial the door's address).
+const MemberDoorDomain = ".gateway.test"
+
+// DoorKubeconfig names the kubeconfig of member's admin through its door.
+func DoorKubeconfig(member string) string { return member + "-admin@gateway" }
+
+// openMemberDoors gives each member's UpstreamCluster a member door: a
+// Secret with a serving certificate for <member>.gateway.test from the
+// gateway's CA and the member's client CA, spec.secureServing naming both;
+// then writes the member admins' kubeconfigs through the doors.
+func (e *Env) openMemberDoors(ctx context.Context) error {
+	cs, err := kubernetes.NewForConfig(e.Hub.AdminConfig)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(e.Hub.AdminConfig)
+	if err != nil {
+		return err
+	}
+	for _, m := range []string{MemberA, MemberB} {
+		c := e.Members[m]
+		name := m + MemberDoorDomain
+		serving, err := e.pki.gatewayCA.issue(c.dir, "door-serving", certSpec{CommonName: name, SANs: []string{name}, Server: true})
+		if err != nil {
+			return err
+		}
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: m + "-door", Namespace: GatewayNamespace},
+			Data: map[string][]byte{"tls.crt": serving.CertPEM, "tls.key": serving.KeyPEM, "ca.crt": c.CAData}}
+		if err := ensure(ctx, "secret "+secret.Name, func(ctx context.Context) error {
+			_, err := cs.CoreV1().Secrets(GatewayNamespace).Create(ctx, secret, metav1.CreateOptions{})
+			return err
+		}); err != nil {
+			return err
+		}
+		patch := fmt.Sprintf(`{"spec":{"secureServing":{"serverNames":[%q],"secretRef":{"namespace":%q,"name":%q}}}}`, name, GatewayNamespace, secret.Name)
+		if _, err := dyn.Resource(UpstreamClusterGVR).Patch(ctx, m, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return err
+		}
+		certPEM, keyPEM, err := c.ClientCertificate(UserAdmin, "system:masters")
+		if err != nil {
+			return err
+		}
+		cfg := clientcmdapi.NewConfig()
+		n := DoorKubeconfig(m)
+		cfg.Clusters[n] = &clientcmdapi.Cluster{Server: "https://" + e.MemberDoorAddress, TLSServerName: name, CertificateAuthorityData: e.pki.gatewayCA.CertPEM}
+		cfg.AuthInfos[n] = &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM}
+		cfg.Contexts[n] = &clientcmdapi.Context{Cluster: n, AuthInfo: n}
+		cfg.CurrentContext = n
+		if err := clientcmd.WriteToFile(*cfg, e.Kubeconfig(n)); err != nil {
+			return err
+		}
+		// The door serves once the gateway has compiled it.
+		rc, err := clientcmd.NewDefaultClientConfig(*cfg, nil).ClientConfig()
+		if err != nil {
+			return err
+		}
+		client, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			return err
+		}
+		var last error
+		if err := poll(ctx, proxyReadyTimeout, func(ctx context.Context) (bool, error) {
+			_, last = client.Discovery().ServerVersion()
+			return last == nil, nil
+		}, func() string { return fmt.Sprintf("%s's door does not answer: %v", m, last) }); err != nil {
+			return err
+		}
+	}
+	return e.writeMergedKubeconfig()
 }

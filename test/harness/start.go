@@ -148,6 +148,12 @@ func Start(ctx context.Context, cfg Config) (_ *Env, err error) {
 			return nil, err
 		}
 		e.logf("member-a answers through hub and gateway")
+		if cfg.MemberDoors {
+			if err := e.openMemberDoors(ctx); err != nil {
+				return nil, fmt.Errorf("member doors: %w", err)
+			}
+			e.logf("member doors open at %s", e.MemberDoorAddress)
+		}
 	}
 	if err := e.writeState(true); err != nil {
 		return nil, err
