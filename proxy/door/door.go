@@ -47,6 +47,9 @@ type Door struct {
 	clientCAs *x509.CertPool
 	// tokens authenticates bearer tokens by the member's TokenReviews.
 	tokens authenticator.Token
+	// impersonation decides a client's own Impersonate-* headers by the
+	// member's SubjectAccessReviews.
+	impersonation *memberAuthorizer
 }
 
 // Compile builds the door of uc, compiled as c, from secret (nil when the
@@ -78,7 +81,8 @@ func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, c *clus
 			Certificates: []tls.Certificate{cert},
 			ClientAuth:   tls.RequestClientCert,
 		},
-		clientCAs: pool,
-		tokens:    newTokenAuthenticator(c, o),
+		clientCAs:     pool,
+		tokens:        newTokenAuthenticator(c, o),
+		impersonation: newMemberAuthorizer(c),
 	}, nil
 }

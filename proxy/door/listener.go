@@ -8,6 +8,7 @@ import (
 	"time"
 
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
+	"k8s.io/apiserver/pkg/endpoints/filters/impersonation"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	genericfilters "k8s.io/apiserver/pkg/server/filters"
 	"k8s.io/klog/v2"
@@ -15,11 +16,13 @@ import (
 
 // Chain is the door's handler chain, built from the generic server's
 // configuration c as proxy/chain builds the hub path's: panic recovery,
-// request info and the audit log as for any request, with the door's own
-// authentication in place of the hub's and no authorization (the member
-// authorizes).
+// request info, the audit log and impersonation as for any request, with the
+// door's own authentication in place of the hub's, the member deciding a
+// client's impersonation, and no authorization (the member authorizes).
 func Chain(s *Server, c *genericapiserver.Config) http.Handler {
 	h := http.Handler(http.HandlerFunc(s.Serve))
+	// A client's own Impersonate-* headers, as the member would allow them.
+	h = impersonation.WithImpersonation(h, authorizeImpersonation{}, c.Serializer)
 	h = genericapifilters.WithAudit(h, c.AuditBackend, c.AuditPolicyRuleEvaluator, c.LongRunningFunc)
 	h = s.Authenticate(h)
 	h = genericapifilters.WithWarningRecorder(h)

@@ -13,8 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/klog/v2"
@@ -69,14 +69,12 @@ func (s *Server) TLSConfig() *tls.Config {
 	}
 }
 
-var clustersResource = schema.GroupResource{Group: gatewayv1alpha1.GroupName, Resource: "upstreamclusters"}
-
 // Authenticate is the door's first handler: it finds the door of the
-// connection's server name, checks that the request names no other host,
-// authenticates the client against that member and refuses what the door
-// cannot carry; next serves what passes, with the member identity in the
-// request's context (genericapirequest.UserFrom) and the cluster's name in
-// ClusterFrom.
+// connection's server name, checks that the request names no other host and
+// authenticates the client against that member; next serves what passes,
+// with the member identity in the request's context
+// (genericapirequest.UserFrom) and the door in it for ClusterFrom and the
+// impersonation filter.
 func (s *Server) Authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		d, u, err := s.authenticate(req)
@@ -85,7 +83,7 @@ func (s *Server) Authenticate(next http.Handler) http.Handler {
 			return
 		}
 		ctx := genericapirequest.WithUser(req.Context(), u)
-		next.ServeHTTP(w, req.WithContext(context.WithValue(ctx, clusterKey{}, d.Cluster)))
+		next.ServeHTTP(w, req.WithContext(context.WithValue(ctx, doorKey{}, d)))
 	})
 }
 
@@ -94,12 +92,26 @@ func (s *Server) Serve(w http.ResponseWriter, req *http.Request) {
 	s.serve(w, req, ClusterFrom(req.Context()))
 }
 
-type clusterKey struct{}
+type doorKey struct{}
 
 // ClusterFrom returns the cluster whose door a request came in by.
 func ClusterFrom(ctx context.Context) string {
-	name, _ := ctx.Value(clusterKey{}).(string)
-	return name
+	if d, ok := ctx.Value(doorKey{}).(*Door); ok {
+		return d.Cluster
+	}
+	return ""
+}
+
+// authorizeImpersonation decides a client's own impersonation by its door's
+// member (authorizer.UnconditionalAuthorizer for the impersonation filter).
+type authorizeImpersonation struct{}
+
+func (authorizeImpersonation) Authorize(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	d, ok := ctx.Value(doorKey{}).(*Door)
+	if !ok {
+		return authorizer.DecisionNoOpinion, "not a member door request", nil
+	}
+	return d.impersonation.Authorize(ctx, a)
 }
 
 func (s *Server) authenticate(req *http.Request) (*Door, user.Info, error) {
@@ -116,12 +128,6 @@ func (s *Server) authenticate(req *http.Request) (*Door, user.Info, error) {
 		// HTTP/2 lets a client reuse a connection for another name its
 		// certificate covers: that name may be another cluster's.
 		return nil, nil, misdirected(fmt.Sprintf("this connection serves %q (its TLS server name), not %q: connect again with server name %q", sni, host, host))
-	}
-	for name := range req.Header {
-		if strings.HasPrefix(name, "Impersonate-") {
-			return nil, nil, apierrors.NewForbidden(clustersResource, d.Cluster,
-				fmt.Errorf("the member door does not carry a client's own impersonation (header %s) yet: send the request to the member's apiservers", name))
-		}
 	}
 	if len(req.TLS.PeerCertificates) == 0 {
 		token, ok := bearerToken(req)

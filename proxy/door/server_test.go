@@ -17,10 +17,12 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apiserver/pkg/endpoints/filters/impersonation"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
@@ -42,13 +44,33 @@ func (f fakeDoors) Door(name string) (*Door, error) {
 // anything else is not authenticated. It counts the reviews.
 type fakeMember struct {
 	*httptest.Server
-	reviews atomic.Int32
+	reviews, sars atomic.Int32
 }
 
 func newFakeMember(t *testing.T, cluster string) *fakeMember {
 	m := &fakeMember{}
 	m.Server = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/apis/authentication.k8s.io/v1/tokenreviews" || r.Method != http.MethodPost || r.Header.Get("Authorization") != "Bearer gw-token" {
+		if r.Method != http.MethodPost || r.Header.Get("Authorization") != "Bearer gw-token" || r.Header.Get("Impersonate-User") != "" {
+			http.Error(w, "unexpected "+r.Method+" "+r.URL.Path, http.StatusBadRequest)
+			return
+		}
+		if r.URL.Path == "/apis/authorization.k8s.io/v1/subjectaccessreviews" {
+			// Only member-a's admin may impersonate.
+			var sar authorizationv1.SubjectAccessReview
+			if err := json.NewDecoder(r.Body).Decode(&sar); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			m.sars.Add(1)
+			sar.Status.Allowed = sar.Spec.User == "admin" && sar.Spec.ResourceAttributes != nil && sar.Spec.ResourceAttributes.Verb == "impersonate"
+			if !sar.Status.Allowed {
+				sar.Status.Reason = "no RBAC policy matched"
+			}
+			w.WriteHeader(http.StatusCreated)
+			_ = json.NewEncoder(w).Encode(&sar)
+			return
+		}
+		if r.URL.Path != "/apis/authentication.k8s.io/v1/tokenreviews" {
 			http.Error(w, "unexpected "+r.Method+" "+r.URL.Path, http.StatusBadRequest)
 			return
 		}
@@ -111,6 +133,7 @@ func TestDoor(t *testing.T) {
 	}
 	scheme := runtime.NewScheme()
 	metav1.AddToGroupVersion(scheme, metav1.SchemeGroupVersion)
+	codecs := serializer.NewCodecFactory(scheme)
 	got := make(chan seen, 1)
 	s := NewServer(doors, func(w http.ResponseWriter, req *http.Request, cluster string) {
 		u, _ := genericapirequest.UserFrom(req.Context())
@@ -119,7 +142,7 @@ func TestDoor(t *testing.T) {
 		}
 		got <- seen{cluster, u.GetName(), u.GetGroups()}
 		_, _ = io.WriteString(w, "forwarded")
-	}, serializer.NewCodecFactory(scheme))
+	}, codecs)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -129,7 +152,7 @@ func TestDoor(t *testing.T) {
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		Serve(ctx, ln, s, s.Authenticate(http.HandlerFunc(s.Serve)))
+		Serve(ctx, ln, s, s.Authenticate(impersonation.WithImpersonation(http.HandlerFunc(s.Serve), authorizeImpersonation{}, codecs)))
 	}()
 	t.Cleanup(func() { cancel(); <-served })
 
@@ -192,8 +215,10 @@ func TestDoor(t *testing.T) {
 			wantCode: 503, wantMsg: "could not review the bearer token"},
 		{name: "a Host naming another cluster", serverName: "member-a.example.com", host: "member-b.example.com", cert: &adminA,
 			wantCode: 421, wantMsg: `not \"member-b.example.com\"`},
-		{name: "the client's own impersonation", serverName: "member-a.example.com", host: "member-a.example.com", cert: &adminA,
-			header: http.Header{"Impersonate-User": {"someone"}}, wantCode: 403, wantMsg: "Impersonate-User"},
+		{name: "impersonation the member allows", serverName: "member-a.example.com", host: "member-a.example.com", cert: &adminA,
+			header: http.Header{"Impersonate-User": {"someone"}}, wantCode: 200, wantSeen: &seen{"member-a", "someone", []string{"system:authenticated"}}},
+		{name: "impersonation the member refuses", serverName: "member-a.example.com", host: "member-a.example.com",
+			header: http.Header{"Authorization": {"Bearer good-member-a"}, "Impersonate-User": {"admin"}}, wantCode: 403, wantMsg: "cannot impersonate resource"},
 		{name: "a name no cluster serves", serverName: "member-c.example.com", host: "member-c.example.com", cert: &adminA},
 		{name: "no server name", host: "127.0.0.1", cert: &adminA},
 	}

@@ -1,13 +1,7 @@
 package door
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
-	"net/http"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -37,9 +31,6 @@ const (
 	DefaultTokenFailureTTL = 10 * time.Second
 )
 
-// tokenReviewTimeout bounds one TokenReview on the member.
-const tokenReviewTimeout = 10 * time.Second
-
 // memberTokens authenticates bearer tokens by a TokenReview on the member,
 // sent with the gateway's own credential to one of its servers: whatever the
 // member's authenticator accepts (ServiceAccount tokens, bound or legacy,
@@ -48,9 +39,6 @@ type memberTokens struct {
 	cluster *cluster.Cluster
 	metrics *metrics.Metrics
 }
-
-// errNoServer: the member has no enabled server to ask.
-var errNoServer = errors.New("it has no enabled server to send the TokenReview to")
 
 func (m *memberTokens) AuthenticateToken(ctx context.Context, token string) (*authenticator.Response, bool, error) {
 	resp, ok, err := m.review(ctx, token)
@@ -68,41 +56,13 @@ func (m *memberTokens) AuthenticateToken(ctx context.Context, token string) (*au
 }
 
 func (m *memberTokens) review(ctx context.Context, token string) (*authenticator.Response, bool, error) {
-	e := m.cluster.PickServer()
-	if e == nil {
-		return nil, false, errNoServer
-	}
-	body, err := json.Marshal(&authenticationv1.TokenReview{
+	var review authenticationv1.TokenReview
+	err := create(ctx, m.cluster, "/apis/authentication.k8s.io/v1/tokenreviews", &authenticationv1.TokenReview{
 		TypeMeta: metav1.TypeMeta{Kind: "TokenReview", APIVersion: authenticationv1.SchemeGroupVersion.String()},
 		Spec:     authenticationv1.TokenReviewSpec{Token: token},
-	})
+	}, &review)
 	if err != nil {
 		return nil, false, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, tokenReviewTimeout)
-	defer cancel()
-	u := e.URL.JoinPath("/apis/authentication.k8s.io/v1/tokenreviews")
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
-	if err != nil {
-		return nil, false, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	res, err := e.Transports.Probe.RoundTrip(req)
-	if err != nil {
-		return nil, false, fmt.Errorf("TokenReview on %s: %w", e.URL.Host, err)
-	}
-	defer res.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
-	if err != nil {
-		return nil, false, fmt.Errorf("TokenReview on %s: %w", e.URL.Host, err)
-	}
-	if res.StatusCode != http.StatusCreated && res.StatusCode != http.StatusOK {
-		return nil, false, fmt.Errorf("TokenReview on %s: %s: %.200s", e.URL.Host, res.Status, data)
-	}
-	var review authenticationv1.TokenReview
-	if err := json.Unmarshal(data, &review); err != nil {
-		return nil, false, fmt.Errorf("TokenReview on %s: %w", e.URL.Host, err)
 	}
 	st := review.Status
 	if !st.Authenticated {

@@ -43,8 +43,10 @@ func doorKubeconfig(t *testing.T, serverName string, caPEM []byte, auth *clientc
 // A member's own clients reach it through the member door: kubectl with a
 // client certificate of member-a's CA, by a server name of the cluster's
 // spec.secureServing, is member-a's admin there (whoami, a list, exec); a
-// certificate of member-b's CA is refused; a second cluster claiming the
-// same name is a 422 naming the first.
+// bound ServiceAccount token is that ServiceAccount, with member-a's RBAC;
+// impersonation goes as member-a allows it; member-b's certificate and token
+// are refused; a second cluster claiming the same name is a 422 naming the
+// first.
 func TestMemberDoor(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	const serverName = "door-a.member-door.test"
@@ -131,6 +133,16 @@ func TestMemberDoor(t *testing.T) {
 	}
 	if n, ok := doorTokenReviews(t, "door-a", "authenticated"); !ok || n != 1 {
 		t.Errorf("TokenReviews of a token used for several requests: %v (%v), want 1", n, ok)
+	}
+	// A client's own impersonation, as member-a allows it: its admin may act
+	// as the ServiceAccount, the ServiceAccount may not act as anyone.
+	if out, _, err := env.Kubectl(ctx, admin, "--as=system:serviceaccount:alice:door-sa", "auth", "whoami", "-o", "json"); err != nil {
+		t.Errorf("member-a's admin impersonating the ServiceAccount through the door: %v", err)
+	} else if u := parseWhoami(t, out); u.Username != "system:serviceaccount:alice:door-sa" {
+		t.Errorf("member-a's admin as the ServiceAccount is seen as %+v", u)
+	}
+	if _, stderr, err := env.Kubectl(ctx, sa, "--as=door-admin", "get", "namespaces"); err == nil || !strings.Contains(stderr, "cannot impersonate") {
+		t.Errorf("the ServiceAccount impersonating an admin through the door: %v %s, want 403", err, stderr)
 	}
 	tokenB, _, err := env.Kubectl(ctx, env.Kubeconfig(harness.MemberB+"-admin"), "-n", "default", "create", "token", "default")
 	if err != nil {

@@ -229,8 +229,9 @@ func (e *Env) setupMember(ctx context.Context, c *Cluster) error {
 				// uids and userextras/<key>: RBAC has no "userextras/*"
 				// wildcard (only "*" and "*/subresource"), so the whole group.
 				rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"*"}, Verbs: []string{"impersonate"}},
-				// The member door's TokenReviews.
+				// The member door's TokenReviews and SubjectAccessReviews.
 				rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+				rbacv1.PolicyRule{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
 			)
 		},
 		func() error {

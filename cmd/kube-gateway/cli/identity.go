@@ -60,8 +60,10 @@ func impersonatorRules() []*rbacv1ac.PolicyRuleApplyConfiguration {
 		// "*/subresource"), so all of this group is granted for the verb.
 		rbacv1ac.PolicyRule().WithAPIGroups("authentication.k8s.io").WithResources("*").WithVerbs("impersonate"),
 		// The member door checks the member's own clients' bearer tokens
-		// with TokenReviews on the member.
+		// with TokenReviews, their own impersonation with
+		// SubjectAccessReviews, on the member.
 		rbacv1ac.PolicyRule().WithAPIGroups("authentication.k8s.io").WithResources("tokenreviews").WithVerbs("create"),
+		rbacv1ac.PolicyRule().WithAPIGroups("authorization.k8s.io").WithResources("subjectaccessreviews").WithVerbs("create"),
 	}
 }
 
