@@ -61,15 +61,18 @@ func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, c *clus
 	}
 	ref := ss.SecretRef
 	if secret == nil {
-		return nil, fmt.Errorf("its member-door Secret %s/%s was not found on the hub", ref.Namespace, ref.Name)
+		return nil, &cluster.ConfigError{Reason: cluster.ReasonSecretNotFound,
+			Err: fmt.Errorf("its member-door Secret %s/%s was not found on the hub", ref.Namespace, ref.Name)}
 	}
 	cert, err := tls.X509KeyPair(secret.Data[CertKey], secret.Data[KeyKey])
 	if err != nil {
-		return nil, fmt.Errorf("member-door Secret %s/%s: keys %s and %s: %v", ref.Namespace, ref.Name, CertKey, KeyKey, err)
+		return nil, &cluster.ConfigError{Reason: cluster.ReasonInvalidSecret,
+			Err: fmt.Errorf("member-door Secret %s/%s: keys %s and %s: %v", ref.Namespace, ref.Name, CertKey, KeyKey, err)}
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(secret.Data[ClientCAKey]) {
-		return nil, fmt.Errorf("member-door Secret %s/%s: key %s holds no PEM certificate: the member's client CA, which verifies its clients' certificates", ref.Namespace, ref.Name, ClientCAKey)
+		return nil, &cluster.ConfigError{Reason: cluster.ReasonInvalidSecret,
+			Err: fmt.Errorf("member-door Secret %s/%s: key %s holds no PEM certificate: the member's client CA, which verifies its clients' certificates", ref.Namespace, ref.Name, ClientCAKey)}
 	}
 	return &Door{
 		Cluster:     uc.Name,

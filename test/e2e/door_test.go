@@ -14,6 +14,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -66,6 +67,7 @@ func TestMemberDoor(t *testing.T) {
 		SecretRef: gatewayv1alpha1.SecretReference{Namespace: harness.GatewayNamespace, Name: secret.Name}}
 	createCluster(t, uc)
 	waitUsable(t, uc.Name)
+	waitDoorCondition(t, uc.Name, metav1.ConditionTrue, "Serving")
 
 	certPEM, keyPEM, err := env.Members[harness.MemberA].ClientCertificate("door-admin", "system:masters")
 	if err != nil {
@@ -153,6 +155,14 @@ func TestMemberDoor(t *testing.T) {
 		t.Errorf("member-b's token on member-a's door: %v: %s", err, stderr)
 	}
 
+	// A door whose Secret is missing says so in status and an Event.
+	broken := memberACluster("door-no-secret")
+	broken.Spec.SecureServing = &gatewayv1alpha1.SecureServing{ServerNames: []string{"door-no-secret.member-door.test"},
+		SecretRef: gatewayv1alpha1.SecretReference{Namespace: harness.GatewayNamespace, Name: "door-no-secret"}}
+	createCluster(t, broken)
+	waitDoorCondition(t, broken.Name, metav1.ConditionFalse, "SecretNotFound")
+	waitDescribed(t, broken.Name, corev1.EventTypeWarning, "MemberDoorUnavailable", "member-door Secret kube-gateway/door-no-secret was not found")
+
 	// One name, one cluster.
 	other := memberACluster("door-a-again")
 	other.Spec.SecureServing = uc.Spec.SecureServing.DeepCopy()
@@ -185,4 +195,21 @@ func doorTokenReviews(t *testing.T, cluster, result string) (float64, bool) {
 		t.Fatalf("GET /metrics: %d", code)
 	}
 	return seriesValue(t, body, "kube_gateway_member_door_tokenreviews_total", map[string]string{"cluster": cluster, "result": result})
+}
+
+// waitDoorCondition waits until cluster's MemberDoorReady condition has
+// status and reason.
+func waitDoorCondition(t *testing.T, cluster string, status metav1.ConditionStatus, reason string) {
+	t.Helper()
+	eventually(t, 30*time.Second, func(ctx context.Context) error {
+		uc, err := upstreamClusters(t).Get(ctx, cluster, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(uc.Status.Conditions, gatewayv1alpha1.ConditionMemberDoorReady)
+		if c == nil || c.Status != status || c.Reason != reason {
+			return errorf("MemberDoorReady %+v, want %s %s", c, status, reason)
+		}
+		return nil
+	})
 }

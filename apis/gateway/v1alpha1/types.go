@@ -418,6 +418,13 @@ const ConditionInsecureTransport = "InsecureTransport"
 // resource, or before the member's discovery could be read.
 const ConditionDispatchResourcesServed = "DispatchResourcesServed"
 
+// ConditionMemberDoorReady is the condition type saying whether the member
+// door serves spec.secureServing: True (reason Serving) when it does, False
+// with the reason of what keeps it from serving (SecretNotFound,
+// InvalidSecret) and a message saying what to fix. Absent without
+// spec.secureServing.
+const ConditionMemberDoorReady = "MemberDoorReady"
+
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // UpstreamClusterList is a list of UpstreamClusters.

@@ -139,6 +139,7 @@ func (c CompletedConfig) New() (*Server, error) {
 			statusWriter.ObserveInvalid(name, generation, cluster.ConfigErrorReason(err), err.Error())
 		},
 		Served: statusWriter.ObserveServed,
+		Door:   statusWriter.ObserveDoor,
 	})
 	if err != nil {
 		return nil, err

@@ -68,6 +68,10 @@ type Hooks struct {
 	// was asked), else what the member does not serve. It comes from a
 	// goroutine of the cluster's own once the member's discovery answers.
 	Served func(name string, generation int64, named bool, unserved []string)
+	// Door is told, after a cluster compiled, whether its member door can
+	// serve: configured false without spec.secureServing, else err says why
+	// it cannot (a *cluster.ConfigError), nil when it serves.
+	Door func(name string, generation int64, configured bool, err error)
 }
 
 // Controller compiles UpstreamClusters and serves lookups.
@@ -320,6 +324,9 @@ func (c *Controller) sync(ctx context.Context, name string) {
 		} else {
 			go c.checkServed(healthCtx, name, generation, next.cluster, refs)
 		}
+	}
+	if next.cluster != nil && c.hooks.Door != nil {
+		c.hooks.Door(name, generation, uc.Spec.SecureServing != nil, next.doorErr)
 	}
 	if next.err != nil && c.hooks.Invalid != nil {
 		c.hooks.Invalid(name, generation, next.err)

@@ -122,7 +122,31 @@ func desiredStatus(old *gatewayv1alpha1.UpstreamClusterStatus, o observation, sp
 	default:
 		meta.RemoveStatusCondition(&st.Conditions, gatewayv1alpha1.ConditionDispatchResourcesServed)
 	}
+	switch {
+	case o.door == nil: // not compiled yet: what was known stays
+	case o.door.configured:
+		meta.SetStatusCondition(&st.Conditions, memberDoorReady(o.door, o.generation, now))
+	default:
+		meta.RemoveStatusCondition(&st.Conditions, gatewayv1alpha1.ConditionMemberDoorReady)
+	}
 	return st
+}
+
+// memberDoorReady is the MemberDoorReady condition of d.
+func memberDoorReady(d *doorCheck, generation int64, now metav1.Time) metav1.Condition {
+	c := metav1.Condition{
+		Type:               gatewayv1alpha1.ConditionMemberDoorReady,
+		ObservedGeneration: generation,
+		LastTransitionTime: now, // kept by SetStatusCondition when the status does not change
+		Status:             metav1.ConditionTrue,
+		Reason:             ReasonDoorServing,
+		Message:            "the member door serves spec.secureServing.serverNames",
+	}
+	if d.problem != nil {
+		c.Status, c.Reason = metav1.ConditionFalse, d.problem.reason
+		c.Message = truncate("the member door cannot serve: "+d.problem.message, maxMessageLen)
+	}
+	return c
 }
 
 // resourcesServed is the DispatchResourcesServed condition for unserved.

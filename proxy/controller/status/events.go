@@ -36,6 +36,9 @@ const (
 	// EventUnservedResources (Warning): a dispatch rule names an API group or
 	// resource the member does not serve.
 	EventUnservedResources = ReasonUnservedResources
+	// EventMemberDoorUnavailable (Warning): the member door of the cluster
+	// cannot serve (its Secret is missing or unusable).
+	EventMemberDoorUnavailable = "MemberDoorUnavailable"
 )
 
 // EventSource is the component of the Events the gateway records.
@@ -108,6 +111,12 @@ func transitions(old, st *gatewayv1alpha1.UpstreamClusterStatus) []event {
 	if c := meta.FindStatusCondition(st.Conditions, gatewayv1alpha1.ConditionDispatchResourcesServed); c != nil &&
 		c.Status == metav1.ConditionFalse && (oldServed == nil || oldServed.Status != c.Status || oldServed.Message != c.Message) {
 		out = append(out, event{corev1.EventTypeWarning, EventUnservedResources, c.Message})
+	}
+
+	oldDoor := meta.FindStatusCondition(old.Conditions, gatewayv1alpha1.ConditionMemberDoorReady)
+	if c := meta.FindStatusCondition(st.Conditions, gatewayv1alpha1.ConditionMemberDoorReady); c != nil &&
+		c.Status == metav1.ConditionFalse && (oldDoor == nil || oldDoor.Status != c.Status || oldDoor.Message != c.Message) {
+		out = append(out, event{corev1.EventTypeWarning, EventMemberDoorUnavailable, c.Message})
 	}
 
 	oldReady := meta.FindStatusCondition(old.Conditions, gatewayv1alpha1.ConditionReady)

@@ -35,6 +35,7 @@ import (
 	"k8s.io/utils/clock"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/health"
 )
 
@@ -60,6 +61,9 @@ const (
 	ReasonUnservedResources = "UnservedResources"
 	// ReasonResourcesServed: the member serves everything the rules name.
 	ReasonResourcesServed = "ResourcesServed"
+
+	// ReasonDoorServing: the member door serves (MemberDoorReady True).
+	ReasonDoorServing = "Serving"
 )
 
 // Reasons of the InsecureTransport condition.
@@ -105,6 +109,15 @@ type observation struct {
 	// served, if set, is what the member's discovery said about the dispatch
 	// rules of this generation: see ObserveServed.
 	served *servedCheck
+	// door, if set, is whether the member door of this generation serves:
+	// see ObserveDoor.
+	door *doorCheck
+}
+
+// doorCheck is the state of a cluster's member door.
+type doorCheck struct {
+	configured bool
+	problem    *problem // nil: it serves
 }
 
 // servedCheck is the outcome of checking the dispatch rules' groups and
@@ -190,6 +203,29 @@ func (w *Writer) ObserveServed(cluster string, generation int64, named bool, uns
 	}
 }
 
+// ObserveDoor records whether the member door of generation of cluster name
+// serves: configured false without spec.secureServing (the condition is
+// dropped), else err (a *cluster.ConfigError) says why it cannot, nil that it
+// serves. It is ignored unless the cluster's latest observation is of
+// generation and usable.
+func (w *Writer) ObserveDoor(name string, generation int64, configured bool, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	o, ok := w.observed[name]
+	if !ok || o.generation != generation || o.problem != nil {
+		return
+	}
+	d := &doorCheck{configured: configured}
+	if err != nil {
+		d.problem = &problem{reason: cluster.ConfigErrorReason(err), message: err.Error()}
+	}
+	o.door = d
+	w.observed[name] = o
+	if w.queue != nil {
+		w.queue.Add(name)
+	}
+}
+
 func (w *Writer) observe(cluster string, o observation) {
 	generation := o.generation
 	w.mu.Lock()
@@ -199,7 +235,7 @@ func (w *Writer) observe(cluster string, o observation) {
 		return
 	}
 	if ok && prev.generation == generation && o.problem == nil {
-		o.served = prev.served // new health, same rules
+		o.served, o.door = prev.served, prev.door // new health, same rules and door
 	}
 	w.observed[cluster] = o
 	if w.queue != nil {

@@ -24,6 +24,7 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1/validation"
+	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/health"
 )
 
@@ -548,4 +549,48 @@ func requireNamespace(ctx context.Context) error {
 		return apierrors.NewInternalError(fmt.Errorf("no namespace information found in request context"))
 	}
 	return nil
+}
+
+// The member door's condition follows ObserveDoor: True while it serves,
+// False with the reason and an Event when it cannot, gone without a door.
+func TestObserveDoor(t *testing.T) {
+	w := NewWriter(nil, clocktesting.NewFakePassiveClock(t0))
+	servers := []health.ServerHealth{{Endpoint: epA, Healthy: true}}
+	status := func(old *gatewayv1alpha1.UpstreamClusterStatus) *gatewayv1alpha1.UpstreamClusterStatus {
+		w.mu.Lock()
+		o := w.observed["member-a"]
+		w.mu.Unlock()
+		return desiredStatus(old, o, nil, metav1.NewTime(t0))
+	}
+	door := func(st *gatewayv1alpha1.UpstreamClusterStatus) *metav1.Condition {
+		return meta.FindStatusCondition(st.Conditions, gatewayv1alpha1.ConditionMemberDoorReady)
+	}
+	w.ObserveDoor("member-a", 1, true, nil) // before any observation: ignored
+	w.Observe("member-a", 1, servers)
+	if c := door(status(&gatewayv1alpha1.UpstreamClusterStatus{})); c != nil {
+		t.Fatalf("condition %+v before the door was compiled", c)
+	}
+	w.ObserveDoor("member-a", 1, true, nil)
+	serving := status(&gatewayv1alpha1.UpstreamClusterStatus{})
+	if c := door(serving); c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonDoorServing {
+		t.Fatalf("condition %+v, want True Serving", c)
+	}
+	missing := &cluster.ConfigError{Reason: cluster.ReasonSecretNotFound, Err: errors.New("its member-door Secret kube-gateway/door was not found on the hub")}
+	w.ObserveDoor("member-a", 1, true, missing)
+	w.Observe("member-a", 1, servers) // new health, same generation: the door's state stays
+	broken := status(serving)
+	if c := door(broken); c == nil || c.Status != metav1.ConditionFalse || c.Reason != cluster.ReasonSecretNotFound || !strings.Contains(c.Message, "kube-gateway/door was not found") {
+		t.Fatalf("condition %+v, want False SecretNotFound naming the Secret", c)
+	}
+	var events []string
+	for _, e := range transitions(serving, broken) {
+		events = append(events, e.reason+": "+e.message)
+	}
+	if len(events) != 1 || !strings.HasPrefix(events[0], EventMemberDoorUnavailable+": the member door cannot serve: its member-door Secret") {
+		t.Errorf("events %q, want one %s naming the Secret", events, EventMemberDoorUnavailable)
+	}
+	w.ObserveDoor("member-a", 1, false, nil)
+	if c := door(status(broken)); c != nil {
+		t.Fatalf("condition %+v kept after the door was closed", c)
+	}
 }
