@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -88,6 +89,38 @@ func TestMemberDoor(t *testing.T) {
 	if out, _, err := env.Kubectl(ctx, admin, "exec", "-n", "alice", "shell", "--", "echo", "through the door"); err != nil || !strings.Contains(out, "through the door") {
 		t.Errorf("kubectl exec through the door: %q, %v", out, err)
 	}
+
+	// The imbalance a layer-4 balancer leaves: one client on one HTTP/2
+	// connection to the door, many requests; both of member-a's replicas
+	// serve a share, as their own audit logs say.
+	replicas := env.Members[harness.MemberA].Servers
+	doorCfg, err := clientcmd.BuildConfigFromFlags("", admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doorClient, err := kubernetes.NewForConfig(doorCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "door-balance"}}
+	if _, err := doorClient.CoreV1().ConfigMaps(harness.AliceNamespace).Create(ctx, target, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	before := [2]int{auditCount(t, replicas[0], "get", "configmaps", "door-admin"), auditCount(t, replicas[1], "get", "configmaps", "door-admin")}
+	const n = 200
+	for i := 0; i < n; i++ {
+		if _, err := doorClient.CoreV1().ConfigMaps(harness.AliceNamespace).Get(ctx, target.Name, metav1.GetOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 10*time.Second, func(context.Context) error {
+		first := auditCount(t, replicas[0], "get", "configmaps", "door-admin") - before[0]
+		second := auditCount(t, replicas[1], "get", "configmaps", "door-admin") - before[1]
+		if first+second != n || first < n/4 || second < n/4 {
+			return errorf("through one connection to the door, replica 1 served %d and replica 2 %d of %d GETs; want both a share", first, second, n)
+		}
+		return nil
+	})
 
 	// member-b's own credential does not open member-a's door.
 	certB, keyB, err := env.Members[harness.MemberB].ClientCertificate("door-admin", "system:masters")
