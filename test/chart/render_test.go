@@ -13,6 +13,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kubewharf/kube-gateway/cmd/kube-gateway/app"
 	"github.com/kubewharf/kube-gateway/proxy/longrunning"
@@ -72,9 +73,12 @@ func TestRejectsInvalidValues(t *testing.T) {
 		{"kube-gateway", []string{"--set", "directAccess.enable=true"}, []string{schemaErr, "enable"}},
 		{"kube-gateway", []string{"--set", "directAccess.service.type=ExternalName"}, []string{schemaErr, "/directAccess/service/type"}},
 		{"kube-gateway", []string{"--set", "directAccess.audit.policy.kind=Config"}, []string{schemaErr, "/directAccess/audit/policy/kind"}},
+		{"kube-gateway", []string{"--set", "memberDoor.service.type=ExternalName"}, []string{schemaErr, "/memberDoor/service/type"}},
+		{"kube-gateway", []string{"--set", "memberDoor.port=0"}, []string{schemaErr, "/memberDoor/port"}},
 		// Past the schema, the templates:
 		{"kube-gateway", []string{"--set", "etcd.mode=external", "--set", "etcd.external.endpoints={https://etcd:2379}"}, []string{"etcd.external.tls.secretName", "required for https"}},
 		{"kube-gateway", []string{"--set", "certificates.mode=secret", "--set", "certificates.secret.name=x", "--set", "certificates.secret.caBundle=not-pem"}, []string{"caBundle must be PEM"}},
+		{"kube-gateway", []string{"--set", "memberDoor.enabled=true", "--set", "memberDoor.port=8443", "--set", "gateway.securePort=8443"}, []string{"memberDoor.port must differ from gateway.securePort"}},
 		{"kube-gateway-member", []string{"--set", "identity.type=token"}, []string{schemaErr, "/identity/type"}},
 		{"kube-gateway-member", []string{"--set", "identity.user.nam=x"}, []string{schemaErr, "nam"}},
 		{"kube-gateway-member", []string{"--set", "name=Not_A_Name"}, []string{schemaErr, "/name"}},
@@ -257,6 +261,36 @@ func TestFanOutListMemory(t *testing.T) {
 		if got := args(c.set...); !slices.Contains(got, c.want) {
 			t.Errorf("%v: args %v, want %s", c.set, got, c.want)
 		}
+	}
+}
+
+// memberDoor.enabled passes --member-door-port, opens the container port and
+// creates the door's Service toward it; off, none of them.
+func TestMemberDoor(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	helm := DefaultHelm(t)
+	off := helm.Render(ctx, t, "kube-gateway", "kube-gateway")
+	if args := Convert[appsv1.Deployment](t, off.One(t, "Deployment")).Spec.Template.Spec.Containers[0].Args; slices.ContainsFunc(args, func(a string) bool {
+		return strings.HasPrefix(a, "--"+app.MemberDoorPortFlag)
+	}) {
+		t.Errorf("default values pass the member door's flag: %v", args)
+	}
+	if s := off.Find("Service", "kube-gateway", "kube-gateway-member-door"); s != nil {
+		t.Error("default values create the member door's Service")
+	}
+
+	on := helm.Render(ctx, t, "kube-gateway", "kube-gateway", "--set", "memberDoor.enabled=true", "--set", "memberDoor.port=7443",
+		"--set", "memberDoor.service.type=LoadBalancer", "--set", "memberDoor.service.port=6443")
+	c := Convert[appsv1.Deployment](t, on.One(t, "Deployment")).Spec.Template.Spec.Containers[0]
+	if !slices.Contains(c.Args, "--"+app.MemberDoorPortFlag+"=7443") {
+		t.Errorf("args %v, want --%s=7443", c.Args, app.MemberDoorPortFlag)
+	}
+	if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "member-door" && p.ContainerPort == 7443 }) {
+		t.Errorf("container ports %+v, want member-door 7443", c.Ports)
+	}
+	svc := Convert[corev1.Service](t, on.Get(t, "Service", "kube-gateway", "kube-gateway-member-door"))
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 6443 || svc.Spec.Ports[0].TargetPort.String() != "member-door" {
+		t.Errorf("member door Service %+v, want a LoadBalancer on 6443 to the member-door port", svc.Spec)
 	}
 }
 

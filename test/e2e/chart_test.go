@@ -881,6 +881,22 @@ etcd:
 			},
 		},
 		{
+			name: "member-door",
+			setup: func(*testing.T, string) []string {
+				return []string{"--set", "memberDoor.enabled=true", "--set", "memberDoor.service.type=NodePort", "--set", "memberDoor.service.nodePort=31643"}
+			},
+			check: func(t *testing.T, g *gateway) {
+				svc := chart.Convert[corev1.Service](t, g.m.Get(t, "Service", g.ns, g.deploy.Name+"-member-door"))
+				p := svc.Spec.Ports[0]
+				if svc.Spec.Type != corev1.ServiceTypeNodePort || p.Port != 443 || p.NodePort != 31643 || p.TargetPort.String() != "member-door" {
+					t.Fatalf("member door Service %+v", svc.Spec)
+				}
+				if args := g.deploy.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--member-door-port=6443") {
+					t.Fatalf("gateway args %v, want --member-door-port=6443", args)
+				}
+			},
+		},
+		{
 			name: "direct-access-no-audit",
 			setup: func(*testing.T, string) []string {
 				return []string{"--set", "directAccess.enabled=true", "--set", "directAccess.audit.enabled=false"}
