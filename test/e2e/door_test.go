@@ -52,23 +52,11 @@ func doorKubeconfig(t *testing.T, serverName string, caPEM []byte, auth *clientc
 func TestMemberDoor(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	const serverName = "door-a.member-door.test"
-	servingCA := testca.New(t, "member-door-serving-ca")
-	serving := servingCA.Issue(t, testca.Spec{CommonName: serverName, SANs: []string{serverName}, Usage: x509.ExtKeyUsageServerAuth})
-	hub := hubAdmin(t)
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "door-a-serving", Namespace: harness.GatewayNamespace},
-		Data: map[string][]byte{"tls.crt": serving.CertPEM, "tls.key": serving.KeyPEM, "ca.crt": env.Members[harness.MemberA].CAData}}
-	if _, err := hub.CoreV1().Secrets(harness.GatewayNamespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+	servingCA := openDoor(ctx, t, "door-a", serverName)
+	uc, err := upstreamClusters(t).Get(ctx, "door-a", metav1.GetOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = hub.CoreV1().Secrets(harness.GatewayNamespace).Delete(context.Background(), secret.Name, metav1.DeleteOptions{})
-	})
-	uc := memberACluster("door-a")
-	uc.Spec.SecureServing = &gatewayv1alpha1.SecureServing{ServerNames: []string{serverName},
-		SecretRef: gatewayv1alpha1.SecretReference{Namespace: harness.GatewayNamespace, Name: secret.Name}}
-	createCluster(t, uc)
-	waitUsable(t, uc.Name)
-	waitDoorCondition(t, uc.Name, metav1.ConditionTrue, "Serving")
 
 	certPEM, keyPEM, err := env.Members[harness.MemberA].ClientCertificate("door-admin", "system:masters")
 	if err != nil {
@@ -245,4 +233,77 @@ func waitDoorCondition(t *testing.T, cluster string, status metav1.ConditionStat
 		}
 		return nil
 	})
+}
+
+// openDoor creates UpstreamCluster name for member-a's servers with a member
+// door under serverName (a Secret with a serving certificate of a CA of its
+// own and member-a's client CA), waits until it serves, and returns that CA.
+func openDoor(ctx context.Context, t *testing.T, name, serverName string) *testca.CA {
+	t.Helper()
+	servingCA := testca.New(t, name+"-serving-ca")
+	serving := servingCA.Issue(t, testca.Spec{CommonName: serverName, SANs: []string{serverName}, Usage: x509.ExtKeyUsageServerAuth})
+	hub := hubAdmin(t)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-serving", Namespace: harness.GatewayNamespace},
+		Data: map[string][]byte{"tls.crt": serving.CertPEM, "tls.key": serving.KeyPEM, "ca.crt": env.Members[harness.MemberA].CAData}}
+	if _, err := hub.CoreV1().Secrets(harness.GatewayNamespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = hub.CoreV1().Secrets(harness.GatewayNamespace).Delete(context.Background(), secret.Name, metav1.DeleteOptions{})
+	})
+	uc := memberACluster(name)
+	uc.Spec.SecureServing = &gatewayv1alpha1.SecureServing{ServerNames: []string{serverName},
+		SecretRef: gatewayv1alpha1.SecretReference{Namespace: harness.GatewayNamespace, Name: secret.Name}}
+	createCluster(t, uc)
+	waitUsable(t, uc.Name)
+	waitDoorCondition(t, uc.Name, metav1.ConditionTrue, "Serving")
+	return servingCA
+}
+
+// A node's own identity through the door gets what member-a's Node
+// authorizer gives it: its Node and the pods bound to it, not another
+// node's.
+func TestMemberDoorNodeIdentity(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	const serverName = "door-node.member-door.test"
+	servingCA := openDoor(ctx, t, "door-node", serverName)
+	certPEM, keyPEM, err := env.Members[harness.MemberA].ClientCertificate("system:node:"+harness.StandInNode, "system:nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := doorKubeconfig(t, serverName, servingCA.PEM, &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM})
+
+	admin := memberA(t)
+	other := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "door-other-node"}}
+	if _, err := admin.CoreV1().Nodes().Create(ctx, other, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), other.Name, metav1.DeleteOptions{}) })
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "door-other-pod", Namespace: harness.AliceNamespace},
+		Spec: corev1.PodSpec{NodeName: other.Name, Containers: []corev1.Container{{Name: "c", Image: "example.invalid/none"}}}}
+	if _, err := admin.CoreV1().Pods(harness.AliceNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		zero := int64(0)
+		_ = admin.CoreV1().Pods(harness.AliceNamespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	})
+
+	for _, c := range []struct {
+		args    []string
+		allowed bool
+	}{
+		{[]string{"get", "node", harness.StandInNode}, true},
+		{[]string{"-n", harness.AliceNamespace, "get", "pod", "shell"}, true},
+		{[]string{"get", "node", other.Name}, false},
+		{[]string{"-n", harness.AliceNamespace, "get", "pod", pod.Name}, false},
+	} {
+		_, stderr, err := env.Kubectl(ctx, node, c.args...)
+		switch {
+		case c.allowed && err != nil:
+			t.Errorf("node identity %v through the door: %v", c.args, err)
+		case !c.allowed && (err == nil || !strings.Contains(stderr, "forbidden")):
+			t.Errorf("node identity %v through the door: %v %s, want member-a's 403", c.args, err, stderr)
+		}
+	}
 }

@@ -383,7 +383,6 @@ func (e *Env) apiserverArgs(c *Cluster, s *APIServer) []string {
 		"--tls-cert-file=" + c.serving.CertFile,
 		"--tls-private-key-file=" + c.serving.KeyFile,
 		"--client-ca-file=" + c.CAFile,
-		"--authorization-mode=RBAC",
 		"--token-auth-file=" + c.tokens,
 		"--service-account-key-file=" + c.saKey,
 		"--service-account-signing-key-file=" + c.saKey,
@@ -404,9 +403,14 @@ func (e *Env) apiserverArgs(c *Cluster, s *APIServer) []string {
 			"--proxy-client-cert-file="+e.pki.frontProxyClient.CertFile,
 			"--proxy-client-key-file="+e.pki.frontProxyClient.KeyFile,
 		)
+		args = append(args, "--authorization-mode=RBAC")
 		args = append(args, e.cfg.HubArgs...)
 	} else {
 		args = append(args,
+			// As a real cluster authorizes its kubelets, so that a node
+			// identity through the member door gets what it would directly.
+			"--authorization-mode=Node,RBAC",
+			"--enable-admission-plugins=NodeRestriction",
 			"--kubelet-client-certificate="+e.pki.kubeletClient.CertFile,
 			"--kubelet-client-key="+e.pki.kubeletClient.KeyFile,
 			"--kubelet-certificate-authority="+e.pki.kubeletCA.CertFile,
