@@ -345,11 +345,7 @@ const APIServiceName = "v1alpha1.gateway.kubewharf.io"
 // registerGateway creates the ExternalName Service and the APIService on the
 // hub and waits until the APIService is Available.
 func (e *Env) registerGateway(ctx context.Context) error {
-	cs, err := kubernetes.NewForConfig(e.Hub.AdminConfig)
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(e.Hub.AdminConfig)
+	cs, dyn, err := e.hubClients()
 	if err != nil {
 		return err
 	}
@@ -505,11 +501,7 @@ func DoorKubeconfig(member string) string { return member + "-admin@gateway" }
 // gateway's CA and the member's client CA, spec.secureServing naming both;
 // then writes the member admins' kubeconfigs through the doors.
 func (e *Env) openMemberDoors(ctx context.Context) error {
-	cs, err := kubernetes.NewForConfig(e.Hub.AdminConfig)
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(e.Hub.AdminConfig)
+	cs, dyn, err := e.hubClients()
 	if err != nil {
 		return err
 	}
@@ -563,4 +555,14 @@ func (e *Env) openMemberDoors(ctx context.Context) error {
 		}
 	}
 	return e.writeMergedKubeconfig()
+}
+
+// hubClients are the hub admin's typed and dynamic clients.
+func (e *Env) hubClients() (kubernetes.Interface, dynamic.Interface, error) {
+	cs, err := kubernetes.NewForConfig(e.Hub.AdminConfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(e.Hub.AdminConfig)
+	return cs, dyn, err
 }
