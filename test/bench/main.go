@@ -81,6 +81,7 @@ type options struct {
 	FloorImpersonates bool // the floor impersonates the gateway target's identity with the gateway's member token
 	DirectMode        bool // the gateway runs with --direct-access; the direct-mode target
 	Konnectivity      bool // the konnectivity target: member-b through a konnectivity server and agent
+	MemberDoor        bool // the member door targets: member-b's own certificate and token
 }
 
 const (
@@ -117,6 +118,7 @@ func main() {
 	flag.BoolVar(&o.Floor, "floor", true, "also measure GETs through test/bench/floorproxy, a minimal Go reverse proxy (the floor of proxying cost)")
 	flag.BoolVar(&o.FloorImpersonates, "floor-impersonates", false, "the floor proxy sends the gateway's member token and impersonates the identity the gateway impersonates (admin, system:masters), so that the member authorizes the same impersonation for both")
 	flag.BoolVar(&o.DirectMode, "direct-mode", false, "start the gateway with --direct-access (for every target) and also measure GETs with the hub admin token sent straight to the gateway, without the hub")
+	flag.BoolVar(&o.MemberDoor, "member-door", true, "also measure GETs through the gateway's member door with member-b's own admin certificate and with its own admin token (a TokenReview on member-b, cached)")
 	flag.BoolVar(&o.Konnectivity, "konnectivity", false, "also measure GETs through the gateway to member-b registered through a konnectivity server and agent (make tools builds them)")
 	measure.GatewayFlags(flag.CommandLine, &o.GatewayEnv, &o.GatewayArgs)
 	flag.Parse()
@@ -155,7 +157,7 @@ func runMain(o options) int {
 		}
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	env, err := harness.Start(startCtx, harness.Config{WorkDir: workDir, Log: os.Stderr, GatewayEnv: o.GatewayEnv, GatewayArgs: o.GatewayArgs})
+	env, err := harness.Start(startCtx, harness.Config{WorkDir: workDir, Log: os.Stderr, GatewayEnv: o.GatewayEnv, GatewayArgs: o.GatewayArgs, MemberDoors: o.MemberDoor})
 	cancel()
 	if err != nil {
 		logf("starting the environment: %v (work dir %s kept)", err, workDir)
@@ -224,6 +226,13 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 	directA, fan, err := fanOutTargets(env, targets[2], 2*time.Minute)
 	if err != nil {
 		return nil, err
+	}
+	if o.MemberDoor {
+		cert, token, err := measure.DoorTargets(env, member, 2*time.Minute)
+		if err != nil {
+			return nil, err
+		}
+		targets = append(targets, cert, token)
 	}
 	var tunnel *harness.Konnectivity
 	if o.Konnectivity {
@@ -394,6 +403,16 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 		}
 		rep.Rounds = append(rep.Rounds, rd)
 	}
+	if o.MemberDoor {
+		m, err := gw.Scrape(ctx, env.GatewayURL+"/metrics")
+		if err != nil {
+			return nil, fmt.Errorf("the door's TokenReviews: %w", err)
+		}
+		for _, result := range []string{"authenticated", "rejected", "error"} {
+			v, _ := m.Sum("kube_gateway_member_door_tokenreviews_total", map[string]string{"cluster": member, "result": result})
+			rep.DoorTokenReviews += v
+		}
+	}
 
 	if o.ProfileSeconds > 0 {
 		// The throughput load first (what the brief asks for), then c=1, where
@@ -537,13 +556,13 @@ func makeTargets(env *harness.Env, directMode bool) ([]*measure.Target, *measure
 // getsOnly reports whether target key takes part in the GET measurements
 // only (no LIST): the floor, direct mode and the konnectivity tunnel.
 func getsOnly(key string) bool {
-	return key == floor.Key || key == measure.DirectModeKey || key == measure.TunnelKey
+	return key == floor.Key || key == measure.DirectModeKey || key == measure.TunnelKey || key == measure.DoorCertKey || key == measure.DoorTokenKey
 }
 
 // crossesGateway reports whether the requests of target key go through the
 // gateway (its allocations are then measured).
 func crossesGateway(key string) bool {
-	return key == "gateway" || key == "hub" || key == measure.DirectModeKey || key == measure.TunnelKey
+	return key == "gateway" || key == "hub" || key == measure.DirectModeKey || key == measure.TunnelKey || key == measure.DoorCertKey || key == measure.DoorTokenKey
 }
 
 // sameObject checks that the targets return the very same bytes for the

@@ -45,6 +45,10 @@ type report struct {
 	// Tails are the execution traces of the c=1 load, the gateway's and
 	// the floor's.
 	Tails []tailTrace
+
+	// DoorTokenReviews is how many TokenReviews the member door sent to
+	// member-b during the whole run (the token target's requests included).
+	DoorTokenReviews float64
 }
 
 // --- statistics ---
@@ -264,6 +268,9 @@ func (r *report) markdown() string {
 	}
 	if r.hasTunnel() {
 		r.tunnelSection(p)
+	}
+	if r.hasDoor() {
+		r.doorSection(p)
 	}
 	r.fanOutSection(p)
 	if o.Rate > 0 {

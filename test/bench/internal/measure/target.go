@@ -191,3 +191,46 @@ func (t *Target) DoEnc(ctx context.Context, path string, identity, trace bool) (
 	}
 	return r, nil
 }
+
+// Keys of DoorTargets.
+const (
+	DoorCertKey  = "door"
+	DoorTokenKey = "door-token"
+)
+
+// DoorTargets are the ways to member through the gateway's member door
+// (harness.Config.MemberDoors): the member's own admin client certificate,
+// and the member's own admin token, which the door checks with a
+// TokenReview on the member (cached). The client sends the door's server
+// name for member and trusts the gateway's CA.
+func DoorTargets(env *harness.Env, member string, timeout time.Duration) (cert, token *Target, err error) {
+	certPEM, keyPEM, err := env.Members[member].ClientCertificate(harness.UserAdmin, "system:masters")
+	if err != nil {
+		return nil, nil, err
+	}
+	kp, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, nil, err
+	}
+	client := func(c *tls.Certificate) (*http.Client, error) {
+		hc, err := gatewayClient(env, c, timeout)
+		if err != nil {
+			return nil, err
+		}
+		hc.Transport.(*http.Transport).TLSClientConfig.ServerName = member + harness.MemberDoorDomain
+		return hc, nil
+	}
+	cc, err := client(&kp)
+	if err != nil {
+		return nil, nil, err
+	}
+	tc, err := client(nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	base := "https://" + env.MemberDoorAddress
+	cert = &Target{Key: DoorCertKey, Label: "door, certificate", Base: base, Client: cc}
+	token = &Target{Key: DoorTokenKey, Label: "door, token", Base: base, Client: tc,
+		Header: http.Header{"Authorization": {"Bearer " + env.Members[member].Tokens[harness.UserAdmin]}}}
+	return cert, token, nil
+}
