@@ -18,8 +18,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/utils/clock"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/proxy/certcache"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
 )
 
@@ -29,6 +31,11 @@ const (
 	KeyKey      = corev1.TLSPrivateKeyKey // its key
 	ClientCAKey = "ca.crt"                // CAs that verify client certificates
 )
+
+// verifiedConnections bounds the client certificates a door remembers as
+// verified: about one per live client connection; past it a new connection
+// verifies once more.
+const verifiedConnections = 4096
 
 // Door is one cluster's member door, compiled from spec.secureServing and
 // its Secret; immutable.
@@ -45,6 +52,9 @@ type Door struct {
 	// 401 Status rather than a TLS alert.
 	tls       *tls.Config
 	clientCAs *x509.CertPool
+	// verified remembers the client certificates that verified, per
+	// connection (a connection's requests share its parsed certificate).
+	verified *certcache.Cache
 	// tokens authenticates bearer tokens by the member's TokenReviews.
 	tokens authenticator.Token
 	// impersonation decides a client's own Impersonate-* headers by the
@@ -85,6 +95,7 @@ func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, c *clus
 			ClientAuth:   tls.RequestClientCert,
 		},
 		clientCAs:     pool,
+		verified:      certcache.New(verifiedConnections, clock.RealClock{}),
 		tokens:        newTokenAuthenticator(c, o),
 		impersonation: newMemberAuthorizer(c),
 	}, nil

@@ -157,11 +157,7 @@ func (s *Server) authenticate(req *http.Request) (*Door, user.Info, error) {
 // maps it as kube-apiserver does: the common name is the user, the
 // organizations its groups.
 func (d *Door) verify(chain []*x509.Certificate) (user.Info, error) {
-	opts := x509.VerifyOptions{Roots: d.clientCAs, Intermediates: x509.NewCertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	for _, c := range chain[1:] {
-		opts.Intermediates.AddCert(c)
-	}
-	if _, err := chain[0].Verify(opts); err != nil {
+	if err := d.verified.Verify(chain, x509.VerifyOptions{Roots: d.clientCAs, KeyUsages: clientAuth}); err != nil {
 		return nil, err
 	}
 	leaf := chain[0]
@@ -171,6 +167,8 @@ func (d *Door) verify(chain []*x509.Certificate) (user.Info, error) {
 	groups := append([]string{}, leaf.Subject.Organization...)
 	return &user.DefaultInfo{Name: leaf.Subject.CommonName, Groups: append(groups, user.AllAuthenticated)}, nil
 }
+
+var clientAuth = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 
 // hostOf is a Host header's host, lower case, without port or brackets.
 func hostOf(hostport string) string {

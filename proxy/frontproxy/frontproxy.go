@@ -24,13 +24,10 @@
 package frontproxy
 
 import (
-	"crypto/x509"
 	"errors"
 	"net/http"
-	"sync"
-	"sync/atomic"
-	"time"
 
+	"github.com/kubewharf/kube-gateway/proxy/certcache"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	"k8s.io/apiserver/pkg/authentication/group"
@@ -80,7 +77,7 @@ func newVerifier(rh *authenticatorfactory.RequestHeaderConfig, clk clock.Passive
 		allowedNames:    rh.AllowedClientNames,
 		usernameHeaders: rh.UsernameHeaders,
 		headers:         headerrequest.NewDynamic(rh.UsernameHeaders, rh.UIDHeaders, rh.GroupHeaders, rh.ExtraHeaderPrefixes),
-		clock:           clk,
+		verified:        certcache.New(cacheSize, clk),
 	}}
 }
 
@@ -144,19 +141,7 @@ type verifier struct {
 	allowedNames    headerrequest.StringSliceProvider
 	usernameHeaders headerrequest.StringSliceProvider
 	headers         authenticator.Request
-	clock           clock.PassiveClock
-	verified        sync.Map // *x509.Certificate (a connection's leaf) -> verification
-	size            atomic.Int32
-}
-
-// verification is a successful chain verification of a certificate.
-type verification struct {
-	// roots is the CA pool the chain was verified against. The CA content
-	// providers build a new pool when the bundle changes, so another pointer
-	// means another bundle.
-	roots               *x509.CertPool
-	intermediates       *x509.CertPool // from the configuration, usually nil
-	notBefore, notAfter time.Time      // of the whole verified chain
+	verified        *certcache.Cache
 }
 
 // AuthenticateRequest implements authenticator.Request. It never returns an
@@ -178,58 +163,7 @@ func (v *verifier) trusted(req *http.Request) bool {
 	if !ok {
 		return false
 	}
-	return v.verify(req.TLS.PeerCertificates, opts) && v.allowed(req.TLS.PeerCertificates[0].Subject.CommonName)
-}
-
-// verify tells whether the chain of certs verifies under opts, from the cache
-// when it can.
-func (v *verifier) verify(certs []*x509.Certificate, opts x509.VerifyOptions) bool {
-	leaf := certs[0]
-	now := v.clock.Now()
-	if cached, ok := v.verified.Load(leaf); ok {
-		c := cached.(verification)
-		if c.roots == opts.Roots && c.intermediates == opts.Intermediates && !now.Before(c.notBefore) && !now.After(c.notAfter) {
-			return true
-		}
-	}
-	configured := opts.Intermediates
-	if opts.Intermediates == nil && len(certs) > 1 {
-		opts.Intermediates = x509.NewCertPool()
-		for _, intermediate := range certs[1:] {
-			opts.Intermediates.AddCert(intermediate)
-		}
-	}
-	opts.CurrentTime = now
-	chains, err := leaf.Verify(opts)
-	if err != nil || len(chains) == 0 {
-		return false
-	}
-	c := verification{roots: opts.Roots, intermediates: configured, notBefore: leaf.NotBefore, notAfter: leaf.NotAfter}
-	for _, cert := range chains[0] {
-		if cert.NotBefore.After(c.notBefore) {
-			c.notBefore = cert.NotBefore
-		}
-		if cert.NotAfter.Before(c.notAfter) {
-			c.notAfter = cert.NotAfter
-		}
-	}
-	v.remember(leaf, c)
-	return true
-}
-
-// remember records that leaf verified as c, starting over when the cache is
-// full. The bound is approximate under concurrency, which is all it needs to
-// be: it keeps the cache from holding every certificate of connections long
-// gone.
-func (v *verifier) remember(leaf *x509.Certificate, c verification) {
-	if _, replaced := v.verified.Swap(leaf, c); replaced {
-		return
-	}
-	if v.size.Add(1) > cacheSize {
-		v.verified.Clear()
-		v.size.Store(1)
-		v.verified.Store(leaf, c)
-	}
+	return v.verified.Verify(req.TLS.PeerCertificates, opts) == nil && v.allowed(req.TLS.PeerCertificates[0].Subject.CommonName)
 }
 
 // allowed applies the allowed client names, read on every request because the

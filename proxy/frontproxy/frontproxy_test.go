@@ -342,7 +342,7 @@ func TestVerificationIsRememberedPerConnection(t *testing.T) {
 	front := testca.New(t, "front-proxy-ca")
 	f := newFixture(t, front, "front-proxy-client")
 	cert := client(t, front, "front-proxy-client", 2)
-	remembered := func(c *x509.Certificate) bool { _, ok := f.verifier.v.verified.Load(c); return ok }
+	remembered := f.verifier.v.verified.Remembered
 
 	if got, _ := f.authenticate(t, request(cert)); got != "alice" || !remembered(cert) {
 		t.Fatalf("first request: %q, certificate remembered: %v", got, remembered(cert))
@@ -370,9 +370,7 @@ func TestVerificationIsRememberedPerConnection(t *testing.T) {
 			t.Fatalf("connection %d: its certificate was not remembered", i)
 		}
 	}
-	n := 0
-	f.verifier.v.verified.Range(func(any, any) bool { n++; return true })
-	if n > cacheSize {
+	if n := f.verifier.v.verified.Len(); n > cacheSize {
 		t.Fatalf("%d certificates remembered, want at most %d", n, cacheSize)
 	}
 }
