@@ -9,6 +9,10 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 )
 
+// Not go-json-experiment's unmarshalling into structs with an embedded
+// jsontext.Value: each level it edits is parsed and copied again, slower on
+// every watch event and not shorter (docs/benchmark-history.md).
+
 // copier copies JSON values from decoders to its encoder, changing only what
 // a merge must change: the cluster annotation and the resourceVersion in an
 // object's metadata, the cells of a Table's rows. Everything else is copied
