@@ -44,7 +44,8 @@ func doorKubeconfig(t *testing.T, serverName string, caPEM []byte, auth *clientc
 
 // A member's own clients reach it through the member door: kubectl with a
 // client certificate of member-a's CA, by a server name of the cluster's
-// spec.secureServing, is member-a's admin there (whoami, a list, exec); a
+// spec.secureServing, is member-a's admin there (whoami, a list, exec, a
+// watch, port-forward); a
 // bound ServiceAccount token is that ServiceAccount, with member-a's RBAC;
 // impersonation goes as member-a allows it; member-b's certificate and token
 // are refused; a second cluster claiming the same name is a 422 naming the
@@ -77,6 +78,8 @@ func TestMemberDoor(t *testing.T) {
 	if out, _, err := env.Kubectl(ctx, admin, "exec", "-n", "alice", "shell", "--", "echo", "through the door"); err != nil || !strings.Contains(out, "through the door") {
 		t.Errorf("kubectl exec through the door: %q, %v", out, err)
 	}
+	kubectlWatchSeesCreates(ctx, t, admin, "door-watch", 30*time.Second)
+	portForwardEcho(t, ctx, admin, nil, 2)
 
 	// The imbalance a layer-4 balancer leaves: one client on one HTTP/2
 	// connection to the door, many requests; both of member-a's replicas
