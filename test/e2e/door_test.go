@@ -310,3 +310,73 @@ func TestMemberDoorNodeIdentity(t *testing.T) {
 		}
 	}
 }
+
+// member-a's kube-controller-manager, pointed at the member door with a
+// client certificate of member-a's CA as a real cluster runs it (each
+// controller with a ServiceAccount token of its own, which the door reviews
+// with member-a), keeps the cluster working: a deleted namespace goes away,
+// a token Secret gets its token.
+func TestMemberDoorControllerManager(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	const serverName = "door-kcm.member-door.test"
+	servingCA := openDoor(ctx, t, "door-kcm", serverName)
+	certPEM, keyPEM, err := env.Members[harness.MemberA].ClientCertificate("system:kube-controller-manager")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := doorKubeconfig(t, serverName, servingCA.PEM, &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM})
+
+	// member-a's own controller manager stops while this one runs.
+	own := env.Members[harness.MemberA].ControllerManager
+	if err := own.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := own.Restart(context.Background()); err != nil {
+			t.Errorf("restarting member-a's controller manager: %v", err)
+		}
+	})
+	kcm, err := env.StartControllerManager(ctx, harness.MemberA, "door-controller-manager", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kcm.Stop() })
+
+	admin := memberA(t)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "door-kcm-ns"}}
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "door-kcm-sa", Namespace: harness.AliceNamespace}}
+	if _, err := admin.CoreV1().ServiceAccounts(harness.AliceNamespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "door-kcm-sa-token", Namespace: harness.AliceNamespace,
+		Annotations: map[string]string{corev1.ServiceAccountNameKey: sa.Name}}, Type: corev1.SecretTypeServiceAccountToken}
+	if _, err := admin.CoreV1().Secrets(harness.AliceNamespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = admin.CoreV1().Secrets(harness.AliceNamespace).Delete(context.Background(), secret.Name, metav1.DeleteOptions{})
+		_ = admin.CoreV1().ServiceAccounts(harness.AliceNamespace).Delete(context.Background(), sa.Name, metav1.DeleteOptions{})
+	})
+	if err := admin.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, func(ctx context.Context) error {
+		if _, err := admin.CoreV1().Namespaces().Get(ctx, ns.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return errorf("namespace %s still there (%v): the namespace controller through the door has not finished it", ns.Name, err)
+		}
+		s, err := admin.CoreV1().Secrets(harness.AliceNamespace).Get(ctx, secret.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(s.Data[corev1.ServiceAccountTokenKey]) == 0 {
+			return errorf("token Secret %s not filled in by the token controller through the door", secret.Name)
+		}
+		return nil
+	})
+	if n, ok := doorTokenReviews(t, "door-kcm", "authenticated"); !ok || n == 0 {
+		t.Errorf("the controllers' ServiceAccount tokens were not reviewed by the door: %v (%v)", n, ok)
+	}
+}

@@ -35,18 +35,7 @@ var controllers = []string{
 func (e *Env) startControllerManager(ctx context.Context, c *Cluster) error {
 	p := e.newProcess(c.Name + "-controller-manager")
 	c.ControllerManager = p
-	p.Args = []string{
-		filepath.Join(e.BinDir, "kube-controller-manager"),
-		"--kubeconfig=" + e.Kubeconfig(c.Name+"-admin"),
-		"--leader-elect=false",
-		// No serving endpoint: readiness is what the controllers did.
-		"--secure-port=0",
-		"--controllers=" + strings.Join(controllers, ","),
-		// The token controller: it signs with the key the apiservers verify
-		// tokens with and puts the cluster's CA into token Secrets as ca.crt.
-		"--service-account-private-key-file=" + c.saKey,
-		"--root-ca-file=" + c.CAFile,
-	}
+	p.Args = e.controllerManagerArgs(c, e.Kubeconfig(c.Name+"-admin"))
 	p.timeout = controllerManagerReadyTimeout
 	cs, err := kubernetes.NewForConfig(c.AdminConfig)
 	if err != nil {
@@ -66,4 +55,34 @@ func (e *Env) startControllerManager(ctx context.Context, c *Cluster) error {
 		return nil
 	}
 	return e.startTracked(ctx, p, nil)
+}
+
+func (e *Env) controllerManagerArgs(c *Cluster, kubeconfig string, extra ...string) []string {
+	return append([]string{
+		filepath.Join(e.BinDir, "kube-controller-manager"),
+		"--kubeconfig=" + kubeconfig,
+		"--leader-elect=false",
+		// No serving endpoint: readiness is what the controllers did.
+		"--secure-port=0",
+		"--controllers=" + strings.Join(controllers, ","),
+		// The token controller: it signs with the key the apiservers verify
+		// tokens with and puts the cluster's CA into token Secrets as ca.crt.
+		"--service-account-private-key-file=" + c.saKey,
+		"--root-ca-file=" + c.CAFile,
+	}, extra...)
+}
+
+// StartControllerManager starts another kube-controller-manager for member,
+// with the controllers of the cluster's own, as a real cluster runs it: its
+// identity from kubeconfig (which may point anywhere, the member door
+// included), each controller with a ServiceAccount token of its own
+// (--use-service-account-credentials). Stop the cluster's own first: two
+// would both act. Env.Stop stops it too.
+func (e *Env) StartControllerManager(ctx context.Context, member, name, kubeconfig string) (*Process, error) {
+	c := e.Members[member]
+	p := e.newProcess(name)
+	p.Args = e.controllerManagerArgs(c, kubeconfig, "--use-service-account-credentials=true")
+	p.timeout = controllerManagerReadyTimeout
+	p.probe = func(context.Context) error { return nil } // the test waits for what it needs done
+	return p, e.startTracked(ctx, p, nil)
 }
