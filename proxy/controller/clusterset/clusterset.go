@@ -102,12 +102,13 @@ func NewController(clusterSource cache.ListerWatcher, secrets cache.SharedIndexI
 		probes: health.NewScheduler(clock.RealClock{}),
 		clusters: cache.NewSharedIndexInformer(clusterSource, &gatewayv1alpha1.UpstreamCluster{}, 0, cache.Indexers{
 			secretIndex: func(obj interface{}) ([]string, error) {
-				cc := obj.(*gatewayv1alpha1.UpstreamCluster).Spec.ClientConfig
+				spec := obj.(*gatewayv1alpha1.UpstreamCluster).Spec
+				cc := spec.ClientConfig
 				keys := []string{cc.SecretRef.Namespace + "/" + cc.SecretRef.Name}
 				if k := cc.Konnectivity; k != nil {
 					keys = append(keys, k.SecretRef.Namespace+"/"+k.SecretRef.Name)
 				}
-				if ss := obj.(*gatewayv1alpha1.UpstreamCluster).Spec.SecureServing; ss != nil {
+				if ss := spec.SecureServing; ss != nil {
 					keys = append(keys, ss.SecretRef.Namespace+"/"+ss.SecretRef.Name)
 				}
 				return keys, nil
