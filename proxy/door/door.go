@@ -96,7 +96,7 @@ func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, c *clus
 		},
 		clientCAs:     pool,
 		verified:      certcache.New(verifiedConnections, clock.RealClock{}),
-		tokens:        newTokenAuthenticator(c, o),
+		tokens:        newTokenAuthenticator(c, ss.TokenReview, o),
 		impersonation: newMemberAuthorizer(c),
 	}, nil
 }

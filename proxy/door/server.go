@@ -134,6 +134,9 @@ func (s *Server) authenticate(req *http.Request) (*Door, user.Info, error) {
 		if !ok {
 			return nil, nil, apierrors.NewUnauthorized(fmt.Sprintf("upstream cluster %q: the member door needs a client certificate of the member's CA, or a bearer token the member accepts", d.Cluster))
 		}
+		if d.tokens == nil {
+			return nil, nil, apierrors.NewUnauthorized(fmt.Sprintf("upstream cluster %q: the member door takes no bearer tokens (spec.secureServing.tokenReview.disabled): use a client certificate of the member's CA", d.Cluster))
+		}
 		resp, ok, err := d.tokens.AuthenticateToken(req.Context(), token)
 		switch {
 		case err != nil:

@@ -19,6 +19,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -311,5 +312,32 @@ func TestTokenReviewsAreCached(t *testing.T) {
 	}
 	if n := member.reviews.Load(); n != 4 {
 		t.Errorf("%d TokenReviews after two that failed, want 4 (errors are not kept)", n)
+	}
+}
+
+// A door whose token reviews are off refuses a bearer token with 401 and
+// says how to get in; a certificate still would.
+func TestTokensOff(t *testing.T) {
+	member := newFakeMember(t, "member-a")
+	serving := testca.New(t, "serving")
+	d := doorOf(t, "member-a", member, []string{"member-a.example.com"}, serving, testca.New(t, "client"))
+	uc := &gatewayv1alpha1.UpstreamCluster{ObjectMeta: metav1.ObjectMeta{Name: "member-a"}}
+	leaf := serving.Issue(t, testca.Spec{CommonName: "member-a.example.com", SANs: []string{"member-a.example.com"}, Usage: x509.ExtKeyUsageServerAuth})
+	uc.Spec.SecureServing = &gatewayv1alpha1.SecureServing{ServerNames: d.ServerNames, SecretRef: gatewayv1alpha1.SecretReference{Namespace: "kube-gateway", Name: "door"},
+		TokenReview: &gatewayv1alpha1.TokenReview{Disabled: true}}
+	off, err := Compile(uc, &corev1.Secret{Data: map[string][]byte{CertKey: leaf.CertPEM, KeyKey: leaf.KeyPEM, ClientCAKey: testca.New(t, "client").PEM}}, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(fakeDoors{"member-a.example.com": off}, nil, nil)
+	req := httptest.NewRequest(http.MethodGet, "https://member-a.example.com/api", nil)
+	req.TLS = &tls.ConnectionState{ServerName: "member-a.example.com"}
+	req.Header.Set("Authorization", "Bearer good-member-a")
+	_, _, err = s.authenticate(req)
+	if !apierrors.IsUnauthorized(err) || !strings.Contains(err.Error(), "tokenReview.disabled") {
+		t.Errorf("a token at a door without token reviews: %v, want 401 naming spec.secureServing.tokenReview.disabled", err)
+	}
+	if n := member.reviews.Load(); n != 0 {
+		t.Errorf("%d TokenReviews sent by a door without token reviews", n)
 	}
 }

@@ -10,26 +10,16 @@ import (
 	tokencache "k8s.io/apiserver/pkg/authentication/token/cache"
 	"k8s.io/apiserver/pkg/authentication/user"
 
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
 	"github.com/kubewharf/kube-gateway/proxy/metrics"
 )
 
 // Options of every door.
 type Options struct {
-	// TokenTTL and TokenFailureTTL are how long the member's answer to a
-	// TokenReview is kept, when it authenticated the token and when it did
-	// not. Errors (the member could not answer) are not kept.
-	TokenTTL, TokenFailureTTL time.Duration
 	// Metrics counts TokenReviews; nil: not counted.
 	Metrics *metrics.Metrics
 }
-
-// Defaults of Options: KubeGateway's lifetimes, which kept a member's
-// TokenReviews off the path of repeated tokens.
-const (
-	DefaultTokenTTL        = 10 * time.Minute
-	DefaultTokenFailureTTL = 10 * time.Second
-)
 
 // memberTokens authenticates bearer tokens by a TokenReview on the member,
 // sent with the gateway's own credential to one of its servers: whatever the
@@ -79,14 +69,20 @@ func (m *memberTokens) review(ctx context.Context, token string) (*authenticator
 }
 
 // newTokenAuthenticator is the door's token authenticator for cluster c: the
-// member's TokenReviews, cached.
-func newTokenAuthenticator(c *cluster.Cluster, o Options) authenticator.Token {
-	ttl, failTTL := o.TokenTTL, o.TokenFailureTTL
-	if ttl == 0 {
-		ttl = DefaultTokenTTL
-	}
-	if failTTL == 0 {
-		failTTL = DefaultTokenFailureTTL
+// member's TokenReviews, kept as tr says (errors are not kept); nil when
+// tr turns tokens off.
+func newTokenAuthenticator(c *cluster.Cluster, tr *gatewayv1alpha1.TokenReview, o Options) authenticator.Token {
+	ttl, failTTL := time.Duration(gatewayv1alpha1.DefaultTokenReviewCacheTTLSeconds)*time.Second, time.Duration(gatewayv1alpha1.DefaultTokenReviewFailureCacheTTLSeconds)*time.Second
+	if tr != nil {
+		if tr.Disabled {
+			return nil
+		}
+		if tr.CacheTTLSeconds > 0 {
+			ttl = time.Duration(tr.CacheTTLSeconds) * time.Second
+		}
+		if tr.FailureCacheTTLSeconds > 0 {
+			failTTL = time.Duration(tr.FailureCacheTTLSeconds) * time.Second
+		}
 	}
 	return tokencache.New(&memberTokens{cluster: c, metrics: o.Metrics}, false, ttl, failTTL)
 }

@@ -62,6 +62,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &gatewayv1alpha1.ServiceAccountReferenceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TokenBucketFlowControl"):
 		return &gatewayv1alpha1.TokenBucketFlowControlApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("TokenReview"):
+		return &gatewayv1alpha1.TokenReviewApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("UpstreamCluster"):
 		return &gatewayv1alpha1.UpstreamClusterApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("UpstreamClusterSpec"):

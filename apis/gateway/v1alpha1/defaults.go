@@ -12,6 +12,13 @@ const (
 	DefaultHealthCheckHealthyThreshold   = 1
 )
 
+// Defaults of the member door's token reviews: KubeGateway's lifetimes, which
+// kept a member's TokenReviews off the path of repeated tokens.
+const (
+	DefaultTokenReviewCacheTTLSeconds        = 600
+	DefaultTokenReviewFailureCacheTTLSeconds = 10
+)
+
 // SetDefaults_UpstreamCluster fills in the defaults of an UpstreamCluster.
 // defaulter-gen calls it from SetObjectDefaults_UpstreamCluster
 // (zz_generated.defaults.go), which RegisterDefaults registers with a scheme:
@@ -36,6 +43,17 @@ func SetDefaults_UpstreamCluster(obj *UpstreamCluster) {
 	}
 	if hc.HealthyThreshold == 0 {
 		hc.HealthyThreshold = DefaultHealthCheckHealthyThreshold
+	}
+	if ss := obj.Spec.SecureServing; ss != nil {
+		if ss.TokenReview == nil {
+			ss.TokenReview = &TokenReview{}
+		}
+		if ss.TokenReview.CacheTTLSeconds == 0 {
+			ss.TokenReview.CacheTTLSeconds = DefaultTokenReviewCacheTTLSeconds
+		}
+		if ss.TokenReview.FailureCacheTTLSeconds == 0 {
+			ss.TokenReview.FailureCacheTTLSeconds = DefaultTokenReviewFailureCacheTTLSeconds
+		}
 	}
 	for i := range obj.Spec.DispatchPolicies {
 		p := &obj.Spec.DispatchPolicies[i]

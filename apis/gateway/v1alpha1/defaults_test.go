@@ -195,3 +195,23 @@ func TestDecodeListAppliesDefaults(t *testing.T) {
 		}
 	}
 }
+
+// A member door's token reviews default to on with KubeGateway's lifetimes;
+// set values stay; no door, nothing added.
+func TestSetDefaultsTokenReview(t *testing.T) {
+	uc := &gatewayv1alpha1.UpstreamCluster{}
+	gatewayv1alpha1.SetDefaults_UpstreamCluster(uc)
+	if uc.Spec.SecureServing != nil {
+		t.Fatalf("secureServing %+v added to a cluster without a door", uc.Spec.SecureServing)
+	}
+	uc.Spec.SecureServing = &gatewayv1alpha1.SecureServing{}
+	gatewayv1alpha1.SetDefaults_UpstreamCluster(uc)
+	if got, want := *uc.Spec.SecureServing.TokenReview, (gatewayv1alpha1.TokenReview{CacheTTLSeconds: 600, FailureCacheTTLSeconds: 10}); got != want {
+		t.Errorf("tokenReview %+v, want %+v", got, want)
+	}
+	uc.Spec.SecureServing.TokenReview = &gatewayv1alpha1.TokenReview{Disabled: true, FailureCacheTTLSeconds: 3}
+	gatewayv1alpha1.SetDefaults_UpstreamCluster(uc)
+	if got, want := *uc.Spec.SecureServing.TokenReview, (gatewayv1alpha1.TokenReview{Disabled: true, CacheTTLSeconds: 600, FailureCacheTTLSeconds: 3}); got != want {
+		t.Errorf("tokenReview %+v, want %+v", got, want)
+	}
+}

@@ -75,6 +75,28 @@ type SecureServing struct {
 	// member's own certificates authenticate here). It must live in the
 	// gateway's Secret namespace, like spec.clientConfig.secretRef.
 	SecretRef SecretReference `json:"secretRef"`
+	// TokenReview says how bearer tokens are authenticated at the door: by a
+	// TokenReview on the member, whose answer is kept. Defaulted: on, with
+	// the default lifetimes.
+	// +optional
+	TokenReview *TokenReview `json:"tokenReview,omitempty"`
+}
+
+// TokenReview configures the member door's bearer token authentication.
+type TokenReview struct {
+	// Disabled refuses bearer tokens at the door (401): only client
+	// certificates authenticate.
+	// +optional
+	Disabled bool `json:"disabled,omitempty"`
+	// CacheTTLSeconds is how long the member's answer for a token it
+	// authenticated is kept. Default 600.
+	// +optional
+	CacheTTLSeconds int32 `json:"cacheTTLSeconds,omitempty"`
+	// FailureCacheTTLSeconds is how long the member's answer for a token it
+	// did not authenticate is kept, so that a flood of bad tokens reaches the
+	// member once per token and lifetime. Default 10.
+	// +optional
+	FailureCacheTTLSeconds int32 `json:"failureCacheTTLSeconds,omitempty"`
 }
 
 // UpstreamServer is one kube-apiserver endpoint of a member cluster.

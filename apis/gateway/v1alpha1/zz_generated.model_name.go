@@ -102,6 +102,11 @@ func (in TokenBucketFlowControl) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TokenReview) OpenAPIModelName() string {
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.TokenReview"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in UpstreamCluster) OpenAPIModelName() string {
 	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamCluster"
 }

@@ -49,6 +49,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.ServerStatus{}.OpenAPIModelName():                   schema_kube_gateway_apis_gateway_v1alpha1_ServerStatus(ref),
 		v1alpha1.ServiceAccountReference{}.OpenAPIModelName():        schema_kube_gateway_apis_gateway_v1alpha1_ServiceAccountReference(ref),
 		v1alpha1.TokenBucketFlowControl{}.OpenAPIModelName():         schema_kube_gateway_apis_gateway_v1alpha1_TokenBucketFlowControl(ref),
+		v1alpha1.TokenReview{}.OpenAPIModelName():                    schema_kube_gateway_apis_gateway_v1alpha1_TokenReview(ref),
 		v1alpha1.UpstreamCluster{}.OpenAPIModelName():                schema_kube_gateway_apis_gateway_v1alpha1_UpstreamCluster(ref),
 		v1alpha1.UpstreamClusterList{}.OpenAPIModelName():            schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterList(ref),
 		v1alpha1.UpstreamClusterProxyOptions{}.OpenAPIModelName():    schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterProxyOptions(ref),
@@ -796,12 +797,18 @@ func schema_kube_gateway_apis_gateway_v1alpha1_SecureServing(ref common.Referenc
 							Ref:         ref(v1alpha1.SecretReference{}.OpenAPIModelName()),
 						},
 					},
+					"tokenReview": {
+						SchemaProps: spec.SchemaProps{
+							Description: "TokenReview says how bearer tokens are authenticated at the door: by a TokenReview on the member, whose answer is kept. Defaulted: on, with the default lifetimes.",
+							Ref:         ref(v1alpha1.TokenReview{}.OpenAPIModelName()),
+						},
+					},
 				},
 				Required: []string{"serverNames", "secretRef"},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.SecretReference{}.OpenAPIModelName()},
+			v1alpha1.SecretReference{}.OpenAPIModelName(), v1alpha1.TokenReview{}.OpenAPIModelName()},
 	}
 }
 
@@ -913,6 +920,40 @@ func schema_kube_gateway_apis_gateway_v1alpha1_TokenBucketFlowControl(ref common
 		},
 		Dependencies: []string{
 			resource.Quantity{}.OpenAPIModelName()},
+	}
+}
+
+func schema_kube_gateway_apis_gateway_v1alpha1_TokenReview(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TokenReview configures the member door's bearer token authentication.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"disabled": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Disabled refuses bearer tokens at the door (401): only client certificates authenticate.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"cacheTTLSeconds": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CacheTTLSeconds is how long the member's answer for a token it authenticated is kept. Default 600.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"failureCacheTTLSeconds": {
+						SchemaProps: spec.SchemaProps{
+							Description: "FailureCacheTTLSeconds is how long the member's answer for a token it did not authenticate is kept, so that a flood of bad tokens reaches the member once per token and lifetime. Default 10.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+			},
+		},
 	}
 }
 

@@ -280,6 +280,9 @@ var schemaYAML = typed.YAMLObject(`types:
           elementType:
             scalar: string
           elementRelationship: associative
+    - name: tokenReview
+      type:
+        namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.TokenReview
 - name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.ServerStatus
   map:
     fields:
@@ -320,6 +323,18 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: qps
       type:
         namedType: io.k8s.apimachinery.pkg.api.resource.Quantity
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.TokenReview
+  map:
+    fields:
+    - name: cacheTTLSeconds
+      type:
+        scalar: numeric
+    - name: disabled
+      type:
+        scalar: boolean
+    - name: failureCacheTTLSeconds
+      type:
+        scalar: numeric
 - name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamCluster
   map:
     fields:

@@ -77,6 +77,10 @@ func validateSpec(spec *gatewayv1alpha1.UpstreamClusterSpec, opts Options, fldPa
 	return allErrs
 }
 
+// maxTokenReviewTTLSeconds bounds how long a member's answer about a token is
+// kept: a revoked token keeps working at the door that long.
+const maxTokenReviewTTLSeconds = 24 * 60 * 60
+
 // validateSecureServing checks the member door's settings. That no other
 // cluster serves the same names is checked against the stored clusters
 // (registry/upstreamcluster), not here.
@@ -102,6 +106,17 @@ func validateSecureServing(ss *gatewayv1alpha1.SecureServing, opts Options, fldP
 		seen.Insert(name)
 	}
 	allErrs = append(allErrs, validateSecretRef(ss.SecretRef, "the Secret with the door's serving certificate (tls.crt, tls.key) and client CA (ca.crt)", opts, fldPath.Child("secretRef"))...)
+	if tr := ss.TokenReview; tr != nil {
+		for _, ttl := range []struct {
+			name  string
+			value int32
+		}{{"cacheTTLSeconds", tr.CacheTTLSeconds}, {"failureCacheTTLSeconds", tr.FailureCacheTTLSeconds}} {
+			if ttl.value < 0 || ttl.value > maxTokenReviewTTLSeconds {
+				allErrs = append(allErrs, field.Invalid(fldPath.Child("tokenReview", ttl.name), ttl.value,
+					fmt.Sprintf("must be between 1 and %d seconds (0 takes the default)", maxTokenReviewTTLSeconds)))
+			}
+		}
+	}
 	return allErrs
 }
 

@@ -176,6 +176,19 @@ func TestValidateUpstreamCluster(t *testing.T) {
 			},
 		},
 
+		{
+			name: "member door token review lifetimes out of range",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				uc.Spec.SecureServing = &gatewayv1alpha1.SecureServing{ServerNames: []string{"member-a.example.com"},
+					SecretRef:   gatewayv1alpha1.SecretReference{Namespace: "kube-gateway", Name: "door"},
+					TokenReview: &gatewayv1alpha1.TokenReview{CacheTTLSeconds: -1, FailureCacheTTLSeconds: 86401}}
+			},
+			want: []fieldErr{
+				{field.ErrorTypeInvalid, "spec.secureServing.tokenReview.cacheTTLSeconds"},
+				{field.ErrorTypeInvalid, "spec.secureServing.tokenReview.failureCacheTTLSeconds"},
+			},
+		},
+
 		// metadata
 		{
 			name:   "missing name",

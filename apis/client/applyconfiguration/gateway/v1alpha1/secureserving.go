@@ -33,6 +33,10 @@ type SecureServingApplyConfiguration struct {
 	// member's own certificates authenticate here). It must live in the
 	// gateway's Secret namespace, like spec.clientConfig.secretRef.
 	SecretRef *SecretReferenceApplyConfiguration `json:"secretRef,omitempty"`
+	// TokenReview says how bearer tokens are authenticated at the door: by a
+	// TokenReview on the member, whose answer is kept. Defaulted: on, with
+	// the default lifetimes.
+	TokenReview *TokenReviewApplyConfiguration `json:"tokenReview,omitempty"`
 }
 
 // SecureServingApplyConfiguration constructs a declarative configuration of the SecureServing type for use with
@@ -56,5 +60,13 @@ func (b *SecureServingApplyConfiguration) WithServerNames(values ...string) *Sec
 // If called multiple times, the SecretRef field is set to the value of the last call.
 func (b *SecureServingApplyConfiguration) WithSecretRef(value *SecretReferenceApplyConfiguration) *SecureServingApplyConfiguration {
 	b.SecretRef = value
+	return b
+}
+
+// WithTokenReview sets the TokenReview field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the TokenReview field is set to the value of the last call.
+func (b *SecureServingApplyConfiguration) WithTokenReview(value *TokenReviewApplyConfiguration) *SecureServingApplyConfiguration {
+	b.TokenReview = value
 	return b
 }
