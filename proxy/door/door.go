@@ -11,10 +11,12 @@
 package door
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
@@ -44,14 +46,15 @@ type Door struct {
 	Cluster string
 	// ServerNames are the names it is served under.
 	ServerNames []string
-	// Version is what it was compiled from, to tell when to compile again.
-	Version string
 
 	// tls serves the door's names: its certificate, client certificates
 	// requested but verified per request (verify), so that a bad one gets a
 	// 401 Status rather than a TLS alert.
-	tls       *tls.Config
-	clientCAs *x509.CertPool
+	tls *tls.Config
+	// clientCAs verify client certificates; nil until the member's are read
+	// (spec.secureServing.clientCA Member), with memberCA telling why not.
+	clientCAs atomic.Pointer[x509.CertPool]
+	memberCA  *memberCA
 	// verified remembers the client certificates that verified, per
 	// connection (a connection's requests share its parsed certificate).
 	verified *certcache.Cache
@@ -79,24 +82,38 @@ func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, c *clus
 		return nil, &cluster.ConfigError{Reason: cluster.ReasonInvalidSecret,
 			Err: fmt.Errorf("member-door Secret %s/%s: keys %s and %s: %v", ref.Namespace, ref.Name, CertKey, KeyKey, err)}
 	}
+	fromMember := ss.ClientCA == gatewayv1alpha1.ClientCAFromMember
+	secretCAs := secret.Data[ClientCAKey]
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(secret.Data[ClientCAKey]) {
+	if !pool.AppendCertsFromPEM(secretCAs) && (len(secretCAs) > 0 || !fromMember) {
 		return nil, &cluster.ConfigError{Reason: cluster.ReasonInvalidSecret,
-			Err: fmt.Errorf("member-door Secret %s/%s: key %s holds no PEM certificate: the member's client CA, which verifies its clients' certificates", ref.Namespace, ref.Name, ClientCAKey)}
+			Err: fmt.Errorf("member-door Secret %s/%s: key %s holds no PEM certificate: the member's client CA, which verifies its clients' certificates (or set spec.secureServing.clientCA: Member)", ref.Namespace, ref.Name, ClientCAKey)}
 	}
-	return &Door{
+	d := &Door{
 		Cluster:     uc.Name,
 		ServerNames: slices.Clone(ss.ServerNames),
-		Version:     string(secret.UID) + "/" + secret.ResourceVersion,
 		tls: &tls.Config{
 			MinVersion:   tls.VersionTLS12,
 			NextProtos:   nextProtos,
 			Certificates: []tls.Certificate{cert},
 			ClientAuth:   tls.RequestClientCert,
 		},
-		clientCAs:     pool,
 		verified:      certcache.New(verifiedConnections, clock.RealClock{}),
 		tokens:        newTokenAuthenticator(c, ss.TokenReview, o),
 		impersonation: newMemberAuthorizer(c),
-	}, nil
+	}
+	if fromMember {
+		d.memberCA = &memberCA{cluster: c, secretCAs: secretCAs}
+	} else {
+		d.clientCAs.Store(pool)
+	}
+	return d, nil
+}
+
+// Run keeps the door's client CAs current while ctx lasts, when they are
+// the member's own; otherwise it returns at once.
+func (d *Door) Run(ctx context.Context) {
+	if d.memberCA != nil {
+		d.memberCA.run(ctx, &d.clientCAs)
+	}
 }

@@ -13,7 +13,8 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
 )
 
-// reviewTimeout bounds one TokenReview or SubjectAccessReview on the member.
+// reviewTimeout bounds one request of the door to the member (a TokenReview,
+// a SubjectAccessReview, the member's client CA).
 const reviewTimeout = 10 * time.Second
 
 // errNoServer: the member has no enabled server to ask.
@@ -23,36 +24,52 @@ var errNoServer = errors.New("it has no enabled server to ask")
 // credential (no impersonation) and decodes the created object into out:
 // the door's reviews of the member's own clients.
 func create(ctx context.Context, c *cluster.Cluster, path string, in, out any) error {
-	e := c.PickServer()
-	if e == nil {
-		return errNoServer
-	}
 	body, err := json.Marshal(in)
 	if err != nil {
 		return err
 	}
+	return do(ctx, c, http.MethodPost, path, body, out)
+}
+
+// get GETs path on one of c's servers with the gateway's own credential and
+// decodes the object into out.
+func get(ctx context.Context, c *cluster.Cluster, path string, out any) error {
+	return do(ctx, c, http.MethodGet, path, nil, out)
+}
+
+func do(ctx context.Context, c *cluster.Cluster, method, path string, body []byte, out any) error {
+	e := c.PickServer()
+	if e == nil {
+		return errNoServer
+	}
 	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.URL.JoinPath(path).String(), bytes.NewReader(body))
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, e.URL.JoinPath(path).String(), rd)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	req.Header.Set("Accept", "application/json")
 	res, err := e.Transports.Probe.RoundTrip(req)
 	if err != nil {
-		return fmt.Errorf("POST %s on %s: %w", path, e.URL.Host, err)
+		return fmt.Errorf("%s %s on %s: %w", method, path, e.URL.Host, err)
 	}
 	defer res.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
 	if err != nil {
-		return fmt.Errorf("POST %s on %s: %w", path, e.URL.Host, err)
+		return fmt.Errorf("%s %s on %s: %w", method, path, e.URL.Host, err)
 	}
 	if res.StatusCode != http.StatusCreated && res.StatusCode != http.StatusOK {
-		return fmt.Errorf("POST %s on %s: %s: %.200s", path, e.URL.Host, res.Status, data)
+		return fmt.Errorf("%s %s on %s: %s: %.200s", method, path, e.URL.Host, res.Status, data)
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("POST %s on %s: %w", path, e.URL.Host, err)
+		return fmt.Errorf("%s %s on %s: %w", method, path, e.URL.Host, err)
 	}
 	return nil
 }

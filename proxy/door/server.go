@@ -148,6 +148,9 @@ func (s *Server) authenticate(req *http.Request) (*Door, user.Info, error) {
 		req.Header.Del("Authorization") // the gateway's own credential replaces it
 		return d, resp.User, nil
 	}
+	if d.clientCAs.Load() == nil {
+		return nil, nil, apierrors.NewServiceUnavailable(fmt.Sprintf("upstream cluster %q: the member's client CA is not read yet: %v", d.Cluster, d.memberCA.lastError()))
+	}
 	u, err := d.verify(req.TLS.PeerCertificates)
 	if err != nil {
 		klog.FromContext(req.Context()).V(2).Info("Member door refused a client certificate", "upstreamcluster", d.Cluster, "err", err.Error())
@@ -160,7 +163,7 @@ func (s *Server) authenticate(req *http.Request) (*Door, user.Info, error) {
 // maps it as kube-apiserver does: the common name is the user, the
 // organizations its groups.
 func (d *Door) verify(chain []*x509.Certificate) (user.Info, error) {
-	if err := d.verified.Verify(chain, x509.VerifyOptions{Roots: d.clientCAs, KeyUsages: clientAuth}); err != nil {
+	if err := d.verified.Verify(chain, x509.VerifyOptions{Roots: d.clientCAs.Load(), KeyUsages: clientAuth}); err != nil {
 		return nil, err
 	}
 	leaf := chain[0]

@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/endpoints/filters/impersonation"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 
@@ -46,11 +47,18 @@ func (f fakeDoors) Door(name string) (*Door, error) {
 type fakeMember struct {
 	*httptest.Server
 	reviews, sars atomic.Int32
+	// clientCA is what the member publishes as its client-ca-file; nil: the
+	// ConfigMap cannot be read.
+	clientCA atomic.Pointer[[]byte]
 }
 
 func newFakeMember(t *testing.T, cluster string) *fakeMember {
 	m := &fakeMember{}
 	m.Server = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ca := m.clientCA.Load(); r.Method == http.MethodGet && r.URL.Path == memberCAPath && r.Header.Get("Authorization") == "Bearer gw-token" && ca != nil {
+			_ = json.NewEncoder(w).Encode(&corev1.ConfigMap{Data: map[string]string{memberCAKey: string(*ca)}})
+			return
+		}
 		if r.Method != http.MethodPost || r.Header.Get("Authorization") != "Bearer gw-token" || r.Header.Get("Impersonate-User") != "" {
 			http.Error(w, "unexpected "+r.Method+" "+r.URL.Path, http.StatusBadRequest)
 			return
@@ -339,5 +347,55 @@ func TestTokensOff(t *testing.T) {
 	}
 	if n := member.reviews.Load(); n != 0 {
 		t.Errorf("%d TokenReviews sent by a door without token reviews", n)
+	}
+}
+
+// With clientCA Member the door trusts the member's own client CA, read
+// from the member: until it is read a certificate gets 503, then it
+// verifies; another CA's does not.
+func TestMemberClientCA(t *testing.T) {
+	memberCA, other := testca.New(t, "member-a-client-ca"), testca.New(t, "other-ca")
+	member := newFakeMember(t, "member-a")
+	c := clustertest.Compile(t, "member-a", "gw-token", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: member.Certificate().Raw}), nil, member.URL)
+	serving := testca.New(t, "serving").Issue(t, testca.Spec{CommonName: "member-a.example.com", SANs: []string{"member-a.example.com"}, Usage: x509.ExtKeyUsageServerAuth})
+	uc := &gatewayv1alpha1.UpstreamCluster{ObjectMeta: metav1.ObjectMeta{Name: "member-a"}}
+	uc.Spec.SecureServing = &gatewayv1alpha1.SecureServing{ServerNames: []string{"member-a.example.com"}, ClientCA: gatewayv1alpha1.ClientCAFromMember,
+		SecretRef: gatewayv1alpha1.SecretReference{Namespace: "kube-gateway", Name: "door"}}
+	// No ca.crt in the Secret: the member's CA is enough.
+	d, err := Compile(uc, &corev1.Secret{Data: map[string][]byte{CertKey: serving.CertPEM, KeyKey: serving.KeyPEM}}, c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(fakeDoors{"member-a.example.com": d}, nil, nil)
+	request := func(ca *testca.CA) error {
+		leaf := ca.Issue(t, testca.Spec{CommonName: "admin", Usage: x509.ExtKeyUsageClientAuth})
+		req := httptest.NewRequest(http.MethodGet, "https://member-a.example.com/api", nil)
+		req.TLS = &tls.ConnectionState{ServerName: "member-a.example.com", PeerCertificates: []*x509.Certificate{leaf.Cert}}
+		_, _, err := s.authenticate(req)
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go d.Run(ctx) // the member does not publish its CA yet
+	if err := request(memberCA); !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "client CA is not read yet") {
+		t.Fatalf("before the member's CA is read: %v, want 503", err)
+	}
+	cancel()
+
+	member.clientCA.Store(&memberCA.PEM)
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	go d.Run(ctx)
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return d.clientCAs.Load() != nil, nil
+	}); err != nil {
+		t.Fatalf("the member's client CA was not read: %v", d.memberCA.lastError())
+	}
+	if err := request(memberCA); err != nil {
+		t.Errorf("a certificate of the member's CA: %v", err)
+	}
+	if err := request(other); !apierrors.IsUnauthorized(err) {
+		t.Errorf("a certificate of another CA: %v, want 401", err)
 	}
 }

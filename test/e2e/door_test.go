@@ -242,25 +242,59 @@ func waitDoorCondition(t *testing.T, cluster string, status metav1.ConditionStat
 // door under serverName (a Secret with a serving certificate of a CA of its
 // own and member-a's client CA), waits until it serves, and returns that CA.
 func openDoor(ctx context.Context, t *testing.T, name, serverName string) *testca.CA {
+	return openDoorWith(ctx, t, name, serverName, nil)
+}
+
+// openDoorWith is openDoor with mutate changing the Secret and the
+// UpstreamCluster before they are created.
+func openDoorWith(ctx context.Context, t *testing.T, name, serverName string, mutate func(*corev1.Secret, *gatewayv1alpha1.UpstreamCluster)) *testca.CA {
 	t.Helper()
 	servingCA := testca.New(t, name+"-serving-ca")
 	serving := servingCA.Issue(t, testca.Spec{CommonName: serverName, SANs: []string{serverName}, Usage: x509.ExtKeyUsageServerAuth})
 	hub := hubAdmin(t)
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-serving", Namespace: harness.GatewayNamespace},
 		Data: map[string][]byte{"tls.crt": serving.CertPEM, "tls.key": serving.KeyPEM, "ca.crt": env.Members[harness.MemberA].CAData}}
+	uc := memberACluster(name)
+	uc.Spec.SecureServing = &gatewayv1alpha1.SecureServing{ServerNames: []string{serverName},
+		SecretRef: gatewayv1alpha1.SecretReference{Namespace: harness.GatewayNamespace, Name: secret.Name}}
+	if mutate != nil {
+		mutate(secret, uc)
+	}
 	if _, err := hub.CoreV1().Secrets(harness.GatewayNamespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = hub.CoreV1().Secrets(harness.GatewayNamespace).Delete(context.Background(), secret.Name, metav1.DeleteOptions{})
 	})
-	uc := memberACluster(name)
-	uc.Spec.SecureServing = &gatewayv1alpha1.SecureServing{ServerNames: []string{serverName},
-		SecretRef: gatewayv1alpha1.SecretReference{Namespace: harness.GatewayNamespace, Name: secret.Name}}
 	createCluster(t, uc)
 	waitUsable(t, uc.Name)
 	waitDoorCondition(t, uc.Name, metav1.ConditionTrue, "Serving")
 	return servingCA
+}
+
+// With clientCA Member the door reads member-a's own client CA from member-a
+// (kube-system/extension-apiserver-authentication): no CA in the Secret, and
+// member-a's certificates are its admin's.
+func TestMemberDoorMemberClientCA(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	const serverName = "door-member-ca.member-door.test"
+	servingCA := openDoorWith(ctx, t, "door-member-ca", serverName, func(s *corev1.Secret, uc *gatewayv1alpha1.UpstreamCluster) {
+		delete(s.Data, "ca.crt")
+		uc.Spec.SecureServing.ClientCA = gatewayv1alpha1.ClientCAFromMember
+	})
+	certPEM, keyPEM, err := env.Members[harness.MemberA].ClientCertificate("door-ca-admin", "system:masters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := doorKubeconfig(t, serverName, servingCA.PEM, &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM})
+	var out string
+	eventually(t, 30*time.Second, func(ctx context.Context) error {
+		out, _, err = env.Kubectl(ctx, admin, "auth", "whoami", "-o", "json")
+		return err
+	})
+	if u := parseWhoami(t, out); u.Username != "door-ca-admin" {
+		t.Errorf("member-a sees %+v through a door with its own client CA, want door-ca-admin", u)
+	}
 }
 
 // A node's own identity through the door gets what member-a's Node

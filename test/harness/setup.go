@@ -237,6 +237,10 @@ func (e *Env) setupMember(ctx context.Context, c *Cluster) error {
 		func() error {
 			return o.clusterRoleBinding(ctx, "kube-gateway:impersonator", "kube-gateway:impersonator", UserGateway)
 		},
+		// The member's client CA, for a member door with clientCA Member.
+		func() error {
+			return o.roleBinding(ctx, "kube-system", "kube-gateway:authentication-reader", "Role", "extension-apiserver-authentication-reader", UserGateway)
+		},
 		func() error { return o.namespace(ctx, AliceNamespace) },
 	}
 	if c.Name == MemberA {

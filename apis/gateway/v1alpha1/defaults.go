@@ -45,6 +45,9 @@ func SetDefaults_UpstreamCluster(obj *UpstreamCluster) {
 		hc.HealthyThreshold = DefaultHealthCheckHealthyThreshold
 	}
 	if ss := obj.Spec.SecureServing; ss != nil {
+		if ss.ClientCA == "" {
+			ss.ClientCA = ClientCAFromSecret
+		}
 		if ss.TokenReview == nil {
 			ss.TokenReview = &TokenReview{}
 		}

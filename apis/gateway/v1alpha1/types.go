@@ -75,12 +75,29 @@ type SecureServing struct {
 	// member's own certificates authenticate here). It must live in the
 	// gateway's Secret namespace, like spec.clientConfig.secretRef.
 	SecretRef SecretReference `json:"secretRef"`
+	// ClientCA says which CAs verify client certificates at the door: Secret
+	// (the default), the ca.crt of secretRef; or Member, the member's own
+	// client CA, the client-ca-file of its
+	// kube-system/extension-apiserver-authentication ConfigMap, read with the
+	// gateway's credential and kept current (with ca.crt too when the Secret
+	// has one).
+	// +optional
+	ClientCA ClientCASource `json:"clientCA,omitempty"`
 	// TokenReview says how bearer tokens are authenticated at the door: by a
 	// TokenReview on the member, whose answer is kept. Defaulted: on, with
 	// the default lifetimes.
 	// +optional
 	TokenReview *TokenReview `json:"tokenReview,omitempty"`
 }
+
+// ClientCASource is where the member door's client CAs come from.
+type ClientCASource string
+
+// Sources of spec.secureServing.clientCA.
+const (
+	ClientCAFromSecret ClientCASource = "Secret"
+	ClientCAFromMember ClientCASource = "Member"
+)
 
 // TokenReview configures the member door's bearer token authentication.
 type TokenReview struct {

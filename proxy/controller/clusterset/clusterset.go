@@ -314,6 +314,9 @@ func (c *Controller) sync(ctx context.Context, name string) {
 		healthCtx, stop = context.WithCancel(ctx)
 		next.stopHealth = stop
 		next.cluster.Health.Start(healthCtx, c.probes)
+		if next.door != nil {
+			go next.door.Run(healthCtx) // the member's client CA, when the door takes it
+		}
 	}
 	c.swap(name, next)
 	if next.cluster != nil && c.hooks.Observed != nil {

@@ -797,6 +797,13 @@ func schema_kube_gateway_apis_gateway_v1alpha1_SecureServing(ref common.Referenc
 							Ref:         ref(v1alpha1.SecretReference{}.OpenAPIModelName()),
 						},
 					},
+					"clientCA": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ClientCA says which CAs verify client certificates at the door: Secret (the default), the ca.crt of secretRef; or Member, the member's own client CA, the client-ca-file of its kube-system/extension-apiserver-authentication ConfigMap, read with the gateway's credential and kept current (with ca.crt too when the Secret has one).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"tokenReview": {
 						SchemaProps: spec.SchemaProps{
 							Description: "TokenReview says how bearer tokens are authenticated at the door: by a TokenReview on the member, whose answer is kept. Defaulted: on, with the default lifetimes.",

@@ -270,6 +270,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.SecureServing
   map:
     fields:
+    - name: clientCA
+      type:
+        scalar: string
     - name: secretRef
       type:
         namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.SecretReference

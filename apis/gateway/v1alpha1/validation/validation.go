@@ -106,6 +106,12 @@ func validateSecureServing(ss *gatewayv1alpha1.SecureServing, opts Options, fldP
 		seen.Insert(name)
 	}
 	allErrs = append(allErrs, validateSecretRef(ss.SecretRef, "the Secret with the door's serving certificate (tls.crt, tls.key) and client CA (ca.crt)", opts, fldPath.Child("secretRef"))...)
+	switch ss.ClientCA {
+	case "", gatewayv1alpha1.ClientCAFromSecret, gatewayv1alpha1.ClientCAFromMember:
+	default:
+		allErrs = append(allErrs, field.NotSupported(fldPath.Child("clientCA"), ss.ClientCA,
+			[]gatewayv1alpha1.ClientCASource{gatewayv1alpha1.ClientCAFromSecret, gatewayv1alpha1.ClientCAFromMember}))
+	}
 	if tr := ss.TokenReview; tr != nil {
 		for _, ttl := range []struct {
 			name  string

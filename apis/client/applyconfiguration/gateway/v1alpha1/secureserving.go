@@ -18,6 +18,10 @@ limitations under the License.
 
 package v1alpha1
 
+import (
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+)
+
 // SecureServingApplyConfiguration represents a declarative configuration of the SecureServing type for use
 // with apply.
 //
@@ -33,6 +37,13 @@ type SecureServingApplyConfiguration struct {
 	// member's own certificates authenticate here). It must live in the
 	// gateway's Secret namespace, like spec.clientConfig.secretRef.
 	SecretRef *SecretReferenceApplyConfiguration `json:"secretRef,omitempty"`
+	// ClientCA says which CAs verify client certificates at the door: Secret
+	// (the default), the ca.crt of secretRef; or Member, the member's own
+	// client CA, the client-ca-file of its
+	// kube-system/extension-apiserver-authentication ConfigMap, read with the
+	// gateway's credential and kept current (with ca.crt too when the Secret
+	// has one).
+	ClientCA *gatewayv1alpha1.ClientCASource `json:"clientCA,omitempty"`
 	// TokenReview says how bearer tokens are authenticated at the door: by a
 	// TokenReview on the member, whose answer is kept. Defaulted: on, with
 	// the default lifetimes.
@@ -60,6 +71,14 @@ func (b *SecureServingApplyConfiguration) WithServerNames(values ...string) *Sec
 // If called multiple times, the SecretRef field is set to the value of the last call.
 func (b *SecureServingApplyConfiguration) WithSecretRef(value *SecretReferenceApplyConfiguration) *SecureServingApplyConfiguration {
 	b.SecretRef = value
+	return b
+}
+
+// WithClientCA sets the ClientCA field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ClientCA field is set to the value of the last call.
+func (b *SecureServingApplyConfiguration) WithClientCA(value gatewayv1alpha1.ClientCASource) *SecureServingApplyConfiguration {
+	b.ClientCA = &value
 	return b
 }
 
