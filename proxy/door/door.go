@@ -40,7 +40,8 @@ const (
 const verifiedConnections = 4096
 
 // Door is one cluster's member door, compiled from spec.secureServing and
-// its Secret; immutable.
+// its Secret; immutable but for its client CAs when they are the member's
+// (Run keeps them current).
 type Door struct {
 	// Cluster is the UpstreamCluster the door serves.
 	Cluster string
