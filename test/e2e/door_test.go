@@ -59,17 +59,8 @@ func TestMemberDoor(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	certPEM, keyPEM, err := env.Members[harness.MemberA].ClientCertificate("door-admin", "system:masters")
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := doorKubeconfig(t, serverName, servingCA.PEM, &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM})
-	var out string
-	eventually(t, 30*time.Second, func(ctx context.Context) error {
-		out, _, err = env.Kubectl(ctx, admin, "auth", "whoami", "-o", "json")
-		return err
-	})
-	if u := parseWhoami(t, out); u.Username != "door-admin" || !strings.Contains(strings.Join(u.Groups, ","), "system:masters") {
+	admin, u := doorAdmin(t, serverName, servingCA, "door-admin")
+	if u.Username != "door-admin" || !strings.Contains(strings.Join(u.Groups, ","), "system:masters") {
 		t.Errorf("member-a sees %+v through the door, want door-admin in system:masters", u)
 	}
 	if out, _, err := env.Kubectl(ctx, admin, "get", "namespaces", "alice", "-o", "name"); err != nil || strings.TrimSpace(out) != "namespace/alice" {
@@ -143,11 +134,11 @@ func TestMemberDoor(t *testing.T) {
 		t.Fatal(err)
 	}
 	sa := doorKubeconfig(t, serverName, servingCA.PEM, &clientcmdapi.AuthInfo{Token: strings.TrimSpace(token)})
-	out, _, err = env.Kubectl(ctx, sa, "auth", "whoami", "-o", "json")
+	out, _, err := env.Kubectl(ctx, sa, "auth", "whoami", "-o", "json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := parseWhoami(t, out)
+	u = parseWhoami(t, out)
 	if u.Username != "system:serviceaccount:alice:door-sa" || len(u.Extra["authentication.kubernetes.io/credential-id"]) == 0 {
 		t.Errorf("member-a sees %+v through the door with the token, want system:serviceaccount:alice:door-sa with its credential id", u)
 	}
@@ -282,17 +273,7 @@ func TestMemberDoorMemberClientCA(t *testing.T) {
 		delete(s.Data, "ca.crt")
 		uc.Spec.SecureServing.ClientCA = gatewayv1alpha1.ClientCAFromMember
 	})
-	certPEM, keyPEM, err := env.Members[harness.MemberA].ClientCertificate("door-ca-admin", "system:masters")
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := doorKubeconfig(t, serverName, servingCA.PEM, &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM})
-	var out string
-	eventually(t, 30*time.Second, func(ctx context.Context) error {
-		out, _, err = env.Kubectl(ctx, admin, "auth", "whoami", "-o", "json")
-		return err
-	})
-	if u := parseWhoami(t, out); u.Username != "door-ca-admin" {
+	if _, u := doorAdmin(t, serverName, servingCA, "door-ca-admin"); u.Username != "door-ca-admin" {
 		t.Errorf("member-a sees %+v through a door with its own client CA, want door-ca-admin", u)
 	}
 }
@@ -413,4 +394,23 @@ func TestMemberDoorControllerManager(t *testing.T) {
 	if n, ok := doorTokenReviews(t, "door-kcm", "authenticated"); !ok || n == 0 {
 		t.Errorf("the controllers' ServiceAccount tokens were not reviewed by the door: %v (%v)", n, ok)
 	}
+}
+
+// doorAdmin writes a kubeconfig for member-a's admin named user (a client
+// certificate of member-a's CA, in system:masters) through the door at
+// serverName, waits until kubectl auth whoami answers through it, and
+// returns the kubeconfig and whom member-a saw.
+func doorAdmin(t *testing.T, serverName string, servingCA *testca.CA, user string) (string, authenticationv1.UserInfo) {
+	t.Helper()
+	certPEM, keyPEM, err := env.Members[harness.MemberA].ClientCertificate(user, "system:masters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := doorKubeconfig(t, serverName, servingCA.PEM, &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM})
+	var out string
+	eventually(t, 30*time.Second, func(ctx context.Context) error {
+		out, _, err = env.Kubectl(ctx, kubeconfig, "auth", "whoami", "-o", "json")
+		return err
+	})
+	return kubeconfig, parseWhoami(t, out)
 }
