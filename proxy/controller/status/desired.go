@@ -134,50 +134,38 @@ func desiredStatus(old *gatewayv1alpha1.UpstreamClusterStatus, o observation, sp
 
 // memberDoorReady is the MemberDoorReady condition of d.
 func memberDoorReady(d *doorCheck, generation int64, now metav1.Time) metav1.Condition {
-	c := metav1.Condition{
-		Type:               gatewayv1alpha1.ConditionMemberDoorReady,
-		ObservedGeneration: generation,
-		LastTransitionTime: now, // kept by SetStatusCondition when the status does not change
-		Status:             metav1.ConditionTrue,
-		Reason:             ReasonDoorServing,
-		Message:            "the member door serves spec.secureServing.serverNames",
-	}
 	if d.problem != nil {
-		c.Status, c.Reason = metav1.ConditionFalse, d.problem.reason
-		c.Message = truncate("the member door cannot serve: "+d.problem.message, maxMessageLen)
+		return condition(gatewayv1alpha1.ConditionMemberDoorReady, generation, now, metav1.ConditionFalse, d.problem.reason,
+			"the member door cannot serve: "+d.problem.message)
 	}
-	return c
+	return condition(gatewayv1alpha1.ConditionMemberDoorReady, generation, now, metav1.ConditionTrue, ReasonDoorServing,
+		"the member door serves spec.secureServing.serverNames")
+}
+
+// condition is a condition of generation, its message cut to what status
+// takes; LastTransitionTime is now, which SetStatusCondition keeps only when
+// the status changes.
+func condition(typ string, generation int64, now metav1.Time, status metav1.ConditionStatus, reason, message string) metav1.Condition {
+	return metav1.Condition{Type: typ, ObservedGeneration: generation, LastTransitionTime: now,
+		Status: status, Reason: reason, Message: truncate(message, maxMessageLen)}
 }
 
 // resourcesServed is the DispatchResourcesServed condition for unserved.
 func resourcesServed(unserved []string, generation int64, now metav1.Time) metav1.Condition {
-	c := metav1.Condition{
-		Type:               gatewayv1alpha1.ConditionDispatchResourcesServed,
-		ObservedGeneration: generation,
-		LastTransitionTime: now, // kept by SetStatusCondition when the status does not change
-		Status:             metav1.ConditionTrue,
-		Reason:             ReasonResourcesServed,
-		Message:            "the member serves every API group and resource the dispatch rules name",
-	}
 	if len(unserved) > 0 {
-		c.Status, c.Reason = metav1.ConditionFalse, ReasonUnservedResources
-		c.Message = truncate("the member does not serve what these dispatch rules name, so they never match it "+
-			"(resources are plural and lower-case, as in kubectl api-resources): "+strings.Join(unserved, "; "), maxMessageLen)
+		return condition(gatewayv1alpha1.ConditionDispatchResourcesServed, generation, now, metav1.ConditionFalse, ReasonUnservedResources,
+			"the member does not serve what these dispatch rules name, so they never match it "+
+				"(resources are plural and lower-case, as in kubectl api-resources): "+strings.Join(unserved, "; "))
 	}
-	return c
+	return condition(gatewayv1alpha1.ConditionDispatchResourcesServed, generation, now, metav1.ConditionTrue, ReasonResourcesServed,
+		"the member serves every API group and resource the dispatch rules name")
 }
 
 // insecureTransport is the InsecureTransport condition of spec.
 func insecureTransport(spec *gatewayv1alpha1.UpstreamClusterSpec, generation int64, now metav1.Time) metav1.Condition {
-	c := metav1.Condition{
-		Type:               gatewayv1alpha1.ConditionInsecureTransport,
-		ObservedGeneration: generation,
-		LastTransitionTime: now, // kept by SetStatusCondition when the status does not change
-	}
 	if !spec.ClientConfig.Insecure {
-		c.Status, c.Reason = metav1.ConditionFalse, ReasonCertificatesVerified
-		c.Message = "the servers' certificates are verified"
-		return c
+		return condition(gatewayv1alpha1.ConditionInsecureTransport, generation, now, metav1.ConditionFalse, ReasonCertificatesVerified,
+			"the servers' certificates are verified")
 	}
 	var endpoints []string
 	for _, s := range spec.Servers {
@@ -185,11 +173,9 @@ func insecureTransport(spec *gatewayv1alpha1.UpstreamClusterSpec, generation int
 			endpoints = append(endpoints, s.Endpoint)
 		}
 	}
-	c.Status, c.Reason = metav1.ConditionTrue, ReasonInsecureSkipVerify
-	c.Message = truncate(fmt.Sprintf("spec.clientConfig.insecure is set: the certificates of %s are not verified, "+
-		"so anyone on the network path can impersonate them and capture the gateway's credential",
-		strings.Join(endpoints, ", ")), maxMessageLen)
-	return c
+	return condition(gatewayv1alpha1.ConditionInsecureTransport, generation, now, metav1.ConditionTrue, ReasonInsecureSkipVerify,
+		fmt.Sprintf("spec.clientConfig.insecure is set: the certificates of %s are not verified, "+
+			"so anyone on the network path can impersonate them and capture the gateway's credential", strings.Join(endpoints, ", ")))
 }
 
 // truncate cuts s to at most n bytes on a rune boundary.
