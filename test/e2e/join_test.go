@@ -57,6 +57,8 @@ func (j *joined) versions(ctx context.Context) map[string]string {
 	record("member clusterrole", cr, err)
 	crb, err := j.member.RbacV1().ClusterRoleBindings().Get(ctx, role, metav1.GetOptions{})
 	record("member clusterrolebinding", crb, err)
+	rb, err := j.member.RbacV1().RoleBindings("kube-system").Get(ctx, j.identity+":authentication-reader", metav1.GetOptions{})
+	record("member rolebinding", rb, err)
 	s, err := j.hub.CoreV1().Secrets(harness.GatewayNamespace).Get(ctx, j.name, metav1.GetOptions{})
 	record("hub secret", s, err)
 	uc, err := j.gateway.GatewayV1alpha1().UpstreamClusters().Get(ctx, j.name, metav1.GetOptions{})
@@ -151,6 +153,7 @@ func TestJoinRegistersAMember(t *testing.T) {
 	for _, obj := range []string{
 		"member: serviceaccount/kube-system/" + j.identity, "member: clusterrole/" + j.identity + ":impersonator",
 		"member: clusterrolebinding/" + j.identity + ":impersonator",
+		"member: rolebinding/kube-system/" + j.identity + ":authentication-reader",
 		"hub: secret/" + harness.GatewayNamespace + "/" + j.name, "hub: upstreamcluster/" + j.name,
 	} {
 		if !strings.Contains(out, obj+" created (server dry run)") {
@@ -217,7 +220,7 @@ func TestJoinRegistersAMember(t *testing.T) {
 	}
 	// A changed flag changes what it decides; as a dry run, nothing else.
 	out = join("--dry-run", "--server", env.Members[harness.MemberB].Servers[0].URL, "--server", "https://127.0.0.1:1")
-	if !strings.Contains(out, "hub: upstreamcluster/"+j.name+" configured (server dry run)") || strings.Count(out, "unchanged (server dry run)") != 4 {
+	if !strings.Contains(out, "hub: upstreamcluster/"+j.name+" configured (server dry run)") || strings.Count(out, "unchanged (server dry run)") != 5 {
 		t.Errorf("join --dry-run with a second server:\n%s", out)
 	}
 	if after := j.versions(ctx); !maps.Equal(before, after) {
@@ -428,6 +431,8 @@ func sameAsMemberChart(ctx context.Context, t *testing.T, identity, ns string, w
 			live, err = cs.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{})
 		case "ClusterRoleBinding":
 			live, err = cs.RbacV1().ClusterRoleBindings().Get(ctx, name, metav1.GetOptions{})
+		case "RoleBinding":
+			live, err = cs.RbacV1().RoleBindings(want.GetNamespace()).Get(ctx, name, metav1.GetOptions{})
 		default:
 			t.Errorf("the member chart renders a %s %s that join does not create", want.GetKind(), name)
 			continue

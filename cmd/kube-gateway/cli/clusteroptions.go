@@ -35,7 +35,7 @@ func (o *clusterOptions) addFlags(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.StringVar(&o.hubRules.ExplicitPath, "kubeconfig", "", "path of the hub kubeconfig (default: $KUBECONFIG, else ~/.kube/config)")
 	fs.StringVar(&o.hubOverrides.CurrentContext, "context", "", "context of the hub kubeconfig to use (default: its current context)")
-	fs.StringVar(&o.memberKubeconfig, "member-kubeconfig", "", "path of a kubeconfig of the member cluster, with the right to create ServiceAccounts, ClusterRoles and ClusterRoleBindings there (required)")
+	fs.StringVar(&o.memberKubeconfig, "member-kubeconfig", "", "path of a kubeconfig of the member cluster, with the right to create ServiceAccounts, ClusterRoles, ClusterRoleBindings and RoleBindings in kube-system there (required)")
 	fs.StringVar(&o.memberContext, "member-context", "", "context of the member kubeconfig to use (default: its current context)")
 	fs.StringVar(&o.identity.namespace, "member-namespace", "kube-system", "member namespace of the gateway's ServiceAccount")
 	fs.StringVar(&o.identity.name, "identity-name", "kube-gateway", "name of the gateway's ServiceAccount on the member; its ClusterRole and ClusterRoleBinding are NAME:impersonator (the member chart's value \"name\")")

@@ -3,6 +3,7 @@ package cli
 import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 )
@@ -22,6 +23,15 @@ type memberIdentity struct {
 
 func (m memberIdentity) roleName() string        { return m.name + ":impersonator" }
 func (m memberIdentity) tokenSecretName() string { return m.name + "-token" }
+
+// caReaderName is the RoleBinding in kube-system that lets the identity read
+// the member's client CA (ConfigMap extension-apiserver-authentication), for
+// a member door with clientCA: Member.
+func (m memberIdentity) caReaderName() string { return m.name + ":authentication-reader" }
+
+// caReaderRole is the Role every kube-apiserver bootstraps in kube-system to
+// read that ConfigMap.
+const caReaderRole = "extension-apiserver-authentication-reader"
 
 // username is the name the member authenticates the identity's tokens as.
 func (m memberIdentity) username() string {
@@ -73,9 +83,20 @@ func (m memberIdentity) clusterRole() *rbacv1ac.ClusterRoleApplyConfiguration {
 		WithRules(impersonatorRules()...)
 }
 
+func (m memberIdentity) subject() *rbacv1ac.SubjectApplyConfiguration {
+	return rbacv1ac.Subject().WithKind(rbacv1.ServiceAccountKind).WithName(m.name).WithNamespace(m.namespace)
+}
+
 func (m memberIdentity) clusterRoleBinding() *rbacv1ac.ClusterRoleBindingApplyConfiguration {
 	return rbacv1ac.ClusterRoleBinding(m.roleName()).
 		WithLabels(m.labels()).
 		WithRoleRef(rbacv1ac.RoleRef().WithAPIGroup(rbacv1.GroupName).WithKind("ClusterRole").WithName(m.roleName())).
-		WithSubjects(rbacv1ac.Subject().WithKind(rbacv1.ServiceAccountKind).WithName(m.name).WithNamespace(m.namespace))
+		WithSubjects(m.subject())
+}
+
+func (m memberIdentity) caReaderBinding() *rbacv1ac.RoleBindingApplyConfiguration {
+	return rbacv1ac.RoleBinding(m.caReaderName(), metav1.NamespaceSystem).
+		WithLabels(m.labels()).
+		WithRoleRef(rbacv1ac.RoleRef().WithAPIGroup(rbacv1.GroupName).WithKind("Role").WithName(caReaderRole)).
+		WithSubjects(m.subject())
 }

@@ -44,10 +44,14 @@ gateway's API (gateway.kubewharf.io/v1alpha1), has --secret-namespace and lets
 the user of --kubeconfig get and patch Secrets there and UpstreamClusters.
 
 On the member (with --member-kubeconfig, which needs the right to create
-ServiceAccounts, ClusterRoles and ClusterRoleBindings), it creates the objects
-the kube-gateway-member chart creates: ServiceAccount --identity-name in
---member-namespace, ClusterRole and ClusterRoleBinding IDENTITY:impersonator,
-which let that ServiceAccount impersonate hub users and nothing else.
+ServiceAccounts, ClusterRoles, ClusterRoleBindings and RoleBindings in
+kube-system), it creates the objects the kube-gateway-member chart creates:
+ServiceAccount --identity-name in --member-namespace, ClusterRole and
+ClusterRoleBinding IDENTITY:impersonator, which let that ServiceAccount
+impersonate users and create TokenReviews and SubjectAccessReviews (for the
+member door), and RoleBinding kube-system/IDENTITY:authentication-reader to the
+member's Role extension-apiserver-authentication-reader, which lets it read the
+member's client CA (for a member door with clientCA: Member).
 
 Its token is a bound ServiceAccount token (TokenRequest API) valid for
 --token-expiration, or as much of it as the member allows. Running join again
@@ -187,6 +191,16 @@ func (o *joinOptions) join(ctx context.Context, c *clients, out io.Writer) error
 		},
 		func(ctx context.Context) (runtime.Object, error) {
 			return bindings.Apply(ctx, m.clusterRoleBinding(), apply)
+		}); err != nil {
+		return memberError(err, m)
+	}
+	caReaders := c.member.RbacV1().RoleBindings(metav1.NamespaceSystem)
+	if err := r.apply(ctx, "member", "rolebinding", metav1.NamespaceSystem+"/"+m.caReaderName(),
+		func(ctx context.Context) (runtime.Object, error) {
+			return caReaders.Get(ctx, m.caReaderName(), metav1.GetOptions{})
+		},
+		func(ctx context.Context) (runtime.Object, error) {
+			return caReaders.Apply(ctx, m.caReaderBinding(), apply)
 		}); err != nil {
 		return memberError(err, m)
 	}

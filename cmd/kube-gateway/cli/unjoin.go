@@ -22,7 +22,8 @@ func newUnjoinCommand() *cobra.Command {
 using the credential before it goes:
 
 On the hub: UpstreamCluster NAME and Secret NAME in --secret-namespace.
-On the member: ClusterRoleBinding IDENTITY:impersonator, ServiceAccount
+On the member: ClusterRoleBinding IDENTITY:impersonator, RoleBinding
+kube-system/IDENTITY:authentication-reader, ServiceAccount
 --identity-name in --member-namespace (which invalidates its bound tokens), the
 long-lived token Secret IDENTITY-token if there is one, and ClusterRole
 IDENTITY:impersonator unless another binding still refers to it.
@@ -80,6 +81,16 @@ func (o *clusterOptions) unjoin(ctx context.Context, out io.Writer) error {
 		},
 		func(ctx context.Context, opts metav1.DeleteOptions) error {
 			return bindings.Delete(ctx, m.roleName(), opts)
+		}); err != nil {
+		return memberError(err, m)
+	}
+	caReaders := c.member.RbacV1().RoleBindings(metav1.NamespaceSystem)
+	if err := r.deleteJoined(ctx, "member", "rolebinding", metav1.NamespaceSystem+"/"+m.caReaderName(),
+		func(ctx context.Context) (metav1.Object, error) {
+			return caReaders.Get(ctx, m.caReaderName(), metav1.GetOptions{})
+		},
+		func(ctx context.Context, opts metav1.DeleteOptions) error {
+			return caReaders.Delete(ctx, m.caReaderName(), opts)
 		}); err != nil {
 		return memberError(err, m)
 	}
