@@ -180,7 +180,7 @@ func TestServeBrokenResponseAborts(t *testing.T) {
 	}
 	// Counted as the request it was, with the status it began with, and as
 	// an abort.
-	labels := map[string]string{"cluster": clusterName, "policy": "", "schema": "", "verb": "list", "resource": "pods"}
+	labels := map[string]string{"cluster": clusterName, "door": "hub", "policy": "", "schema": "", "verb": "list", "resource": "pods"}
 	if got := counterValue(t, reg, "kube_gateway_proxy_request_aborts_total", labels); got != 1 {
 		t.Errorf("aborts counted with %v: %v, want 1", labels, got)
 	}

@@ -62,6 +62,14 @@ type Request struct {
 	ViaHub bool
 }
 
+// door is the request's door label.
+func (r *Request) door() string {
+	if r.MemberIdentity {
+		return metrics.DoorMember
+	}
+	return metrics.DoorHub
+}
+
 // Forwarder carries proxied requests. It holds what outlives any one cluster
 // configuration; everything else comes with the compiled cluster. Make one with
 // NewForwarder.
@@ -130,13 +138,14 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 	}
 	route := r.Cluster.Route(&attrs)
 	upgrade := httpstream.IsUpgradeRequest(req)
-	schema, release, err := f.admit(r.Cluster.Name, route, &attrs, upgrade)
+	series := metrics.Series{Cluster: r.Cluster.Name, Door: r.door(), Policy: route.Policy, Schema: route.Schema.Name()}
+	release, err := f.admit(series, route, &attrs, upgrade)
 	if err != nil {
 		r.Errors.Error(err)
 		return
 	}
 	defer release()
-	inFlight := f.Metrics.InFlight(r.Cluster.Name, route.Policy, schema)
+	inFlight := f.Metrics.InFlight(series)
 	inFlight.Inc()
 	defer inFlight.Dec()
 
@@ -149,15 +158,15 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 	returned := false
 	defer func() {
 		if a := recorder.attempt; !returned && a != nil && a.failed {
-			f.observe(req.Context(), r, route, schema, &attrs, a.endpoint, recorder.code(), time.Since(start))
+			f.observe(req.Context(), r, series, &attrs, a.endpoint, recorder.code(), time.Since(start))
 			resource := metrics.ResourceLabel(attrs.IsResourceRequest, attrs.Resource, attrs.Subresource)
-			f.Metrics.Aborted(r.Cluster.Name, route.Policy, schema, attrs.Verb, resource)
+			f.Metrics.Aborted(series, attrs.Verb, resource)
 		}
 	}()
 	last, ok := f.attempts(recorder, req, r, route, &attrs, upgrade)
 	returned = true
 	if !ok {
-		f.Metrics.Rejected(r.Cluster.Name, route.Policy, schema, metrics.ReasonNoReadyServer)
+		f.Metrics.Rejected(series, metrics.ReasonNoReadyServer)
 		r.Errors.Error(unavailable(r.Cluster.Name, noServerReason(route)))
 		return
 	}
@@ -165,7 +174,7 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 	if last.writtenCode != 0 { // the error went through the ErrorWriter, not recorder
 		code = last.writtenCode
 	}
-	f.observe(req.Context(), r, route, schema, &attrs, last.endpoint, code, time.Since(start))
+	f.observe(req.Context(), r, series, &attrs, last.endpoint, code, time.Since(start))
 }
 
 // prepare classifies the inner request and refuses what must never be
@@ -192,9 +201,8 @@ func (f *Forwarder) prepare(req *http.Request, r Request) (request.Attributes, e
 // admit takes slots of the user's long-running cap for a long-running
 // request (more for an upgrade: it holds connections of its own), then asks
 // the route's flow-control schema, if any, to let the request in. It returns
-// the schema's name and what to call when the request ends.
-func (f *Forwarder) admit(clusterName string, route *cluster.Route, attrs *request.Attributes, upgrade bool) (schema string, release func(), err error) {
-	schema = route.Schema.Name()
+// what to call when the request ends.
+func (f *Forwarder) admit(series metrics.Series, route *cluster.Route, attrs *request.Attributes, upgrade bool) (release func(), err error) {
 	releaseUser := noop
 	if attrs.LongRunning {
 		slots := longrunning.StreamSlots
@@ -203,23 +211,23 @@ func (f *Forwarder) admit(clusterName string, route *cluster.Route, attrs *reque
 		}
 		var ok bool
 		if releaseUser, ok = f.LongRunning.Acquire(attrs.User.GetName(), slots); !ok {
-			f.Metrics.Rejected(clusterName, route.Policy, schema, metrics.ReasonLongRunningPerUser)
-			return schema, nil, tooManyLongRunning(attrs.User.GetName(), f.LongRunning.Max())
+			f.Metrics.Rejected(series, metrics.ReasonLongRunningPerUser)
+			return nil, tooManyLongRunning(attrs.User.GetName(), f.LongRunning.Max())
 		}
 	}
 	if route.Schema == nil {
-		return schema, releaseUser, nil
+		return releaseUser, nil
 	}
 	releaseSchema, retryAfter, ok := route.Schema.Admit(flowcontrol.Request{User: attrs.User.GetName(), Namespace: attrs.Namespace, LongRunning: attrs.LongRunning})
 	if !ok {
 		releaseUser()
-		f.Metrics.Rejected(clusterName, route.Policy, schema, string(route.Schema.Kind()))
-		return schema, nil, tooManyRequests(clusterName, route.Policy, schema, retryAfter)
+		f.Metrics.Rejected(series, string(route.Schema.Kind()))
+		return nil, tooManyRequests(series.Cluster, series.Policy, series.Schema, retryAfter)
 	}
 	if !attrs.LongRunning {
-		return schema, releaseSchema, nil
+		return releaseSchema, nil
 	}
-	return schema, func() { releaseSchema(); releaseUser() }, nil
+	return func() { releaseSchema(); releaseUser() }, nil
 }
 
 func noop() {}
@@ -291,15 +299,15 @@ func (f *Forwarder) try(w *statusRecorder, req *http.Request, a *attempt, upgrad
 // observe records the request's metrics and, at -v=3, where the generic
 // apiserver logs its own requests, one line: the path, not the query (it can
 // carry anything).
-func (f *Forwarder) observe(ctx context.Context, r Request, route *cluster.Route, schema string, attrs *request.Attributes, endpoint *balance.Endpoint, code int, latency time.Duration) {
+func (f *Forwarder) observe(ctx context.Context, r Request, series metrics.Series, attrs *request.Attributes, endpoint *balance.Endpoint, code int, latency time.Duration) {
 	resource := metrics.ResourceLabel(attrs.IsResourceRequest, attrs.Resource, attrs.Subresource)
 	if attrs.LongRunning {
-		f.Metrics.ObserveLongRunning(r.Cluster.Name, route.Policy, schema, attrs.Verb, resource, code)
+		f.Metrics.ObserveLongRunning(series, attrs.Verb, resource, code)
 	} else {
-		f.Metrics.Observe(r.Cluster.Name, route.Policy, schema, attrs.Verb, resource, code, latency)
+		f.Metrics.Observe(series, attrs.Verb, resource, code, latency)
 	}
 	if logger := klog.FromContext(ctx); logger.V(3).Enabled() {
-		logger.V(3).Info("Proxied", "upstreamcluster", r.Cluster.Name, "policy", route.Policy, "endpoint", endpoint.URL.Host,
+		logger.V(3).Info("Proxied", "upstreamcluster", r.Cluster.Name, "door", series.Door, "policy", series.Policy, "endpoint", endpoint.URL.Host,
 			"user", attrs.User.GetName(), "verb", attrs.Verb, "resource", resource, "path", r.Path, "code", code, "latency", latency)
 	}
 }

@@ -1008,7 +1008,7 @@ func TestServeFlowControl(t *testing.T) {
 	if err := testMetrics.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	labels := map[string]string{"cluster": "member-a", "policy": "pods", "reason": "TokenBucket", "schema": "one"}
+	labels := map[string]string{"cluster": "member-a", "door": "hub", "policy": "pods", "reason": "TokenBucket", "schema": "one"}
 	before := counterValue(t, reg, "kube_gateway_proxy_rejected_requests_total", labels)
 	get := func(path string) *http.Response {
 		req, _ := http.NewRequest(http.MethodGet, g.URL+proxyPrefix+path, nil)
@@ -1212,7 +1212,7 @@ func TestServeCountsFailuresWithTheirCode(t *testing.T) {
 	if resp, _ := do(t, req); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("status %d, want 503", resp.StatusCode)
 	}
-	labels := map[string]string{"cluster": "member-a", "policy": "", "schema": "", "verb": "list", "resource": "pods", "code": "503"}
+	labels := map[string]string{"cluster": "member-a", "door": "hub", "policy": "", "schema": "", "verb": "list", "resource": "pods", "code": "503"}
 	if got := counterValue(t, reg, "kube_gateway_proxy_requests_total", labels); got != 1 {
 		t.Fatalf("requests counted with %v: %v, want 1", labels, got)
 	}

@@ -142,7 +142,7 @@ func TestServeLongRunningPerUser(t *testing.T) {
 	if err := met.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	labels := map[string]string{"cluster": "member-a", "policy": "all", "schema": "free", "reason": metrics.ReasonLongRunningPerUser}
+	labels := map[string]string{"cluster": "member-a", "door": "hub", "policy": "all", "schema": "free", "reason": metrics.ReasonLongRunningPerUser}
 	if got := counterValue(t, reg, "kube_gateway_proxy_rejected_requests_total", labels); got != 1 {
 		t.Errorf("rejections counted for %v: %v, want 1", labels, got)
 	}

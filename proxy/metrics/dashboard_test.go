@@ -48,11 +48,11 @@ func registeredFamilies(t *testing.T) map[string]family {
 	reg.MustRegister(NewReplicasCollector(func() int { return 2 }))
 	reg.MustRegister(NewFanOutCollector(fanOutMemory{}))
 	reg.MustRegister(NewHealthProbesCollector(probeCounts{}))
-	m.Observe("member-a", "p", "s", "get", "pods", 200, time.Millisecond)
-	m.InFlight("member-a", "p", "s").Inc()
-	m.Rejected("member-a", "p", "s", ReasonTokenBucket)
+	m.Observe(Series{Cluster: "member-a", Door: DoorHub, Policy: "p", Schema: "s"}, "get", "pods", 200, time.Millisecond)
+	m.InFlight(Series{Cluster: "member-a", Door: DoorHub, Policy: "p", Schema: "s"}).Inc()
+	m.Rejected(Series{Cluster: "member-a", Door: DoorHub, Policy: "p", Schema: "s"}, ReasonTokenBucket)
 	m.Retried("member-a", "https://192.0.2.10:6443")
-	m.Aborted("member-a", "p", "s", "get", "pods")
+	m.Aborted(Series{Cluster: "member-a", Door: DoorHub, Policy: "p", Schema: "s"}, "get", "pods")
 	m.TokenReviewed("member-a", TokenAuthenticated)
 
 	out := map[string]family{}

@@ -12,24 +12,24 @@
 //
 // # Metrics
 //
-// kube_gateway_proxy_requests_total{cluster,policy,schema,verb,resource,code}
+// kube_gateway_proxy_requests_total{cluster,door,policy,schema,verb,resource,code}
 // (counter): requests forwarded to a member cluster and finished, by the HTTP
 // status code the client got (the member's, or the gateway's own for a request
 // that failed on the way, e.g. 502). Long-running requests are counted when they
 // end. Requests the gateway refused itself (flow control, no ready server) are
 // not here: see kube_gateway_proxy_rejected_requests_total.
 //
-// kube_gateway_proxy_request_duration_seconds{cluster,policy,verb} (histogram):
+// kube_gateway_proxy_request_duration_seconds{cluster,door,policy,verb} (histogram):
 // time from the request's arrival in the proxy to the end of the response, for
 // requests that are not long-running. Long-running requests (watch, exec, attach,
 // port-forward, log follow, recorded with ObserveLongRunning) are excluded: their
 // duration is how long the client kept them open, which says nothing about
 // latency. Buckets from 5ms to 60s.
 //
-// kube_gateway_proxy_inflight_requests{cluster,policy,schema} (gauge): requests
+// kube_gateway_proxy_inflight_requests{cluster,door,policy,schema} (gauge): requests
 // being forwarded right now, long-running ones included.
 //
-// kube_gateway_proxy_rejected_requests_total{cluster,policy,schema,reason}
+// kube_gateway_proxy_rejected_requests_total{cluster,door,policy,schema,reason}
 // (counter): requests the gateway refused without forwarding them, by reason:
 // TokenBucket and MaxInflight (429 from flow control), NoReadyServer (503).
 //
@@ -52,6 +52,9 @@
 // Every label set is bounded; no label ever holds a raw path or a user name.
 //
 //   - cluster: the UpstreamCluster name.
+//   - door: whose identity the request carries: hub (a hub user, through the
+//     hub or direct access) or member (a member's own client, through the
+//     member door).
 //   - policy: the name of the dispatch policy that matched, "" when none did.
 //   - schema: the flow-control schema of that policy, "" when none.
 //   - verb: the Kubernetes verb of the request (get, list, watch, create,
@@ -127,20 +130,20 @@ func New() *Metrics {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem, Name: "requests_total",
 			Help: "Requests forwarded to a member cluster and finished, by the HTTP status code the client got.",
-		}, []string{"cluster", "policy", "schema", "verb", "resource", "code"}),
+		}, []string{"cluster", "door", "policy", "schema", "verb", "resource", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace, Subsystem: subsystem, Name: "request_duration_seconds",
 			Help:    "Duration of proxied requests that are not long-running (watch, exec, attach, port-forward, log follow are excluded).",
 			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
-		}, []string{"cluster", "policy", "verb"}),
+		}, []string{"cluster", "door", "policy", "verb"}),
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Subsystem: subsystem, Name: "inflight_requests",
 			Help: "Requests being forwarded to a member cluster, long-running ones included.",
-		}, []string{"cluster", "policy", "schema"}),
+		}, []string{"cluster", "door", "policy", "schema"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem, Name: "rejected_requests_total",
 			Help: "Requests the gateway refused without forwarding them, by reason (TokenBucket, MaxInflight, NoReadyServer, LongRunningPerUser).",
-		}, []string{"cluster", "policy", "schema", "reason"}),
+		}, []string{"cluster", "door", "policy", "schema", "reason"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem, Name: "retries_total",
 			Help: "Idempotent requests tried again on another server because this endpoint failed them before answering.",
@@ -148,7 +151,7 @@ func New() *Metrics {
 		aborts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem, Name: "request_aborts_total",
 			Help: "Proxied requests whose response broke off after it began, because the member's connection failed mid-body: the client got an incomplete answer. Also counted in requests_total, with the status the response began with.",
-		}, []string{"cluster", "policy", "schema", "verb", "resource"}),
+		}, []string{"cluster", "door", "policy", "schema", "verb", "resource"}),
 		tokenReviews: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "member_door", Name: "tokenreviews_total",
 			Help: "TokenReviews the member door sent to a member for bearer tokens it had no cached answer for, by result (authenticated, rejected, error).",
@@ -188,41 +191,62 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 	return nil
 }
 
+// Doors: who the request's identity belongs to (the door label).
+const (
+	// DoorHub: a hub user, through the hub's front proxy or direct access.
+	DoorHub = "hub"
+	// DoorMember: a member's own client, through the member door.
+	DoorMember = "member"
+)
+
+// Series names the series of one proxied request: its cluster, door, the
+// dispatch policy that matched ("" when none) and that policy's flow-control
+// schema ("" when none).
+type Series struct {
+	Cluster, Door, Policy, Schema string
+}
+
+func (s Series) safe() Series {
+	return Series{Cluster: safe(s.Cluster), Door: safe(s.Door), Policy: safe(s.Policy), Schema: safe(s.Schema)}
+}
+
 // Observe records one finished proxied request that was not long-running:
 // resource is resource[/subresource] ("" for non-resource requests, see
 // ResourceLabel), code the status the client got, d the time from the request's
 // arrival in the proxy to the end of the response.
-func (m *Metrics) Observe(cluster, policy, schema, verb, resource string, code int, d time.Duration) {
-	cluster, policy, schema, verb = safe(cluster), safe(policy), safe(schema), verbLabel(verb)
-	m.requests.WithLabelValues(cluster, policy, schema, verb, m.resources.label(cluster, resource), codeLabel(code)).Inc()
-	m.duration.WithLabelValues(cluster, policy, verb).Observe(d.Seconds())
+func (m *Metrics) Observe(s Series, verb, resource string, code int, d time.Duration) {
+	s, verb = s.safe(), verbLabel(verb)
+	m.requests.WithLabelValues(s.Cluster, s.Door, s.Policy, s.Schema, verb, m.resources.label(s.Cluster, resource), codeLabel(code)).Inc()
+	m.duration.WithLabelValues(s.Cluster, s.Door, s.Policy, verb).Observe(d.Seconds())
 }
 
 // ObserveLongRunning records one finished long-running request (watch, exec,
 // attach, port-forward, log follow): counted in requests_total, kept out of the
 // duration histogram.
-func (m *Metrics) ObserveLongRunning(cluster, policy, schema, verb, resource string, code int) {
-	cluster = safe(cluster)
-	m.requests.WithLabelValues(cluster, safe(policy), safe(schema), verbLabel(verb), m.resources.label(cluster, resource), codeLabel(code)).Inc()
+func (m *Metrics) ObserveLongRunning(s Series, verb, resource string, code int) {
+	s = s.safe()
+	m.requests.WithLabelValues(s.Cluster, s.Door, s.Policy, s.Schema, verbLabel(verb), m.resources.label(s.Cluster, resource), codeLabel(code)).Inc()
 }
 
 // Aborted records that the response of a request (already observed) broke
 // off mid-body because its member's connection failed.
-func (m *Metrics) Aborted(cluster, policy, schema, verb, resource string) {
-	cluster = safe(cluster)
-	m.aborts.WithLabelValues(cluster, safe(policy), safe(schema), verbLabel(verb), m.resources.label(cluster, resource)).Inc()
+func (m *Metrics) Aborted(s Series, verb, resource string) {
+	s = s.safe()
+	m.aborts.WithLabelValues(s.Cluster, s.Door, s.Policy, s.Schema, verbLabel(verb), m.resources.label(s.Cluster, resource)).Inc()
 }
 
-// InFlight returns the in-flight gauge of cluster, policy and schema. Keep the
-// gauge for the life of the request: Inc when forwarding starts, Dec when it ends.
-func (m *Metrics) InFlight(cluster, policy, schema string) prometheus.Gauge {
-	return m.inflight.WithLabelValues(safe(cluster), safe(policy), safe(schema))
+// InFlight returns the in-flight gauge of s. Keep the gauge for the life of
+// the request: Inc when forwarding starts, Dec when it ends.
+func (m *Metrics) InFlight(s Series) prometheus.Gauge {
+	s = s.safe()
+	return m.inflight.WithLabelValues(s.Cluster, s.Door, s.Policy, s.Schema)
 }
 
 // Rejected records a request refused by the gateway itself; reason is one of the
 // Reason constants.
-func (m *Metrics) Rejected(cluster, policy, schema, reason string) {
-	m.rejected.WithLabelValues(safe(cluster), safe(policy), safe(schema), safe(reason)).Inc()
+func (m *Metrics) Rejected(s Series, reason string) {
+	s = s.safe()
+	m.rejected.WithLabelValues(s.Cluster, s.Door, s.Policy, s.Schema, safe(reason)).Inc()
 }
 
 // Retried records that a request which endpoint (a server of spec.servers)

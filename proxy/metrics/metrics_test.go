@@ -23,69 +23,69 @@ func registered(t *testing.T) (*Metrics, *prometheus.Registry) {
 
 func TestObserve(t *testing.T) {
 	m, reg := registered(t)
-	m.Observe("member-a", "list-pods", "tb", "list", "pods", 200, 30*time.Millisecond)
-	m.Observe("member-a", "list-pods", "tb", "list", "pods", 200, 2*time.Second)
-	m.Observe("member-a", "", "", "get", "pods/log", 404, 3*time.Millisecond)
-	m.Observe("member-b", "", "", "get", "", 200, time.Millisecond) // non-resource
-	m.ObserveLongRunning("member-a", "watchers", "", "watch", "pods", 200)
+	m.Observe(Series{Cluster: "member-a", Door: DoorHub, Policy: "list-pods", Schema: "tb"}, "list", "pods", 200, 30*time.Millisecond)
+	m.Observe(Series{Cluster: "member-a", Door: DoorHub, Policy: "list-pods", Schema: "tb"}, "list", "pods", 200, 2*time.Second)
+	m.Observe(Series{Cluster: "member-a", Door: DoorHub, Policy: "", Schema: ""}, "get", "pods/log", 404, 3*time.Millisecond)
+	m.Observe(Series{Cluster: "member-b", Door: DoorMember, Policy: "", Schema: ""}, "get", "", 200, time.Millisecond) // non-resource, member door
+	m.ObserveLongRunning(Series{Cluster: "member-a", Door: DoorHub, Policy: "watchers", Schema: ""}, "watch", "pods", 200)
 
 	want := `
 # HELP kube_gateway_proxy_requests_total Requests forwarded to a member cluster and finished, by the HTTP status code the client got.
 # TYPE kube_gateway_proxy_requests_total counter
-kube_gateway_proxy_requests_total{cluster="member-a",code="200",policy="list-pods",resource="pods",schema="tb",verb="list"} 2
-kube_gateway_proxy_requests_total{cluster="member-a",code="200",policy="watchers",resource="pods",schema="",verb="watch"} 1
-kube_gateway_proxy_requests_total{cluster="member-a",code="404",policy="",resource="pods/log",schema="",verb="get"} 1
-kube_gateway_proxy_requests_total{cluster="member-b",code="200",policy="",resource="",schema="",verb="get"} 1
+kube_gateway_proxy_requests_total{cluster="member-a",code="200",door="hub",policy="list-pods",resource="pods",schema="tb",verb="list"} 2
+kube_gateway_proxy_requests_total{cluster="member-a",code="200",door="hub",policy="watchers",resource="pods",schema="",verb="watch"} 1
+kube_gateway_proxy_requests_total{cluster="member-a",code="404",door="hub",policy="",resource="pods/log",schema="",verb="get"} 1
+kube_gateway_proxy_requests_total{cluster="member-b",code="200",door="member",policy="",resource="",schema="",verb="get"} 1
 # HELP kube_gateway_proxy_request_duration_seconds Duration of proxied requests that are not long-running (watch, exec, attach, port-forward, log follow are excluded).
 # TYPE kube_gateway_proxy_request_duration_seconds histogram
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="",verb="get",le="0.005"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="",verb="get",le="0.01"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="",verb="get",le="0.025"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="",verb="get",le="0.05"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="",verb="get",le="0.1"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="",verb="get",le="0.25"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="",verb="get",le="0.5"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="",verb="get",le="1"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="",verb="get",le="2.5"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="",verb="get",le="5"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="",verb="get",le="10"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="",verb="get",le="30"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="",verb="get",le="60"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="",verb="get",le="+Inf"} 1
-kube_gateway_proxy_request_duration_seconds_sum{cluster="member-a",policy="",verb="get"} 0.003
-kube_gateway_proxy_request_duration_seconds_count{cluster="member-a",policy="",verb="get"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="list-pods",verb="list",le="0.005"} 0
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="list-pods",verb="list",le="0.01"} 0
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="list-pods",verb="list",le="0.025"} 0
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="list-pods",verb="list",le="0.05"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="list-pods",verb="list",le="0.1"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="list-pods",verb="list",le="0.25"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="list-pods",verb="list",le="0.5"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="list-pods",verb="list",le="1"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="list-pods",verb="list",le="2.5"} 2
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="list-pods",verb="list",le="5"} 2
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="list-pods",verb="list",le="10"} 2
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="list-pods",verb="list",le="30"} 2
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="list-pods",verb="list",le="60"} 2
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",policy="list-pods",verb="list",le="+Inf"} 2
-kube_gateway_proxy_request_duration_seconds_sum{cluster="member-a",policy="list-pods",verb="list"} 2.03
-kube_gateway_proxy_request_duration_seconds_count{cluster="member-a",policy="list-pods",verb="list"} 2
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",policy="",verb="get",le="0.005"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",policy="",verb="get",le="0.01"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",policy="",verb="get",le="0.025"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",policy="",verb="get",le="0.05"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",policy="",verb="get",le="0.1"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",policy="",verb="get",le="0.25"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",policy="",verb="get",le="0.5"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",policy="",verb="get",le="1"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",policy="",verb="get",le="2.5"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",policy="",verb="get",le="5"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",policy="",verb="get",le="10"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",policy="",verb="get",le="30"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",policy="",verb="get",le="60"} 1
-kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",policy="",verb="get",le="+Inf"} 1
-kube_gateway_proxy_request_duration_seconds_sum{cluster="member-b",policy="",verb="get"} 0.001
-kube_gateway_proxy_request_duration_seconds_count{cluster="member-b",policy="",verb="get"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="",verb="get",le="0.005"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="",verb="get",le="0.01"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="",verb="get",le="0.025"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="",verb="get",le="0.05"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="",verb="get",le="0.1"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="",verb="get",le="0.25"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="",verb="get",le="0.5"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="",verb="get",le="1"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="",verb="get",le="2.5"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="",verb="get",le="5"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="",verb="get",le="10"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="",verb="get",le="30"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="",verb="get",le="60"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="",verb="get",le="+Inf"} 1
+kube_gateway_proxy_request_duration_seconds_sum{cluster="member-a",door="hub",policy="",verb="get"} 0.003
+kube_gateway_proxy_request_duration_seconds_count{cluster="member-a",door="hub",policy="",verb="get"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="list-pods",verb="list",le="0.005"} 0
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="list-pods",verb="list",le="0.01"} 0
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="list-pods",verb="list",le="0.025"} 0
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="list-pods",verb="list",le="0.05"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="list-pods",verb="list",le="0.1"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="list-pods",verb="list",le="0.25"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="list-pods",verb="list",le="0.5"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="list-pods",verb="list",le="1"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="list-pods",verb="list",le="2.5"} 2
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="list-pods",verb="list",le="5"} 2
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="list-pods",verb="list",le="10"} 2
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="list-pods",verb="list",le="30"} 2
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="list-pods",verb="list",le="60"} 2
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-a",door="hub",policy="list-pods",verb="list",le="+Inf"} 2
+kube_gateway_proxy_request_duration_seconds_sum{cluster="member-a",door="hub",policy="list-pods",verb="list"} 2.03
+kube_gateway_proxy_request_duration_seconds_count{cluster="member-a",door="hub",policy="list-pods",verb="list"} 2
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",door="member",policy="",verb="get",le="0.005"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",door="member",policy="",verb="get",le="0.01"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",door="member",policy="",verb="get",le="0.025"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",door="member",policy="",verb="get",le="0.05"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",door="member",policy="",verb="get",le="0.1"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",door="member",policy="",verb="get",le="0.25"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",door="member",policy="",verb="get",le="0.5"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",door="member",policy="",verb="get",le="1"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",door="member",policy="",verb="get",le="2.5"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",door="member",policy="",verb="get",le="5"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",door="member",policy="",verb="get",le="10"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",door="member",policy="",verb="get",le="30"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",door="member",policy="",verb="get",le="60"} 1
+kube_gateway_proxy_request_duration_seconds_bucket{cluster="member-b",door="member",policy="",verb="get",le="+Inf"} 1
+kube_gateway_proxy_request_duration_seconds_sum{cluster="member-b",door="member",policy="",verb="get"} 0.001
+kube_gateway_proxy_request_duration_seconds_count{cluster="member-b",door="member",policy="",verb="get"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"kube_gateway_proxy_requests_total", "kube_gateway_proxy_request_duration_seconds"); err != nil {
@@ -99,27 +99,27 @@ kube_gateway_proxy_request_duration_seconds_count{cluster="member-b",policy="",v
 
 func TestInFlightAndRejected(t *testing.T) {
 	m, reg := registered(t)
-	g := m.InFlight("member-a", "heavy", "mif")
+	g := m.InFlight(Series{Cluster: "member-a", Door: DoorHub, Policy: "heavy", Schema: "mif"})
 	g.Inc()
 	g.Inc()
-	m.InFlight("member-a", "heavy", "mif").Inc()
+	m.InFlight(Series{Cluster: "member-a", Door: DoorHub, Policy: "heavy", Schema: "mif"}).Inc()
 	g.Dec()
-	if v := testutil.ToFloat64(m.InFlight("member-a", "heavy", "mif")); v != 2 {
+	if v := testutil.ToFloat64(m.InFlight(Series{Cluster: "member-a", Door: DoorHub, Policy: "heavy", Schema: "mif"})); v != 2 {
 		t.Fatalf("in flight = %v, want 2", v)
 	}
-	m.Rejected("member-a", "list-pods", "tb", ReasonTokenBucket)
-	m.Rejected("member-a", "list-pods", "tb", ReasonTokenBucket)
-	m.Rejected("member-a", "heavy", "mif", ReasonMaxInflight)
-	m.Rejected("member-b", "", "", ReasonNoReadyServer)
+	m.Rejected(Series{Cluster: "member-a", Door: DoorHub, Policy: "list-pods", Schema: "tb"}, ReasonTokenBucket)
+	m.Rejected(Series{Cluster: "member-a", Door: DoorHub, Policy: "list-pods", Schema: "tb"}, ReasonTokenBucket)
+	m.Rejected(Series{Cluster: "member-a", Door: DoorHub, Policy: "heavy", Schema: "mif"}, ReasonMaxInflight)
+	m.Rejected(Series{Cluster: "member-b", Door: DoorHub, Policy: "", Schema: ""}, ReasonNoReadyServer)
 	want := `
 # HELP kube_gateway_proxy_inflight_requests Requests being forwarded to a member cluster, long-running ones included.
 # TYPE kube_gateway_proxy_inflight_requests gauge
-kube_gateway_proxy_inflight_requests{cluster="member-a",policy="heavy",schema="mif"} 2
+kube_gateway_proxy_inflight_requests{cluster="member-a",door="hub",policy="heavy",schema="mif"} 2
 # HELP kube_gateway_proxy_rejected_requests_total Requests the gateway refused without forwarding them, by reason (TokenBucket, MaxInflight, NoReadyServer, LongRunningPerUser).
 # TYPE kube_gateway_proxy_rejected_requests_total counter
-kube_gateway_proxy_rejected_requests_total{cluster="member-a",policy="heavy",reason="MaxInflight",schema="mif"} 1
-kube_gateway_proxy_rejected_requests_total{cluster="member-a",policy="list-pods",reason="TokenBucket",schema="tb"} 2
-kube_gateway_proxy_rejected_requests_total{cluster="member-b",policy="",reason="NoReadyServer",schema=""} 1
+kube_gateway_proxy_rejected_requests_total{cluster="member-a",door="hub",policy="heavy",reason="MaxInflight",schema="mif"} 1
+kube_gateway_proxy_rejected_requests_total{cluster="member-a",door="hub",policy="list-pods",reason="TokenBucket",schema="tb"} 2
+kube_gateway_proxy_rejected_requests_total{cluster="member-b",door="hub",policy="",reason="NoReadyServer",schema=""} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"kube_gateway_proxy_inflight_requests", "kube_gateway_proxy_rejected_requests_total"); err != nil {
@@ -146,10 +146,10 @@ kube_gateway_proxy_retries_total{cluster="member-a",endpoint="https://10.0.0.2:6
 func TestForgetCluster(t *testing.T) {
 	m, reg := registered(t)
 	for _, c := range []string{"member-a", "member-b"} {
-		m.Observe(c, "p", "s", "get", "pods", 200, time.Millisecond)
-		m.ObserveLongRunning(c, "p", "s", "watch", "pods", 200)
-		m.InFlight(c, "p", "s").Inc()
-		m.Rejected(c, "p", "s", ReasonTokenBucket)
+		m.Observe(Series{Cluster: c, Door: DoorHub, Policy: "p", Schema: "s"}, "get", "pods", 200, time.Millisecond)
+		m.ObserveLongRunning(Series{Cluster: c, Door: DoorHub, Policy: "p", Schema: "s"}, "watch", "pods", 200)
+		m.InFlight(Series{Cluster: c, Door: DoorHub, Policy: "p", Schema: "s"}).Inc()
+		m.Rejected(Series{Cluster: c, Door: DoorHub, Policy: "p", Schema: "s"}, ReasonTokenBucket)
 		m.Retried(c, "https://192.0.2.1:6443")
 	}
 	m.ForgetCluster("member-a")
@@ -177,21 +177,21 @@ func TestLabelsBounded(t *testing.T) {
 	m, _ := registered(t)
 	// Unknown verbs, odd codes, invalid UTF-8 and long values do not panic and are
 	// folded into <other>.
-	m.Observe("c", "p", "s", "PROPFIND", "pods", 200, 0)
-	m.Observe("c", "p", "s", "get", "pods", 7000, 0)
-	m.Observe("c", "p", "s", "get", "pods\xff", 200, 0)
-	m.Observe("c", "p", "s", "get", strings.Repeat("x", 200), 200, 0)
-	m.Observe("c\xff", "p\xff", "s\xff", "get", "pods", 200, 0)
-	m.Rejected("c", "p", "s", "\xff")
-	m.InFlight("\xff", "p", "s").Inc()
+	m.Observe(Series{Cluster: "c", Door: DoorHub, Policy: "p", Schema: "s"}, "PROPFIND", "pods", 200, 0)
+	m.Observe(Series{Cluster: "c", Door: DoorHub, Policy: "p", Schema: "s"}, "get", "pods", 7000, 0)
+	m.Observe(Series{Cluster: "c", Door: DoorHub, Policy: "p", Schema: "s"}, "get", "pods\xff", 200, 0)
+	m.Observe(Series{Cluster: "c", Door: DoorHub, Policy: "p", Schema: "s"}, "get", strings.Repeat("x", 200), 200, 0)
+	m.Observe(Series{Cluster: "c\xff", Door: DoorHub, Policy: "p\xff", Schema: "s\xff"}, "get", "pods", 200, 0)
+	m.Rejected(Series{Cluster: "c", Door: DoorHub, Policy: "p", Schema: "s"}, "\xff")
+	m.InFlight(Series{Cluster: "\xff", Door: DoorHub, Policy: "p", Schema: "s"}).Inc()
 	for _, tt := range []struct {
 		labels []string
 		want   float64
 	}{
-		{[]string{"c", "p", "s", Other, "pods", "200"}, 1},
-		{[]string{"c", "p", "s", "get", "pods", Other}, 1},
-		{[]string{"c", "p", "s", "get", Other, "200"}, 2},
-		{[]string{Other, Other, Other, "get", "pods", "200"}, 1},
+		{[]string{"c", "hub", "p", "s", Other, "pods", "200"}, 1},
+		{[]string{"c", "hub", "p", "s", "get", "pods", Other}, 1},
+		{[]string{"c", "hub", "p", "s", "get", Other, "200"}, 2},
+		{[]string{Other, "hub", Other, Other, "get", "pods", "200"}, 1},
 	} {
 		if v := testutil.ToFloat64(m.requests.WithLabelValues(tt.labels...)); v != tt.want {
 			t.Errorf("requests_total%v = %v, want %v", tt.labels, v, tt.want)
@@ -200,26 +200,26 @@ func TestLabelsBounded(t *testing.T) {
 
 	// At most MaxResourcesPerCluster resource values per cluster.
 	for i := 0; i < MaxResourcesPerCluster+10; i++ {
-		m.Observe("flood", "", "", "get", fmt.Sprint("res", i), 404, 0)
+		m.Observe(Series{Cluster: "flood", Door: DoorHub, Policy: "", Schema: ""}, "get", fmt.Sprint("res", i), 404, 0)
 	}
-	m.Observe("flood", "", "", "get", "res0", 200, 0) // known before the cap: kept
+	m.Observe(Series{Cluster: "flood", Door: DoorHub, Policy: "", Schema: ""}, "get", "res0", 200, 0) // known before the cap: kept
 	if n := testutil.CollectAndCount(m.requests); n < MaxResourcesPerCluster {
 		t.Fatalf("only %d series", n)
 	}
-	if v := testutil.ToFloat64(m.requests.WithLabelValues("flood", "", "", "get", Other, "404")); v != 10 {
+	if v := testutil.ToFloat64(m.requests.WithLabelValues("flood", "hub", "", "", "get", Other, "404")); v != 10 {
 		t.Errorf("resources beyond the cap: %v, want 10 in <other>", v)
 	}
-	if v := testutil.ToFloat64(m.requests.WithLabelValues("flood", "", "", "get", "res0", "200")); v != 1 {
+	if v := testutil.ToFloat64(m.requests.WithLabelValues("flood", "hub", "", "", "get", "res0", "200")); v != 1 {
 		t.Errorf("a known resource was folded: %v", v)
 	}
 	// Other clusters have a budget of their own, and forgetting resets it.
-	m.Observe("other-cluster", "", "", "get", "res5000", 200, 0)
-	if v := testutil.ToFloat64(m.requests.WithLabelValues("other-cluster", "", "", "get", "res5000", "200")); v != 1 {
+	m.Observe(Series{Cluster: "other-cluster", Door: DoorHub, Policy: "", Schema: ""}, "get", "res5000", 200, 0)
+	if v := testutil.ToFloat64(m.requests.WithLabelValues("other-cluster", "hub", "", "", "get", "res5000", "200")); v != 1 {
 		t.Errorf("another cluster shares the cap: %v", v)
 	}
 	m.ForgetCluster("flood")
-	m.Observe("flood", "", "", "get", "res5000", 200, 0)
-	if v := testutil.ToFloat64(m.requests.WithLabelValues("flood", "", "", "get", "res5000", "200")); v != 1 {
+	m.Observe(Series{Cluster: "flood", Door: DoorHub, Policy: "", Schema: ""}, "get", "res5000", 200, 0)
+	if v := testutil.ToFloat64(m.requests.WithLabelValues("flood", "hub", "", "", "get", "res5000", "200")); v != 1 {
 		t.Errorf("ForgetCluster did not reset the resource cap: %v", v)
 	}
 }
@@ -279,7 +279,7 @@ func TestLegacyRegistry(t *testing.T) {
 			legacyregistry.Registerer().Unregister(c)
 		}
 	}()
-	m.Rejected("member-a", "p", "s", ReasonMaxInflight)
+	m.Rejected(Series{Cluster: "member-a", Door: DoorHub, Policy: "p", Schema: "s"}, ReasonMaxInflight)
 	n, err := testutil.GatherAndCount(legacyregistry.DefaultGatherer, "kube_gateway_proxy_rejected_requests_total")
 	if err != nil || n != 1 {
 		t.Fatalf("legacy registry gathers %d series (%v), want 1", n, err)
@@ -295,9 +295,9 @@ func TestConcurrent(t *testing.T) {
 			defer wg.Done()
 			c := fmt.Sprint("member-", g%2)
 			for i := 0; i < 500; i++ {
-				gauge := m.InFlight(c, "p", "s")
+				gauge := m.InFlight(Series{Cluster: c, Door: DoorHub, Policy: "p", Schema: "s"})
 				gauge.Inc()
-				m.Observe(c, "p", "s", "get", fmt.Sprint("res", i%50), 200, time.Millisecond)
+				m.Observe(Series{Cluster: c, Door: DoorHub, Policy: "p", Schema: "s"}, "get", fmt.Sprint("res", i%50), 200, time.Millisecond)
 				gauge.Dec()
 				if i%100 == 0 {
 					m.ForgetCluster(c)
@@ -318,9 +318,9 @@ func BenchmarkObserve(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		g := m.InFlight("member-a", "list-pods", "tb")
+		g := m.InFlight(Series{Cluster: "member-a", Door: DoorHub, Policy: "list-pods", Schema: "tb"})
 		g.Inc()
-		m.Observe("member-a", "list-pods", "tb", "list", "pods", 200, 20*time.Millisecond)
+		m.Observe(Series{Cluster: "member-a", Door: DoorHub, Policy: "list-pods", Schema: "tb"}, "list", "pods", 200, 20*time.Millisecond)
 		g.Dec()
 	}
 }
@@ -333,7 +333,7 @@ func BenchmarkObserveParallel(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			m.Observe("member-a", "list-pods", "tb", "list", "pods", 200, 20*time.Millisecond)
+			m.Observe(Series{Cluster: "member-a", Door: DoorHub, Policy: "list-pods", Schema: "tb"}, "list", "pods", 200, 20*time.Millisecond)
 		}
 	})
 }

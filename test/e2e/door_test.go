@@ -103,6 +103,13 @@ func TestMemberDoor(t *testing.T) {
 		}
 		return nil
 	})
+	// The gateway's metrics name the door the requests came through.
+	if v, ok := gatewayMetric(t, "kube_gateway_proxy_requests_total", map[string]string{"cluster": "door-a", "door": "member", "policy": "", "schema": "", "verb": "get", "resource": "configmaps", "code": "200"}); !ok || v < float64(n) {
+		t.Errorf("requests_total of door-a's GETs through the member door: %v (%v), want at least %d", v, ok, n)
+	}
+	if v, ok := gatewayMetric(t, "kube_gateway_proxy_requests_total", map[string]string{"cluster": "door-a", "door": "hub", "policy": "", "schema": "", "verb": "get", "resource": "configmaps", "code": "200"}); ok {
+		t.Errorf("requests_total counts %v GETs of door-a's configmaps under door hub; none came through the hub", v)
+	}
 
 	// member-b's own credential does not open member-a's door.
 	certB, keyB, err := env.Members[harness.MemberB].ClientCertificate("door-admin", "system:masters")
@@ -205,11 +212,17 @@ func parseWhoami(t *testing.T, out string) authenticationv1.UserInfo {
 // of cluster with result.
 func doorTokenReviews(t *testing.T, cluster, result string) (float64, bool) {
 	t.Helper()
+	return gatewayMetric(t, "kube_gateway_member_door_tokenreviews_total", map[string]string{"cluster": cluster, "result": result})
+}
+
+// gatewayMetric is the value of the gateway's series name with labels.
+func gatewayMetric(t *testing.T, name string, labels map[string]string) (float64, bool) {
+	t.Helper()
 	code, body := gatewayGet(t, gatewayClient(t, true), "/metrics", harness.AdminFrontProxyHeader())
 	if code != http.StatusOK {
 		t.Fatalf("GET /metrics: %d", code)
 	}
-	return seriesValue(t, body, "kube_gateway_member_door_tokenreviews_total", map[string]string{"cluster": cluster, "result": result})
+	return seriesValue(t, body, name, labels)
 }
 
 // waitDoorCondition waits until cluster's MemberDoorReady condition has

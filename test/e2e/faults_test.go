@@ -391,7 +391,7 @@ func TestBrokenServerResetMidResponse(t *testing.T) {
 	// kubectl fails, and prints no items: round robin sends one of the first
 	// LISTs to the broken server.
 	server := "--server=" + env.ProxyConfig(harness.UserAdmin, uc.Name).Host
-	aborts := map[string]string{"cluster": uc.Name, "policy": "", "schema": "", "verb": "list", "resource": "configmaps"}
+	aborts := map[string]string{"cluster": uc.Name, "door": "hub", "policy": "", "schema": "", "verb": "list", "resource": "configmaps"}
 	abortedBefore := gatewayCounter(t, "kube_gateway_proxy_request_aborts_total", aborts)
 	kubectlFailed := false
 	for i := 0; i < 4 && !kubectlFailed; i++ {
