@@ -16,15 +16,19 @@ import (
 
 // Chain is the door's handler chain, built from the generic server's
 // configuration c as proxy/chain builds the hub path's: panic recovery,
-// request info, the audit log and impersonation as for any request, with the
-// door's own authentication in place of the hub's, the member deciding a
-// client's impersonation, and no authorization (the member authorizes).
-func Chain(s *Server, c *genericapiserver.Config) http.Handler {
+// request info, the audit log (refusals audited as failed authentications),
+// tracing if on, and impersonation as for any request, with the door's own
+// authentication in place of the hub's, the member deciding a client's
+// impersonation, and no authorization (the member authorizes).
+func Chain(s *Server, c *genericapiserver.Config, tracing bool) http.Handler {
 	h := http.Handler(http.HandlerFunc(s.Serve))
 	// A client's own Impersonate-* headers, as the member would allow them.
 	h = impersonation.WithImpersonation(h, authorizeImpersonation{}, c.Serializer)
 	h = genericapifilters.WithAudit(h, c.AuditBackend, c.AuditPolicyRuleEvaluator, c.LongRunningFunc)
-	h = s.Authenticate(h)
+	if tracing {
+		h = genericapifilters.WithTracing(h, c.TracerProvider)
+	}
+	h = s.Authenticate(h, genericapifilters.WithFailedAuthenticationAudit(s.Refusal(), c.AuditBackend, c.AuditPolicyRuleEvaluator))
 	h = genericapifilters.WithWarningRecorder(h)
 	h = genericapifilters.WithCacheControl(h)
 	h = genericapifilters.WithRequestInfo(h, c.RequestInfoResolver)

@@ -74,16 +74,31 @@ func (s *Server) TLSConfig() *tls.Config {
 // authenticates the client against that member; next serves what passes,
 // with the member identity in the request's context
 // (genericapirequest.UserFrom) and the door in it for ClusterFrom and the
-// impersonation filter.
-func (s *Server) Authenticate(next http.Handler) http.Handler {
+// impersonation filter; refused serves what does not, with the error in the
+// context for Refusal.
+func (s *Server) Authenticate(next, refused http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		d, u, err := s.authenticate(req)
 		if err != nil {
-			responsewriters.ErrorNegotiated(err, s.serializer, gatewayv1alpha1.SchemeGroupVersion, w, req)
+			refused.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), refusalKey{}, err)))
 			return
 		}
 		ctx := genericapirequest.WithUser(req.Context(), u)
 		next.ServeHTTP(w, req.WithContext(context.WithValue(ctx, doorKey{}, d)))
+	})
+}
+
+type refusalKey struct{}
+
+// Refusal writes the error Authenticate refused a request with, as a Status
+// (the refused handler of Authenticate, which may wrap it, e.g. to audit).
+func (s *Server) Refusal() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		err, ok := req.Context().Value(refusalKey{}).(error)
+		if !ok {
+			err = apierrors.NewUnauthorized("Unauthorized")
+		}
+		responsewriters.ErrorNegotiated(err, s.serializer, gatewayv1alpha1.SchemeGroupVersion, w, req)
 	})
 }
 

@@ -161,7 +161,7 @@ func TestDoor(t *testing.T) {
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		Serve(ctx, ln, s, s.Authenticate(impersonation.WithImpersonation(http.HandlerFunc(s.Serve), authorizeImpersonation{}, codecs)))
+		Serve(ctx, ln, s, s.Authenticate(impersonation.WithImpersonation(http.HandlerFunc(s.Serve), authorizeImpersonation{}, codecs), s.Refusal()))
 	}()
 	t.Cleanup(func() { cancel(); <-served })
 

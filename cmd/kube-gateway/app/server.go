@@ -209,7 +209,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		})
 		if c.extra.MemberDoorAddress != "" {
 			doorServer = door.NewServer(controller, proxy.ServeDoor, c.extra.Codecs)
-			doorHandler = door.Chain(doorServer, gc)
+			doorHandler = door.Chain(doorServer, gc, c.extra.Tracing)
 		}
 		return chain.New(genericapiserver.DefaultBuildHandlerChain(apiHandler, gc), proxy.Serve, gc, chain.Options{Tracing: c.extra.Tracing, Entry: c.extra.Entry})
 	}
