@@ -4,8 +4,9 @@
 // (active checking: GET spec.healthCheck.path with the gateway's own credential)
 // and takes reports from the data plane about real requests (passive checking:
 // connection and transport failures). An endpoint goes out of rotation after
-// UnhealthyThreshold consecutive failures, probes and passive failures alike, and
-// comes back after HealthyThreshold consecutive successful probes. A new endpoint
+// UnhealthyThreshold consecutive failures, probes and passive failures alike, or
+// at once when a request's connection is refused, and comes back after
+// HealthyThreshold consecutive successful probes. A new endpoint
 // takes requests at once, but its health is unknown until its first probe
 // answers or a failure streak takes it out: the first answer is a change too.
 // Every change is recorded on the endpoint (balance.Endpoint.SetHealthy), where
@@ -23,6 +24,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -309,7 +311,12 @@ func (c *Checker) ReportFailure(e *balance.Endpoint, err error) {
 	if err != nil {
 		msg = transport.StripURL(err).Error()
 	}
-	c.failure(s, passiveReason(failure.Of(err)), msg)
+	// Nothing listens: the server is down or restarting, and once it listens
+	// again it may answer before it is ready (a kube-apiserver denies
+	// everything until its authorizer's informers have synced). Out until
+	// a probe of its readiness succeeds.
+	refused := errors.Is(err, syscall.ECONNREFUSED)
+	c.failure(s, passiveReason(failure.Of(err)), msg, refused)
 }
 
 // passiveReason is the reason of a real request's failure of kind k.
@@ -338,11 +345,12 @@ func (c *Checker) ReportSuccess(e *balance.Endpoint) {
 	}
 }
 
-func (c *Checker) failure(s *endpointState, reason, msg string) {
+// failure counts a failure of s; with now, it takes s out whatever the streak.
+func (c *Checker) failure(s *endpointState, reason, msg string, now bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.successes = 0
-	if n := s.failures.Add(1); n >= int64(c.cfg.UnhealthyThreshold) && s.e.SetHealthy(false) {
+	if n := s.failures.Add(1); (now || n >= int64(c.cfg.UnhealthyThreshold)) && s.e.SetHealthy(false) {
 		s.judged = true
 		c.enqueue(ServerHealth{Endpoint: s.name, Healthy: false, Reason: reason, Message: msg, Since: c.clk.Now()})
 	}

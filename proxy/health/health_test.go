@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -451,9 +453,8 @@ func TestProbeConnectionFailed(t *testing.T) {
 	a, b := newMember(t), newMember(t)
 	h := newHarness(t, testConfig, a, b)
 	h.start()
-	// Closed listener: connections are refused.
+	// Closed listener: connections are refused, which takes it out at once.
 	a.srv.Close()
-	h.round()
 	h.round()
 	tr := h.expect(a, false, ReasonProbeFailed)
 	if !strings.HasPrefix(tr.Message, "GET /readyz: ") || strings.Contains(tr.Message, a.srv.URL+"/readyz") {
@@ -570,6 +571,33 @@ func TestPassiveFailuresTakeEndpointOut(t *testing.T) {
 	h.expect(a, false, ReasonConnectionFailed)
 	if !b.ep.Healthy() {
 		t.Fatal("b went unhealthy")
+	}
+}
+
+// A refused connection (nothing listens: the server is down or restarting)
+// takes the server out at once, whatever the threshold, by a request or a
+// probe; it comes back when a probe of its readiness succeeds.
+func TestRefusedConnectionTakesEndpointOut(t *testing.T) {
+	a, b := newMember(t), newMember(t)
+	cfg := testConfig
+	cfg.UnhealthyThreshold = 3
+	h := newHarness(t, cfg, a, b)
+	h.start()
+	refused := &url.Error{Op: "Get", URL: a.srv.URL + "/api", Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}
+	h.c.ReportFailure(a.ep, refused)
+	if a.ep.Healthy() {
+		t.Fatal("a still takes requests after its connection was refused")
+	}
+	h.expect(a, false, ReasonConnectionFailed)
+	h.round()
+	h.expect(a, true, ReasonProbeSucceeded)
+
+	// A probe refused likewise: b stops listening.
+	b.srv.Close()
+	h.round()
+	h.expect(b, false, ReasonProbeFailed)
+	if !a.ep.Healthy() {
+		t.Fatal("a went out with b")
 	}
 }
 

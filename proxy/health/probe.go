@@ -2,10 +2,12 @@ package health
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"syscall"
 	"time"
 
 	"github.com/kubewharf/kube-gateway/proxy/failure"
@@ -108,9 +110,9 @@ func (c *Checker) probeOnce(ctx context.Context, s *endpointState) {
 		if cause := context.Cause(pctx); cause != nil {
 			err = cause
 		}
-		c.failure(s, probeReason(failure.Of(err)), prefix+transport.StripURL(err).Error())
+		c.failure(s, probeReason(failure.Of(err)), prefix+transport.StripURL(err).Error(), errors.Is(err, syscall.ECONNREFUSED))
 	default:
-		c.failure(s, ReasonProbeFailed, prefix+status)
+		c.failure(s, ReasonProbeFailed, prefix+status, false)
 	}
 	if c.probed != nil {
 		c.probed(s.e, ok)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,6 +104,45 @@ func TestMemberDoor(t *testing.T) {
 		}
 		return nil
 	})
+	// A replica restarted under that load: no GET fails (the gateway sends
+	// them to the other meanwhile) and, once it is ready, it serves its
+	// share again.
+	load, stopLoad := context.WithCancel(ctx)
+	var sent, failed atomic.Int64
+	loaded := make(chan struct{})
+	go func() {
+		defer close(loaded)
+		for load.Err() == nil {
+			_, err := doorClient.CoreV1().ConfigMaps(harness.AliceNamespace).Get(load, target.Name, metav1.GetOptions{})
+			if load.Err() != nil {
+				return
+			}
+			sent.Add(1)
+			if err != nil {
+				failed.Add(1)
+				t.Logf("GET through the door while a replica restarts: %v", err)
+			}
+		}
+	}()
+	if err := replicas[1].Process.Restart(ctx); err != nil {
+		stopLoad()
+		<-loaded
+		t.Fatalf("restarting member-a's second replica: %v", err)
+	}
+	back := auditCount(t, replicas[1], "get", "configmaps", "door-admin")
+	eventually(t, 30*time.Second, func(context.Context) error {
+		if served := auditCount(t, replicas[1], "get", "configmaps", "door-admin") - back; served < n/4 {
+			return errorf("member-a's restarted replica served %d GETs through the door since it is ready", served)
+		}
+		return nil
+	})
+	stopLoad()
+	<-loaded
+	t.Logf("%d GETs through the door while member-a's second replica restarted and took its share again", sent.Load())
+	if failed.Load() != 0 || sent.Load() == 0 {
+		t.Errorf("%d of %d GETs through the door failed while a replica restarted", failed.Load(), sent.Load())
+	}
+
 	// The gateway's metrics name the door the requests came through.
 	if v, ok := gatewayMetric(t, "kube_gateway_proxy_requests_total", map[string]string{"cluster": "door-a", "door": "member", "policy": "", "schema": "", "verb": "get", "resource": "configmaps", "code": "200"}); !ok || v < float64(n) {
 		t.Errorf("requests_total of door-a's GETs through the member door: %v (%v), want at least %d", v, ok, n)
