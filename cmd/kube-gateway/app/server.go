@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
@@ -252,7 +253,16 @@ func (c CompletedConfig) New() (*Server, error) {
 		go controller.Run(hookCtx)
 		go status.Lead(hookCtx, c.hub, c.extra.SecretNamespace, c.extra.StatusLeaseName, identity, statusWriter.Run)
 		if members != nil {
-			members.Start(hookCtx)
+			// Counted once ready: until then no load balancer sends this
+			// replica anything, and the others would enforce smaller
+			// shares for nothing.
+			go func() {
+				if wait.PollUntilContextCancel(hookCtx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+					return clustersLoaded(nil) == nil && frontProxyLoaded(nil) == nil, nil
+				}) == nil {
+					members.Start(hookCtx)
+				}
+			}()
 		}
 		return nil
 	})
