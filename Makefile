@@ -29,7 +29,7 @@ build:
 tools:
 	hack/build-tools.sh
 
-## test-deps: tinyproxy, Dante and ip for the end-to-end suite, from Debian's packages when missing (needs root or sudo to install)
+## test-deps: tinyproxy, Dante, HAProxy and ip for the end-to-end suite, from Debian's packages when missing (needs root or sudo to install)
 test-deps:
 	hack/test-deps.sh
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the programs the end-to-end suite runs besides the tools that
 # hack/build-tools.sh builds: tinyproxy and Dante (forward proxies between the
-# gateway and a member, test/harness/forwardproxy.go) and, for the konnectivity
-# test's network namespace as root, iproute2's ip. `make test-e2e` and `.ci/run`
+# gateway and a member, test/harness/forwardproxy.go), HAProxy (the load
+# balancer in front of gateway replicas, test/harness/loadbalancer.go) and, for
+# the konnectivity test's network namespace as root, iproute2's ip. `make test-e2e` and `.ci/run`
 # both run it; it does nothing when all are present.
 #
 # Installing needs root (or sudo): Debian's packages, without starting the
@@ -12,6 +13,7 @@ set -o errexit -o nounset -o pipefail
 missing=()
 command -v tinyproxy >/dev/null || missing+=(tinyproxy)
 command -v danted >/dev/null || [[ -x /usr/sbin/danted ]] || missing+=(dante-server)
+command -v haproxy >/dev/null || [[ -x /usr/sbin/haproxy ]] || missing+=(haproxy)
 command -v ip >/dev/null || [[ -x /usr/sbin/ip || -x /sbin/ip ]] || missing+=(iproute2)
 if [[ ${#missing[@]} -eq 0 ]]; then
     exit 0
@@ -45,5 +47,5 @@ trap cleanup EXIT
 "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 # Where systemd started them anyway, stop them: the suite starts its own.
 if command -v systemctl >/dev/null && [[ -d /run/systemd/system ]]; then
-    "${sudo[@]}" systemctl disable --now tinyproxy danted >/dev/null 2>&1 || true
+    "${sudo[@]}" systemctl disable --now tinyproxy danted haproxy >/dev/null 2>&1 || true
 fi

@@ -47,6 +47,13 @@ func tooManyLongRunning(user string, limit int) error {
 		user, limit, longrunning.Flag, longrunning.StreamSlots, longrunning.SessionSlots), retryAfterSeconds)
 }
 
+// shuttingDown is the 429 of a long-running request that reached this replica
+// after Stop: its client retries after a second, when the load balancer (or
+// the hub, after this replica's GOAWAY) sends it to another replica.
+func shuttingDown() error {
+	return apierrors.NewTooManyRequests("this kube-gateway replica is shutting down and takes no new long-running requests; retry, and another replica will serve it", retryAfterSeconds)
+}
+
 // unavailable is the 503 of a cluster that cannot serve now.
 func unavailable(clusterName, why string) error {
 	return &apierrors.StatusError{ErrStatus: metav1.Status{

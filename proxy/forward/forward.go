@@ -94,8 +94,10 @@ type Forwarder struct {
 	// proxy carries requests that are not long-running, longRunning the others:
 	// they differ in the size of their pooled copy buffers only.
 	proxy, longRunning *reverseProxy
-	// stop ends the long-running responses of longRunning.
-	stop context.CancelFunc
+	// stopping ends with Stop; stop ends it, and with it the long-running
+	// responses of longRunning.
+	stopping context.Context
+	stop     context.CancelFunc
 	// splice lends upgraded connections their copy buffers.
 	splice *bufferPool
 }
@@ -116,15 +118,19 @@ func NewForwarder(m *metrics.Metrics) *Forwarder {
 		ResponseHeaderTimeout: DefaultResponseHeaderTimeout,
 		proxy:                 newReverseProxy(shortBufferSize, false, nil, headers),
 		longRunning:           newReverseProxy(longRunningBufferSize, true, stopping, headers),
+		stopping:              stopping,
 		stop:                  stop,
 		splice:                newBufferPool(spliceBufferSize),
 	}
 }
 
-// Stop ends every proxied long-running request (watches, log streams) cleanly,
-// now and from now on, so that a gateway shutting down is not held by streams
-// its clients would keep open for hours; they reconnect elsewhere. Upgraded
-// connections (exec, attach, port-forward) end when the process exits.
+// Stop ends every proxied long-running request (watches, log streams)
+// cleanly, so that a gateway shutting down is not held by streams its clients
+// would keep open for hours; they reconnect elsewhere. Long-running requests
+// that arrive later are refused with 429 and Retry-After, which client-go
+// retries by itself: one that was served would end at once, and a reflector
+// takes a watch that ends at once for an error. Upgraded connections (exec,
+// attach, port-forward) end when the process exits.
 func (f *Forwarder) Stop() { f.stop() }
 
 // Serve forwards req (the inbound request) as described by r: it classifies the
@@ -137,8 +143,13 @@ func (f *Forwarder) Serve(w http.ResponseWriter, req *http.Request, r Request) {
 		return
 	}
 	route := r.Cluster.Route(&attrs)
-	upgrade := httpstream.IsUpgradeRequest(req)
 	series := metrics.Series{Cluster: r.Cluster.Name, Door: r.door(), Policy: route.Policy, Schema: route.Schema.Name()}
+	if attrs.LongRunning && f.stopping.Err() != nil {
+		f.Metrics.Rejected(series, metrics.ReasonShuttingDown)
+		r.Errors.Error(shuttingDown())
+		return
+	}
+	upgrade := httpstream.IsUpgradeRequest(req)
 	release, err := f.admit(series, route, &attrs, upgrade)
 	if err != nil {
 		r.Errors.Error(err)

@@ -1154,6 +1154,35 @@ func TestStopEndsStreams(t *testing.T) {
 	}
 }
 
+// After Stop, a new watch is refused with 429 and Retry-After, which client-go
+// retries by itself (served, it would end at once, and a reflector takes a
+// watch that ends at once for an error); a GET is still served.
+func TestStopRefusesNewStreams(t *testing.T) {
+	m := newMember(t)
+	c := compile(t, m.caPEM, nil, m.URL)
+	f := forward.NewForwarder(metrics.New())
+	errs := &errorRecorder{}
+	gw := forwarderServer(t, f, c, errs)
+	f.Stop()
+
+	req, _ := http.NewRequest(http.MethodGet, gw.URL+proxyPrefix+"/api/v1/pods?watch=true", nil)
+	resp, _ := do(t, req)
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a watch after Stop: %s, want 429", resp.Status)
+	}
+	all := errs.all()
+	if len(all) != 1 || !strings.Contains(all[0].Error(), "shutting down") {
+		t.Fatalf("refusals: %v, want one that says the replica is shutting down", all)
+	}
+	if d := all[0].(apierrors.APIStatus).Status().Details; d == nil || d.RetryAfterSeconds != 1 {
+		t.Errorf("the refusal's details %+v, want RetryAfterSeconds 1", d)
+	}
+	req, _ = http.NewRequest(http.MethodGet, gw.URL+proxyPrefix+"/api/v1/pods", nil)
+	if resp, _ := do(t, req); resp.StatusCode != http.StatusOK {
+		t.Fatalf("a GET after Stop: %s, want 200", resp.Status)
+	}
+}
+
 // With an Authorizer (--authorize-proxy-subpath), the inner request itself must
 // be allowed for the hub user, with its real verb: list stays list.
 func TestServeAuthorizesTheInnerRequest(t *testing.T) {

@@ -98,6 +98,9 @@ const (
 	// open through this gateway as --max-long-running-requests-per-user allows
 	// (an exec, attach or port-forward session counts 3).
 	ReasonLongRunningPerUser = "LongRunningPerUser"
+	// ReasonShuttingDown: a long-running request that reached a replica
+	// after it ended its streams for a shutdown.
+	ReasonShuttingDown = "ShuttingDown"
 )
 
 // Other is the label value standing for values that are not recorded as is.

@@ -68,6 +68,8 @@ func TestRejectsInvalidValues(t *testing.T) {
 		{"kube-gateway", []string{"--set", "gateway.maxLongRunningRequestsPerUser=-1"}, []string{schemaErr, "/gateway/maxLongRunningRequestsPerUser"}},
 		{"kube-gateway", []string{"--set-string", "gateway.maxLongRunningRequestsPerUser=many"}, []string{schemaErr, "/gateway/maxLongRunningRequestsPerUser"}},
 		{"kube-gateway", []string{"--set", "gateway.memberResponseHeaderTimeout=90"}, []string{schemaErr, "/gateway/memberResponseHeaderTimeout"}},
+		{"kube-gateway", []string{"--set", "gateway.shutdownDelaySeconds=-1"}, []string{schemaErr, "/gateway/shutdownDelaySeconds"}},
+		{"kube-gateway", []string{"--set", "gateway.shutdownDelaySeconds=75"}, []string{"terminationGracePeriodSeconds must be longer than gateway.shutdownDelaySeconds"}},
 		{"kube-gateway", []string{"--set", "gateway.fanOutListMemory=lots"}, []string{schemaErr, "/gateway/fanOutListMemory"}},
 		{"kube-gateway", []string{"--set", "gateway.fanOutListMemory=-1"}, []string{schemaErr, "/gateway/fanOutListMemory"}},
 		{"kube-gateway", []string{"--set", "directAccess.enable=true"}, []string{schemaErr, "enable"}},
@@ -171,6 +173,20 @@ func TestMemberResponseHeaderTimeout(t *testing.T) {
 	}
 	if got := args("--set", "gateway.memberResponseHeaderTimeout=90s"); !slices.Contains(got, "--member-response-header-timeout=90s") {
 		t.Fatalf("with memberResponseHeaderTimeout=90s the args are %v", got)
+	}
+}
+
+// gateway.shutdownDelaySeconds passes --shutdown-delay-duration, 10s by
+// default: a stopping replica keeps serving while the Service takes it out
+// (TestRollingRestart in test/e2e rolls replicas with these flags).
+func TestShutdownDelay(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	helm := DefaultHelm(t)
+	if got := gatewayArgs(ctx, t, helm); !slices.Contains(got, "--shutdown-delay-duration=10s") {
+		t.Fatalf("default args %v, want --shutdown-delay-duration=10s", got)
+	}
+	if got := gatewayArgs(ctx, t, helm, "--set", "gateway.shutdownDelaySeconds=0"); !slices.Contains(got, "--shutdown-delay-duration=0s") {
+		t.Fatalf("with shutdownDelaySeconds=0 the args are %v", got)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
@@ -239,12 +240,29 @@ func (c CompletedConfig) New() (*Server, error) {
 			return nil
 		})
 	}
+	// This gateway's own readiness checks, beside the generic server's.
+	clustersLoaded := func(*http.Request) error {
+		if !controller.HasSynced() {
+			return fmt.Errorf("upstream clusters not loaded yet")
+		}
+		return nil
+	}
+	frontProxyLoaded := func(*http.Request) error { return c.extra.FrontProxy.Loaded() }
 	generic.AddPostStartHookOrDie("start-upstreamcluster-controller", func(hookCtx genericapiserver.PostStartHookContext) error {
 		secretInformers.Start(hookCtx.Done())
 		go controller.Run(hookCtx)
 		go status.Lead(hookCtx, c.hub, c.extra.SecretNamespace, c.extra.StatusLeaseName, identity, statusWriter.Run)
 		if members != nil {
-			members.Start(hookCtx)
+			// Counted once ready: until then no load balancer sends this
+			// replica anything, and the others would enforce smaller
+			// shares for nothing.
+			go func() {
+				if wait.PollUntilContextCancel(hookCtx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+					return clustersLoaded(nil) == nil && frontProxyLoaded(nil) == nil, nil
+				}) == nil {
+					members.Start(hookCtx)
+				}
+			}()
 		}
 		return nil
 	})
@@ -257,23 +275,22 @@ func (c CompletedConfig) New() (*Server, error) {
 			return nil, err
 		}
 	}
-	// Proxied watches and log streams would hold the shutdown until its timeout:
-	// end them as soon as the shutdown starts (k8s.io/apiserver runs pre-shutdown
-	// hooks on SIGTERM), so clients reconnect elsewhere.
+	// Proxied watches and log streams would hold the shutdown until its
+	// timeout: end them when the shutdown delay is over, as the listener
+	// closes and the hub's connections get GOAWAY, so that their clients
+	// reconnect through the load balancer to another replica. Until then
+	// /readyz fails and this replica serves as before, while load balancers
+	// take it out. k8s.io/apiserver runs pre-shutdown hooks on SIGTERM, one
+	// after the other: the hook must not wait itself.
+	delay := c.generic.ShutdownDelayDuration
 	if err := generic.AddPreShutdownHook("close-proxied-streams", func() error {
-		forwarder.Stop()
+		time.AfterFunc(delay, forwarder.Stop)
 		return nil
 	}); err != nil {
 		return nil, err
 	}
-	if err := generic.AddReadyzChecks(healthz.NamedCheck("upstreamclusters-loaded", func(*http.Request) error {
-		if !controller.HasSynced() {
-			return fmt.Errorf("upstream clusters not loaded yet")
-		}
-		return nil
-	}), healthz.NamedCheck("front-proxy-ca-loaded", func(*http.Request) error {
-		return c.extra.FrontProxy.Loaded()
-	})); err != nil {
+	if err := generic.AddReadyzChecks(healthz.NamedCheck("upstreamclusters-loaded", clustersLoaded),
+		healthz.NamedCheck("front-proxy-ca-loaded", frontProxyLoaded)); err != nil {
 		return nil, err
 	}
 	return &Server{generic: generic}, nil

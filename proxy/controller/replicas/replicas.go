@@ -70,9 +70,10 @@ type Membership struct {
 	live int
 	// renewed is when this replica's Lease was last written successfully.
 	renewed time.Time
-	// stop and done: see Start.
-	stop context.CancelFunc
-	done chan struct{}
+	// stop and done: see Start; stopped: Stop was called.
+	stop    context.CancelFunc
+	done    chan struct{}
+	stopped bool
 }
 
 type observed struct {
@@ -116,11 +117,17 @@ func (m *Membership) Live() int {
 	return m.live
 }
 
-// Start runs Run in a goroutine of its own until ctx ends or Stop is called.
+// Start runs Run in a goroutine of its own until ctx ends or Stop is called;
+// after Stop it does nothing.
 func (m *Membership) Start(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	m.mu.Lock()
+	if m.stopped {
+		m.mu.Unlock()
+		cancel()
+		return
+	}
 	m.stop, m.done = cancel, done
 	m.mu.Unlock()
 	go func() {
@@ -130,10 +137,11 @@ func (m *Membership) Start(ctx context.Context) {
 }
 
 // Stop ends what Start started and waits until this replica's Lease is
-// deleted (or could not be); a no-op if Start was not called.
+// deleted (or could not be); if Start was not called, it never will be.
 func (m *Membership) Stop() {
 	m.mu.Lock()
 	stop, done := m.stop, m.done
+	m.stopped = true
 	m.mu.Unlock()
 	if stop != nil {
 		stop()

@@ -99,6 +99,22 @@ func TestMembership(t *testing.T) {
 	}
 }
 
+// A replica stopped before it started (SIGTERM before it was ready) never
+// writes a Lease: no other replica counts it.
+func TestStopBeforeStart(t *testing.T) {
+	client := fake.NewClientset()
+	m := New(Config{Client: client, Namespace: ns, Group: "gw", Identity: "a", RenewPeriod: 100 * time.Millisecond, Duration: time.Second})
+	m.Stop()
+	m.Start(context.Background())
+	t.Cleanup(m.Stop)
+	if m.done != nil {
+		t.Fatal("Start after Stop started the membership")
+	}
+	if leases, err := client.CoordinationV1().Leases(ns).List(context.Background(), metav1.ListOptions{}); err != nil || len(leases.Items) != 0 {
+		t.Fatalf("Leases after Start following Stop: %v, %v; want none", leases, err)
+	}
+}
+
 // A replica that died without deleting its Lease counts until the Lease
 // expires, and its Lease is deleted some durations later.
 func TestDeadReplica(t *testing.T) {
