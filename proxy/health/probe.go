@@ -108,9 +108,9 @@ func (c *Checker) probeOnce(ctx context.Context, s *endpointState) {
 		if cause := context.Cause(pctx); cause != nil {
 			err = cause
 		}
-		c.failure(s, probeReason(failure.Of(err)), prefix+transport.StripURL(err).Error())
+		c.failure(s, probeReason(failure.Of(err)), prefix+transport.StripURL(err).Error(), true)
 	default:
-		c.failure(s, ReasonProbeFailed, prefix+status)
+		c.failure(s, ReasonProbeFailed, prefix+status, true)
 	}
 	if c.probed != nil {
 		c.probed(s.e, ok)
