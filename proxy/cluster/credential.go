@@ -92,7 +92,10 @@ func transportConfig(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret)
 // tunnelConfig reads the gateway's client certificate toward the konnectivity
 // server of spec.clientConfig.konnectivity from its Secret.
 func tunnelConfig(k *gatewayv1alpha1.KonnectivityConfig, secret *corev1.Secret) (konnectivity.Config, error) {
-	cfg := konnectivity.Config{Address: k.Address, ServerName: k.ServerName}
+	cfg := konnectivity.Config{Addresses: k.Addresses, ServerName: k.ServerName}
+	if k.Address != "" {
+		cfg.Addresses = []string{k.Address}
+	}
 	if secret == nil {
 		return cfg, configError(ReasonSecretNotFound, "its konnectivity Secret %s/%s (spec.clientConfig.konnectivity.secretRef) was not found on the hub",
 			k.SecretRef.Namespace, k.SecretRef.Name)

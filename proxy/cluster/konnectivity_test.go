@@ -61,7 +61,7 @@ func TestKonnectivitySecret(t *testing.T) {
 
 // A recompile with the same credential and konnectivity settings keeps the
 // transports, so the tunnel's gRPC connection and the HTTP connections over it
-// stay; another konnectivity address builds new ones.
+// stay; another konnectivity address, or another list of them, builds new ones.
 func TestKonnectivityTunnelKeptAcrossRecompiles(t *testing.T) {
 	ca := testca.New(t, "konnectivity-ca")
 	leaf := ca.Issue(t, testca.Spec{CommonName: "kube-gateway", Usage: x509.ExtKeyUsageClientAuth})
@@ -89,5 +89,16 @@ func TestKonnectivityTunnelKeptAcrossRecompiles(t *testing.T) {
 		t.Error("another konnectivity server kept the transports of the previous one")
 	}
 	same.Release(other)
-	other.Release(nil)
+	more := tunnelled()
+	more.Spec.ClientConfig.Konnectivity.Address = ""
+	more.Spec.ClientConfig.Konnectivity.Addresses = []string{"127.0.0.1:8091", "127.0.0.1:8092"}
+	two, err := cluster.CompileTunneled(more, cred, ts, other, nil, cluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if two.Transports(two.Endpoints[0]) == other.Transports(other.Endpoints[0]) {
+		t.Error("a second konnectivity server kept the transports that knew only the first")
+	}
+	other.Release(two)
+	two.Release(nil)
 }

@@ -5,8 +5,12 @@
 // and takes reports from the data plane about real requests (passive checking:
 // connection and transport failures). An endpoint goes out of rotation after
 // UnhealthyThreshold consecutive failures, probes and passive failures alike, or
-// at once when a request's connection is refused, and comes back after
-// HealthyThreshold consecutive successful probes. A new endpoint
+// UnhealthyThreshold consecutive failed probes, or at once when a connection
+// is refused, and comes back after HealthyThreshold consecutive successful
+// probes. A real request that succeeds breaks a streak of failures, not one of
+// failed probes: a server that answers requests while its health check fails
+// (an apiserver whose etcd stalls serves /version and its caches, and its
+// /readyz fails) still goes out. A new endpoint
 // takes requests at once, but its health is unknown until its first probe
 // answers or a failure streak takes it out: the first answer is a change too.
 // Every change is recorded on the endpoint (balance.Endpoint.SetHealthy), where
@@ -85,7 +89,8 @@ type Config struct {
 	// an unhealthy endpoint healthy.
 	HealthyThreshold int
 	// UnhealthyThreshold is the number of consecutive failures (probes or passive
-	// reports) that make a healthy endpoint unhealthy.
+	// reports), or of consecutive failed probes, that make a healthy endpoint
+	// unhealthy.
 	UnhealthyThreshold int
 	// Spread starts the periodic probes of each endpoint at a random point of
 	// the first Interval (after one probe at once), so that the servers of many
@@ -186,10 +191,13 @@ type endpointState struct {
 	probeURL string
 	probe    http.RoundTripper
 
-	mu        sync.Mutex
-	failures  atomic.Int64 // written under mu; read without it by ReportSuccess
-	successes int          // consecutive successful probes, under mu
-	judged    bool         // a transition of this checker said how e is, under mu
+	mu       sync.Mutex
+	failures atomic.Int64 // written under mu; read without it by ReportSuccess
+	// probeFailures and successes count consecutive failed and successful
+	// probes, under mu.
+	probeFailures, successes int
+	// judged: a transition of this checker said how e is, under mu.
+	judged bool
 
 	// next is the endpoint's place in the scheduler; probes counts the
 	// probes started. Only one probe of an endpoint is under way or
@@ -315,8 +323,7 @@ func (c *Checker) ReportFailure(e *balance.Endpoint, err error) {
 	// again it may answer before it is ready (a kube-apiserver denies
 	// everything until its authorizer's informers have synced). Out until
 	// a probe of its readiness succeeds.
-	refused := errors.Is(err, syscall.ECONNREFUSED)
-	c.failure(s, passiveReason(failure.Of(err)), msg, refused)
+	c.failure(s, passiveReason(failure.Of(err)), msg, false, errors.Is(err, syscall.ECONNREFUSED))
 }
 
 // passiveReason is the reason of a real request's failure of kind k.
@@ -333,8 +340,8 @@ func passiveReason(k failure.Kind) string {
 }
 
 // ReportSuccess records that a real request to e got a response: the failure
-// streak starts over. It does not make an unhealthy endpoint healthy; only
-// probes do. Safe for concurrent use and lock-free on the usual path.
+// streak starts over, not the streak of failed probes. It does not make an
+// unhealthy endpoint healthy; only probes do. Safe for concurrent use and lock-free on the usual path.
 func (c *Checker) ReportSuccess(e *balance.Endpoint) {
 	s := c.byPtr[e]
 	if s == nil || c.stopped.Load() {
@@ -345,12 +352,17 @@ func (c *Checker) ReportSuccess(e *balance.Endpoint) {
 	}
 }
 
-// failure counts a failure of s; with now, it takes s out whatever the streak.
-func (c *Checker) failure(s *endpointState, reason, msg string, now bool) {
+// failure records a failed probe (probe) or real request; refused (nothing
+// listened) takes s out whatever the streaks.
+func (c *Checker) failure(s *endpointState, reason, msg string, probe, refused bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.successes = 0
-	if n := s.failures.Add(1); (now || n >= int64(c.cfg.UnhealthyThreshold)) && s.e.SetHealthy(false) {
+	if probe {
+		s.probeFailures++
+	}
+	n := s.failures.Add(1)
+	if (refused || n >= int64(c.cfg.UnhealthyThreshold) || s.probeFailures >= c.cfg.UnhealthyThreshold) && s.e.SetHealthy(false) {
 		s.judged = true
 		c.enqueue(ServerHealth{Endpoint: s.name, Healthy: false, Reason: reason, Message: msg, Since: c.clk.Now()})
 	}
@@ -360,6 +372,7 @@ func (c *Checker) probeSuccess(s *endpointState, msg string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.failures.Store(0)
+	s.probeFailures = 0
 	s.successes++
 	// A server that takes requests but was never judged by this checker (a new
 	// one, or one whose connection settings changed) is confirmed by its first

@@ -601,22 +601,32 @@ func TestRefusedConnectionTakesEndpointOut(t *testing.T) {
 	}
 }
 
+// A real request that succeeds breaks a streak of failures, not one of
+// failed probes: a server that answers requests while its health check fails
+// (an apiserver whose etcd stalls) still goes out.
 func TestPassiveSuccessResetsStreak(t *testing.T) {
 	a := newMember(t)
 	cfg := testConfig
 	cfg.UnhealthyThreshold = 3
 	h := newHarness(t, cfg, a)
 	h.start()
-	a.set(http.StatusInternalServerError)
-	h.round()
-	h.round()
+	dialErr := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
+	h.c.ReportFailure(a.ep, dialErr)
+	h.c.ReportFailure(a.ep, dialErr)
 	h.c.ReportSuccess(a.ep) // 2 failures forgotten
-	h.round()
-	h.round()
+	h.c.ReportFailure(a.ep, dialErr)
+	h.c.ReportFailure(a.ep, dialErr)
 	h.expectNone()
 	if !a.ep.Healthy() {
 		t.Fatal("a unhealthy although a passive success broke the streak")
 	}
+	h.round() // a successful probe: a clean slate
+
+	a.set(http.StatusInternalServerError)
+	h.round()
+	h.round()
+	h.c.ReportSuccess(a.ep) // the streak of failures starts over, not the probes'
+	h.expectNone()
 	h.round()
 	h.expect(a, false, ReasonProbeFailed)
 }

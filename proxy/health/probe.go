@@ -110,9 +110,9 @@ func (c *Checker) probeOnce(ctx context.Context, s *endpointState) {
 		if cause := context.Cause(pctx); cause != nil {
 			err = cause
 		}
-		c.failure(s, probeReason(failure.Of(err)), prefix+transport.StripURL(err).Error(), errors.Is(err, syscall.ECONNREFUSED))
+		c.failure(s, probeReason(failure.Of(err)), prefix+transport.StripURL(err).Error(), true, errors.Is(err, syscall.ECONNREFUSED))
 	default:
-		c.failure(s, ReasonProbeFailed, prefix+status, false)
+		c.failure(s, ReasonProbeFailed, prefix+status, true, false)
 	}
 	if c.probed != nil {
 		c.probed(s.e, ok)

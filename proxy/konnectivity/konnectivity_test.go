@@ -26,10 +26,14 @@ const noAgentHost = "no-agent.invalid:443"
 
 // fakeServer is a konnectivity server's frontend (gRPC, mutual TLS) that dials
 // the targets itself, as if it were its own agent. It counts the TCP
-// connections it accepted.
+// connections it accepted and the dials it opened.
 type fakeServer struct {
 	addr     string
 	accepted atomic.Int32
+	dialed   atomic.Int32
+	// noAgent: it answers every dial as a server that no agent connected to.
+	noAgent atomic.Bool
+	stop    func()
 }
 
 type countingListener struct {
@@ -58,6 +62,7 @@ func startFakeServer(t testing.TB, ca *testca.CA) *fakeServer {
 	g := grpc.NewServer(grpc.Creds(creds))
 	proto.RegisterProxyServiceServer(g, s)
 	go func() { _ = g.Serve(countingListener{l, &s.accepted}) }()
+	s.stop = g.Stop
 	t.Cleanup(g.Stop)
 	return s
 }
@@ -89,10 +94,12 @@ func (s *fakeServer) Proxy(stream proto.ProxyService_ProxyServer) error {
 		case proto.PacketType_DIAL_REQ:
 			req := pkt.GetDialRequest()
 			rsp := &proto.DialResponse{Random: req.Random, ConnectID: connID}
-			if req.Address == noAgentHost {
+			if req.Address == noAgentHost || s.noAgent.Load() {
 				rsp = &proto.DialResponse{Random: req.Random, Error: "No agent available"}
 			} else if conn, err = net.Dial("tcp", req.Address); err != nil {
 				rsp = &proto.DialResponse{Random: req.Random, Error: err.Error()}
+			} else {
+				s.dialed.Add(1)
 			}
 			send(&proto.Packet{Type: proto.PacketType_DIAL_RSP, Payload: &proto.Packet_DialResponse{DialResponse: rsp}})
 			if conn != nil {
@@ -153,9 +160,9 @@ func echoServer(t testing.TB) string {
 	return l.Addr().String()
 }
 
-func clientConfig(t testing.TB, ca *testca.CA, addr string) Config {
+func clientConfig(t testing.TB, ca *testca.CA, addrs ...string) Config {
 	leaf := ca.Issue(t, testca.Spec{CommonName: "kube-gateway", Usage: x509.ExtKeyUsageClientAuth})
-	return Config{Address: addr, CertData: leaf.CertPEM, KeyData: leaf.KeyPEM, CAData: ca.PEM}
+	return Config{Addresses: addrs, CertData: leaf.CertPEM, KeyData: leaf.KeyPEM, CAData: ca.PEM}
 }
 
 func roundTrip(t testing.TB, conn net.Conn, msg string) {
@@ -251,10 +258,65 @@ func TestRetireLetsConnectionsFinish(t *testing.T) {
 	d.Retire()
 	roundTrip(t, conn, "still open")
 	conn.Close()
-	select {
-	case <-d.tunnel.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the tunnel was not closed after its last connection")
+	for _, s := range d.servers {
+		select {
+		case <-s.tunnel.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the tunnel to %s was not closed after its last connection", s.address)
+		}
+	}
+}
+
+// With several konnectivity servers, a dial goes through the one that took
+// the last dial; one that is down, or that the member's agent is not
+// connected to, is passed over for the next, and the next is kept.
+func TestDialFailsOverToAnotherServer(t *testing.T) {
+	ca := testca.New(t, "konnectivity-ca")
+	first, second := startFakeServer(t, ca), startFakeServer(t, ca)
+	target := echoServer(t)
+	d, err := New(clientConfig(t, ca, first.addr, second.addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Retire()
+	dial := func(want *fakeServer) {
+		t.Helper()
+		before := [2]int32{first.dialed.Load(), second.dialed.Load()}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := d.DialContext(ctx, "tcp", target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		roundTrip(t, conn, "hello")
+		after := [2]int32{first.dialed.Load(), second.dialed.Load()}
+		if want == first && after != [2]int32{before[0] + 1, before[1]} || want == second && after != [2]int32{before[0], before[1] + 1} {
+			t.Fatalf("dials through the servers went from %v to %v, want one more through %s", before, after, want.addr)
+		}
+	}
+	dial(first)
+	dial(first)
+	first.noAgent.Store(true) // the agent is not connected to it (yet)
+	dial(second)
+	first.noAgent.Store(false)
+	dial(second) // kept
+	second.stop()
+	dial(first)
+
+	// Through none: the error names each server and what failed there.
+	first.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = d.DialContext(ctx, "tcp", target)
+	var tunnelErr *Error
+	if !errors.As(err, &tunnelErr) {
+		t.Fatalf("error %v (%T), want one wrapping *Error", err, err)
+	}
+	for _, want := range []string{"each of 2 konnectivity servers", "konnectivity server " + first.addr, "konnectivity server " + second.addr} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not contain %q", err, want)
+		}
 	}
 }
 

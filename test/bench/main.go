@@ -281,7 +281,7 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 		procs = append(procs, measure.Proc{Name: floor.Proc, PID: floorProxy.PID()})
 	}
 	if tunnel != nil {
-		procs = append(procs, measure.Proc{Name: "konnectivity-server", PID: tunnel.Server.PID()},
+		procs = append(procs, measure.Proc{Name: "konnectivity-server", PID: tunnel.Servers[0].PID()},
 			measure.Proc{Name: "konnectivity-agent", PID: tunnel.Agent.PID()})
 	}
 	rep.Procs = procs

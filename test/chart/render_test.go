@@ -2,6 +2,7 @@ package chart
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/kubewharf/kube-gateway/cmd/kube-gateway/app"
 	"github.com/kubewharf/kube-gateway/proxy/longrunning"
@@ -190,18 +194,20 @@ func TestShutdownDelay(t *testing.T) {
 	}
 }
 
-// The konnectivity server (gateway chart) and agent (member chart) render only
-// when enabled, with the mutual TLS files of their Secret, destHost routing, and
-// the agent announcing the member's endpoint hosts.
+// The konnectivity servers (gateway chart) and agent (member chart) render only
+// when enabled, with the mutual TLS files of their Secret, destHost routing,
+// --server-count of the servers, and the agent announcing the member's
+// endpoint hosts.
 func TestKonnectivity(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	helm := DefaultHelm(t)
 	if m := helm.Render(ctx, t, "kube-gateway", "kube-gateway"); len(m.All("Deployment")) != 1 {
 		t.Fatalf("default values render %d Deployments, want the gateway's only", len(m.All("Deployment")))
 	}
-	m := helm.Render(ctx, t, "kube-gateway", "kube-gateway", "--set", "konnectivity.enabled=true",
-		"--set", "konnectivity.image.repository=example/proxy-server", "--set", "konnectivity.tlsSecretName=konnectivity-tls")
-	server := Convert[appsv1.Deployment](t, m.Get(t, "Deployment", "kube-gateway", "kube-gateway-konnectivity"))
+	enabled := []string{"--set", "konnectivity.enabled=true",
+		"--set", "konnectivity.image.repository=example/proxy-server", "--set", "konnectivity.tlsSecretName=konnectivity-tls"}
+	m := helm.Render(ctx, t, "kube-gateway", "kube-gateway", enabled...)
+	server := Convert[appsv1.StatefulSet](t, m.Get(t, "StatefulSet", "kube-gateway", "kube-gateway-konnectivity"))
 	c := server.Spec.Template.Spec.Containers[0]
 	for _, want := range []string{"--mode=grpc", "--server-port=8090", "--agent-port=8091", "--proxy-strategies=destHost",
 		"--server-ca-cert=/etc/konnectivity/ca.crt", "--cluster-ca-cert=/etc/konnectivity/ca.crt"} {
@@ -214,6 +220,39 @@ func TestKonnectivity(t *testing.T) {
 	}
 	m.Get(t, "Service", "kube-gateway", "kube-gateway-konnectivity")
 	m.Get(t, "Service", "kube-gateway", "kube-gateway-konnectivity-agent")
+
+	// Two servers by default, each counting both, each with an ID of its own
+	// (its pod's name) and a DNS name of its own for addresses; one at a time
+	// may be disrupted.
+	checkServers := func(m *Manifest, replicas int) {
+		t.Helper()
+		sts := Convert[appsv1.StatefulSet](t, m.Get(t, "StatefulSet", "kube-gateway", "kube-gateway-konnectivity"))
+		c := sts.Spec.Template.Spec.Containers[0]
+		if sts.Spec.Replicas == nil || int(*sts.Spec.Replicas) != replicas || !slices.Contains(c.Args, fmt.Sprintf("--server-count=%d", replicas)) {
+			t.Errorf("konnectivity servers: replicas %v, args %v; want %d and --server-count=%d", sts.Spec.Replicas, c.Args, replicas, replicas)
+		}
+		if len(c.Env) != 1 || c.Env[0].Name != "PROXY_SERVER_ID" || c.Env[0].ValueFrom == nil || c.Env[0].ValueFrom.FieldRef.FieldPath != "metadata.name" {
+			t.Errorf("konnectivity server env %+v, want PROXY_SERVER_ID from the pod's name", c.Env)
+		}
+		headless := Convert[corev1.Service](t, m.Get(t, "Service", "kube-gateway", sts.Spec.ServiceName))
+		if headless.Spec.ClusterIP != corev1.ClusterIPNone || !labels.SelectorFromSet(headless.Spec.Selector).Matches(labels.Set(sts.Spec.Template.Labels)) {
+			t.Errorf("Service %s (clusterIP %q, selector %v) does not give each server a name", headless.Name, headless.Spec.ClusterIP, headless.Spec.Selector)
+		}
+		var pdb bool
+		for _, u := range m.All("PodDisruptionBudget") {
+			p := Convert[policyv1.PodDisruptionBudget](t, u)
+			sel, _ := metav1.LabelSelectorAsSelector(p.Spec.Selector)
+			if sel.Matches(labels.Set(sts.Spec.Template.Labels)) {
+				pdb = p.Spec.MaxUnavailable.IntValue() == 1
+			}
+		}
+		if pdb != (replicas > 1) {
+			t.Errorf("%d konnectivity servers: a PodDisruptionBudget of one at a time is %v, want %v", replicas, pdb, replicas > 1)
+		}
+	}
+	checkServers(m, 2)
+	checkServers(helm.Render(ctx, t, "kube-gateway", "kube-gateway", append(enabled, "--set", "konnectivity.replicas=3")...), 3)
+	checkServers(helm.Render(ctx, t, "kube-gateway", "kube-gateway", append(enabled, "--set", "konnectivity.replicas=1")...), 1)
 
 	if m := helm.Render(ctx, t, "kube-gateway-member", "kube-gateway"); len(m.All("Deployment")) != 0 {
 		t.Fatal("the member chart renders a Deployment by default")

@@ -660,16 +660,19 @@ func gatewayChartCases(ctx context.Context) []gatewayChartCase {
 			},
 		},
 		{
-			// The konnectivity server next to the gateway: accepted by the hub.
+			// The konnectivity servers next to the gateway: accepted by the hub.
 			name: "konnectivity",
 			setup: func(*testing.T, string) []string {
 				return []string{"--set", "konnectivity.enabled=true", "--set", "konnectivity.image.repository=example/proxy-server",
 					"--set", "konnectivity.tlsSecretName=konnectivity-tls", "--set", "konnectivity.agentService.type=LoadBalancer"}
 			},
 			check: func(t *testing.T, g *gateway) {
-				server := chart.Convert[appsv1.Deployment](t, g.m.Get(t, "Deployment", g.ns, "kube-gateway-konnectivity"))
+				server := chart.Convert[appsv1.StatefulSet](t, g.m.Get(t, "StatefulSet", g.ns, "kube-gateway-konnectivity"))
 				if server.Spec.Template.Spec.Volumes[0].Secret.SecretName != "konnectivity-tls" {
 					t.Fatalf("konnectivity server volumes %+v", server.Spec.Template.Spec.Volumes)
+				}
+				if server.Spec.Replicas == nil || *server.Spec.Replicas != 2 {
+					t.Fatalf("konnectivity servers: %v replicas, want 2 by default", server.Spec.Replicas)
 				}
 				svc := chart.Convert[corev1.Service](t, g.m.Get(t, "Service", g.ns, "kube-gateway-konnectivity-agent"))
 				if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {

@@ -130,11 +130,11 @@ func TestKonnectivityTunnel(t *testing.T) {
 		}
 		return nil
 	})
-	if reason := waitUnhealthyStatus(t, tunnelCluster, endpoint, "konnectivity server "+k.ServerAddress); reason != "TunnelFailed" {
+	if reason := waitUnhealthyStatus(t, tunnelCluster, endpoint, "konnectivity server "+k.ServerAddresses[0]); reason != "TunnelFailed" {
 		t.Errorf("status reason %s, want TunnelFailed", reason)
 	}
 	_, err = alice.CoreV1().ConfigMaps(tunnelNamespace).Get(ctx, cm.Name, metav1.GetOptions{})
-	if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "konnectivity server "+k.ServerAddress) {
+	if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "konnectivity server "+k.ServerAddresses[0]) {
 		t.Fatalf("GET with the agent gone: %v, want a 503 naming the konnectivity server", err)
 	}
 	if n := metric(k.ServerMetric, serverNoAgent); n < 1 {
@@ -161,7 +161,7 @@ func TestKonnectivityTunnel(t *testing.T) {
 
 	// The konnectivity server restarts: the gateway's gRPC connection redials,
 	// the agent reconnects, requests go through again.
-	if err := k.Server.Restart(ctx); err != nil {
+	if err := k.Servers[0].Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, func(ctx context.Context) error {
@@ -188,7 +188,7 @@ func TestKonnectivityTunnel(t *testing.T) {
 	})
 	dialsBefore = metric(k.AgentMetric, agentDials)
 	runGatewayCLI(ctx, t, t.TempDir(), append([]string{bin, "join", joined, "--timeout", "60s", "--server", endpoint,
-		"--konnectivity-address", k.ServerAddress, "--konnectivity-secret", tunnelCluster + "-konnectivity"}, flags...)...)
+		"--konnectivity-address", k.ServerAddresses[0], "--konnectivity-secret", tunnelCluster + "-konnectivity"}, flags...)...)
 	if n := metric(k.AgentMetric, agentDials); n <= dialsBefore {
 		t.Errorf("join made %s Ready, but the agent dialed no connection for it", joined)
 	}

@@ -179,6 +179,9 @@ type Cluster struct {
 	Tokens map[string]string
 	// EtcdPrefix is the --etcd-prefix of every replica.
 	EtcdPrefix string
+	// Etcd is the cluster's own etcd (StartMember), nil when it shares the
+	// environment's.
+	Etcd *Process
 	// ControllerManager is the cluster's kube-controller-manager, a client of
 	// Servers[0].
 	ControllerManager *Process
@@ -191,6 +194,7 @@ type Cluster struct {
 	policy   string // audit policy file
 	hub      bool
 	replicas int
+	ownEtcd  string // Etcd's client URL
 }
 
 // APIServer is one kube-apiserver replica.

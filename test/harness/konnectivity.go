@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,19 +21,25 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// Konnectivity is a konnectivity server (proxy-server, gRPC mode, mutual TLS)
-// next to the gateway and a proxy-agent for one member that dials out to it,
-// with an UpstreamCluster that reaches the member through them.
+// Konnectivity is one or more konnectivity servers (proxy-server, gRPC mode,
+// mutual TLS) next to the gateway and a proxy-agent for one member that dials
+// out to them, with an UpstreamCluster that reaches the member through them.
+// With several servers, each runs with --server-count, and the agent dials
+// them through a balancer that stands in for their Service: it syncs until
+// it is connected to each of them.
 //
 // As root, the agent runs in a network namespace of its own (Isolated): it
-// reaches the konnectivity server and the member's apiservers only through
+// reaches the konnectivity servers and the member's apiservers only through
 // relays the harness listens with on that namespace's loopback, and the
 // cluster's endpoints, https://localhost:<port>, are ports only that
 // namespace has: the gateway cannot dial them, only the agent can.
 type Konnectivity struct {
-	Server, Agent *Process
-	// ServerAddress is the frontend gRPC address the gateway dials.
-	ServerAddress string
+	// Servers are the konnectivity servers; Agent the member's agent.
+	Servers []*Process
+	Agent   *Process
+	// ServerAddresses are the servers' frontend gRPC addresses the gateway
+	// dials, in the order of Servers.
+	ServerAddresses []string
 	// Cluster is the UpstreamCluster that goes through the tunnel.
 	Cluster string
 	// Endpoints are the cluster's spec.servers endpoints.
@@ -40,9 +47,11 @@ type Konnectivity struct {
 	// Isolated says whether the agent runs in a network namespace of its own.
 	Isolated bool
 
-	serverMetrics, agentMetrics string
-	agentClient                 *http.Client
-	ns                          *netns
+	serverMetrics, serverReady []string
+	agentMetrics               string
+	agentClient                *http.Client
+	ns                         *netns
+	balancer                   *balancer
 }
 
 // KonnectivityHost is the host of the tunnelled cluster's endpoints and the
@@ -59,7 +68,15 @@ const agentAdminPort, agentHealthPort = 8094, 8093
 // kubeconfigs alice@<cluster> and admin@<cluster>. It returns once the cluster
 // answers through the hub. Close stops the processes and removes the network
 // namespace; the caller deletes the UpstreamCluster.
-func (e *Env) StartKonnectivity(ctx context.Context, member, cluster string) (_ *Konnectivity, err error) {
+func (e *Env) StartKonnectivity(ctx context.Context, member, cluster string) (*Konnectivity, error) {
+	return e.StartKonnectivityServers(ctx, member, cluster, 1)
+}
+
+// StartKonnectivityServers is StartKonnectivity with n konnectivity servers
+// (--server-count=n), all named in the cluster's
+// spec.clientConfig.konnectivity.addresses when n > 1. It returns once the
+// agent is connected to each server and the cluster answers through the hub.
+func (e *Env) StartKonnectivityServers(ctx context.Context, member, cluster string, n int) (_ *Konnectivity, err error) {
 	if err := checkBinaries(e.BinDir, "proxy-server", "proxy-agent"); err != nil {
 		return nil, err
 	}
@@ -98,39 +115,59 @@ func (e *Env) StartKonnectivity(ctx context.Context, member, cluster string) (_ 
 		e.logf("not root: the konnectivity agent shares the host's network")
 	}
 
-	var agentPort int
-	var serverHealth string
-	k.Server, err = e.StartExtra(ctx, ExtraProcess{
-		Name: "konnectivity-server",
-		Args: func() []string {
-			front, admin, health := mustFreePort(), mustFreePort(), mustFreePort()
-			agentPort = mustFreePort()
-			k.ServerAddress = fmt.Sprintf("127.0.0.1:%d", front)
-			k.serverMetrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", admin)
-			serverHealth = fmt.Sprintf("http://127.0.0.1:%d/healthz", health)
-			return []string{filepath.Join(e.BinDir, "proxy-server"), "--mode=grpc",
-				"--server-bind-address=127.0.0.1", "--server-port=" + strconv.Itoa(front),
-				"--server-cert=" + serving.CertFile, "--server-key=" + serving.KeyFile, "--server-ca-cert=" + ca.CertFile,
-				"--agent-bind-address=127.0.0.1", "--agent-port=" + strconv.Itoa(agentPort),
-				"--cluster-cert=" + serving.CertFile, "--cluster-key=" + serving.KeyFile, "--cluster-ca-cert=" + ca.CertFile,
-				"--admin-bind-address=127.0.0.1", "--admin-port=" + strconv.Itoa(admin),
-				"--health-bind-address=127.0.0.1", "--health-port=" + strconv.Itoa(health),
-				// Only the agent that announces a dial's host gets it: never
-				// another member's agent.
-				"--proxy-strategies=destHost", "--server-count=1", "--server-id=konnectivity-server"}
-		},
-		Ready: func(ctx context.Context) error { return httpOK(ctx, http.DefaultClient, serverHealth) },
-	})
-	if err != nil {
-		return nil, err
+	var agentAddresses []string
+	for i := range n {
+		var agentPort int
+		var serverHealth string
+		k.ServerAddresses = append(k.ServerAddresses, "")
+		k.serverMetrics = append(k.serverMetrics, "")
+		k.serverReady = append(k.serverReady, "")
+		name := "konnectivity-server"
+		if n > 1 {
+			name = fmt.Sprintf("konnectivity-server-%d", i)
+		}
+		p, err := e.StartExtra(ctx, ExtraProcess{
+			Name: name,
+			Args: func() []string {
+				front, admin, health := mustFreePort(), mustFreePort(), mustFreePort()
+				agentPort = mustFreePort()
+				k.ServerAddresses[i] = fmt.Sprintf("127.0.0.1:%d", front)
+				k.serverMetrics[i] = fmt.Sprintf("http://127.0.0.1:%d/metrics", admin)
+				k.serverReady[i] = fmt.Sprintf("http://127.0.0.1:%d/readyz", health)
+				serverHealth = fmt.Sprintf("http://127.0.0.1:%d/healthz", health)
+				return []string{filepath.Join(e.BinDir, "proxy-server"), "--mode=grpc",
+					"--server-bind-address=127.0.0.1", "--server-port=" + strconv.Itoa(front),
+					"--server-cert=" + serving.CertFile, "--server-key=" + serving.KeyFile, "--server-ca-cert=" + ca.CertFile,
+					"--agent-bind-address=127.0.0.1", "--agent-port=" + strconv.Itoa(agentPort),
+					"--cluster-cert=" + serving.CertFile, "--cluster-key=" + serving.KeyFile, "--cluster-ca-cert=" + ca.CertFile,
+					"--admin-bind-address=127.0.0.1", "--admin-port=" + strconv.Itoa(admin),
+					"--health-bind-address=127.0.0.1", "--health-port=" + strconv.Itoa(health),
+					// Only the agent that announces a dial's host gets it: never
+					// another member's agent.
+					"--proxy-strategies=destHost", "--server-count=" + strconv.Itoa(n), "--server-id=" + name}
+			},
+			Ready: func(ctx context.Context) error { return httpOK(ctx, http.DefaultClient, serverHealth) },
+		})
+		k.Servers = append(k.Servers, p)
+		if err != nil {
+			return nil, err
+		}
+		agentAddresses = append(agentAddresses, fmt.Sprintf("127.0.0.1:%d", agentPort))
+	}
+	agentAddress := agentAddresses[0]
+	if n > 1 {
+		if k.balancer, err = startBalancer(agentAddresses); err != nil {
+			return nil, err
+		}
+		agentAddress = k.balancer.l.Addr().String()
 	}
 
-	// The agent's way to the server, and to the member's apiservers: from
+	// The agent's way to the servers, and to the member's apiservers: from
 	// its namespace through relays, else directly.
-	serverPort := agentPort
+	serverPort := portOf(agentAddress)
 	if k.Isolated {
 		serverPort = mustFreePort()
-		if err := k.ns.relayIn(serverPort, fmt.Sprintf("127.0.0.1:%d", agentPort)); err != nil {
+		if err := k.ns.relayIn(serverPort, agentAddress); err != nil {
 			return nil, err
 		}
 	}
@@ -167,6 +204,15 @@ func (e *Env) StartKonnectivity(ctx context.Context, member, cluster string) (_ 
 	if err != nil {
 		return nil, err
 	}
+	for i := range k.Servers {
+		if err := poll(ctx, proxyReadyTimeout, func(ctx context.Context) (bool, error) {
+			return k.AgentConnected(ctx, i) == nil, nil
+		}, func() string {
+			return fmt.Sprintf("the agent connected to konnectivity server %s", k.ServerAddresses[i])
+		}); err != nil {
+			return nil, err
+		}
+	}
 
 	cs, err := kubernetes.NewForConfig(e.Hub.AdminConfig)
 	if err != nil {
@@ -186,6 +232,12 @@ func (e *Env) StartKonnectivity(ctx context.Context, member, cluster string) (_ 
 	for _, ep := range k.Endpoints {
 		servers = append(servers, map[string]any{"endpoint": ep})
 	}
+	tunnel := map[string]any{"secretRef": map[string]any{"namespace": GatewayNamespace, "name": secretName}}
+	if n == 1 {
+		tunnel["address"] = k.ServerAddresses[0]
+	} else {
+		tunnel["addresses"] = anySlice(k.ServerAddresses)
+	}
 	uc := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": UpstreamClusterGVR.GroupVersion().String(),
 		"kind":       "UpstreamCluster",
@@ -193,11 +245,8 @@ func (e *Env) StartKonnectivity(ctx context.Context, member, cluster string) (_ 
 		"spec": map[string]any{
 			"servers": servers,
 			"clientConfig": map[string]any{
-				"secretRef": map[string]any{"namespace": GatewayNamespace, "name": member},
-				"konnectivity": map[string]any{
-					"address":   k.ServerAddress,
-					"secretRef": map[string]any{"namespace": GatewayNamespace, "name": secretName},
-				},
+				"secretRef":    map[string]any{"namespace": GatewayNamespace, "name": member},
+				"konnectivity": tunnel,
 			},
 		},
 	}}
@@ -221,27 +270,40 @@ func (e *Env) StartKonnectivity(ctx context.Context, member, cluster string) (_ 
 }
 
 // ServerMetric and AgentMetric return the sum of the samples of a Prometheus
-// counter or gauge (every label set) of the konnectivity server or agent, 0
-// when absent.
+// counter or gauge (every label set) of the konnectivity server (the first,
+// or the i-th of ServerMetricOf) or agent, 0 when absent.
 func (k *Konnectivity) ServerMetric(ctx context.Context, name string) (float64, error) {
-	return metric(ctx, http.DefaultClient, k.serverMetrics, name)
+	return k.ServerMetricOf(ctx, 0, name)
+}
+
+func (k *Konnectivity) ServerMetricOf(ctx context.Context, i int, name string) (float64, error) {
+	return metric(ctx, http.DefaultClient, k.serverMetrics[i], name)
+}
+
+// AgentConnected returns nil when the i-th konnectivity server has an agent
+// connected (its /readyz): the member's, the only agent of the servers.
+func (k *Konnectivity) AgentConnected(ctx context.Context, i int) error {
+	return httpOK(ctx, http.DefaultClient, k.serverReady[i])
 }
 
 func (k *Konnectivity) AgentMetric(ctx context.Context, name string) (float64, error) {
 	return metric(ctx, k.agentClient, k.agentMetrics, name)
 }
 
-// Close stops the agent and the server and removes the agent's network
+// Close stops the agent and the servers and removes the agent's network
 // namespace.
 func (k *Konnectivity) Close() error {
 	var errs []error
 	if k.Agent != nil && k.Agent.Running() {
 		_ = k.Agent.Signal(syscall.SIGKILL) // it lingers on SIGTERM while the gateway's connections are open
 	}
-	for _, p := range []*Process{k.Agent, k.Server} {
+	for _, p := range append([]*Process{k.Agent}, k.Servers...) {
 		if p != nil {
 			errs = append(errs, p.Stop())
 		}
+	}
+	if k.balancer != nil {
+		errs = append(errs, k.balancer.l.Close())
 	}
 	if k.ns != nil {
 		errs = append(errs, k.ns.delete())
@@ -292,4 +354,53 @@ func httpOK(ctx context.Context, client *http.Client, url string) error {
 		return fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	return nil
+}
+
+// balancer stands in for the Service in front of several konnectivity
+// servers' agent ports: each connection goes to the next of targets that
+// accepts it, as a Service spreads connections over its ready endpoints.
+type balancer struct {
+	l       net.Listener
+	targets []string
+	next    atomic.Uint32
+}
+
+func startBalancer(targets []string) (*balancer, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	b := &balancer{l: l, targets: targets}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go b.serve(c)
+		}
+	}()
+	return b, nil
+}
+
+func (b *balancer) serve(c net.Conn) {
+	defer c.Close()
+	first := int(b.next.Add(1))
+	for i := range b.targets {
+		up, err := net.Dial("tcp", b.targets[(first+i)%len(b.targets)])
+		if err != nil {
+			continue
+		}
+		defer up.Close()
+		pipe(c, up)
+		return
+	}
+}
+
+func anySlice(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
 }

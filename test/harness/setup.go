@@ -197,11 +197,7 @@ func (e *Env) setupHub(ctx context.Context) error {
 		c := e.Members[m]
 		steps = append(steps, func() error {
 			return ensure(ctx, "secret "+GatewayNamespace+"/"+m, func(ctx context.Context) error {
-				_, err := cs.CoreV1().Secrets(GatewayNamespace).Create(ctx, &corev1.Secret{
-					ObjectMeta: metav1.ObjectMeta{Name: m},
-					Type:       corev1.SecretTypeOpaque,
-					Data:       map[string][]byte{"token": []byte(c.Tokens[UserGateway]), "ca.crt": c.CAData},
-				}, metav1.CreateOptions{})
+				_, err := cs.CoreV1().Secrets(GatewayNamespace).Create(ctx, memberSecret(c), metav1.CreateOptions{})
 				return err
 			})
 		})
@@ -214,15 +210,11 @@ func (e *Env) setupHub(ctx context.Context) error {
 	return nil
 }
 
-// setupMember creates the gateway's impersonation rights, namespace alice
-// and, on member-a, alice's edit binding, Node "stand-in" and Pod alice/shell.
-func (e *Env) setupMember(ctx context.Context, c *Cluster) error {
-	cs, err := kubernetes.NewForConfig(c.AdminConfig)
-	if err != nil {
-		return err
-	}
-	o := objects{cs}
-	steps := []func() error{
+// gatewayRights are the steps that give the gateway's identity on a member
+// what it needs there: impersonation, and the member door's reviews and
+// client CA.
+func gatewayRights(ctx context.Context, o objects) []func() error {
+	return []func() error{
 		func() error {
 			return o.clusterRole(ctx, "kube-gateway:impersonator",
 				rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"users", "groups", "serviceaccounts"}, Verbs: []string{"impersonate"}},
@@ -241,8 +233,18 @@ func (e *Env) setupMember(ctx context.Context, c *Cluster) error {
 		func() error {
 			return o.roleBinding(ctx, "kube-system", "kube-gateway:authentication-reader", "Role", "extension-apiserver-authentication-reader", UserGateway)
 		},
-		func() error { return o.namespace(ctx, AliceNamespace) },
 	}
+}
+
+// setupMember creates the gateway's impersonation rights, namespace alice
+// and, on member-a, alice's edit binding, Node "stand-in" and Pod alice/shell.
+func (e *Env) setupMember(ctx context.Context, c *Cluster) error {
+	cs, err := kubernetes.NewForConfig(c.AdminConfig)
+	if err != nil {
+		return err
+	}
+	o := objects{cs}
+	steps := append(gatewayRights(ctx, o), func() error { return o.namespace(ctx, AliceNamespace) })
 	if c.Name == MemberA {
 		steps = append(steps,
 			func() error {
@@ -421,19 +423,7 @@ func (e *Env) createUpstreamClusters(ctx context.Context) error {
 		return err
 	}
 	for _, m := range []string{MemberA, MemberB} {
-		var servers []any
-		for _, s := range e.Members[m].Servers {
-			servers = append(servers, map[string]any{"endpoint": s.URL})
-		}
-		uc := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": UpstreamClusterGVR.GroupVersion().String(),
-			"kind":       "UpstreamCluster",
-			"metadata":   map[string]any{"name": m},
-			"spec": map[string]any{
-				"servers":      servers,
-				"clientConfig": map[string]any{"secretRef": map[string]any{"namespace": GatewayNamespace, "name": m}},
-			},
-		}}
+		uc := upstreamCluster(e.Members[m])
 		if err := ensure(ctx, "upstreamcluster "+m, func(ctx context.Context) error {
 			_, err := dyn.Resource(UpstreamClusterGVR).Create(ctx, uc, metav1.CreateOptions{})
 			return err

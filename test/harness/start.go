@@ -213,47 +213,7 @@ func (e *Env) makeClusters() error {
 	e.pki = p
 	e.GatewayCAFile = p.gatewayCA.CertFile
 
-	mk := func(name string, replicas int, hub bool, users map[string]string) (*Cluster, error) {
-		dir := filepath.Join(e.WorkDir, "clusters", name)
-		c := &Cluster{Name: name, EtcdPrefix: "/" + name, dir: dir, hub: hub, replicas: replicas, Tokens: map[string]string{}}
-		ca, err := newCA(dir, "ca")
-		if err != nil {
-			return nil, err
-		}
-		c.CAFile, c.CAData, c.ca = ca.CertFile, ca.CertPEM, ca
-		if c.serving, err = ca.issue(dir, "serving", loopbackServing("kubernetes", "kubernetes.default", "kubernetes.default.svc")); err != nil {
-			return nil, err
-		}
-		c.saKey = filepath.Join(dir, "service-account.key")
-		if err := serviceAccountKey(c.saKey); err != nil {
-			return nil, err
-		}
-		// token,user,uid,"group1,group2"
-		var lines []string
-		for _, u := range sortedKeys(users) {
-			tok := randomToken()
-			c.Tokens[u] = tok
-			line := tok + "," + u + "," + u + "-uid"
-			if g := users[u]; g != "" {
-				line += `,"` + g + `"`
-			}
-			lines = append(lines, line)
-		}
-		c.tokens = filepath.Join(dir, "tokens.csv")
-		if err := writeFile(c.tokens, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
-			return nil, err
-		}
-		c.policy = filepath.Join(dir, "audit-policy.yaml")
-		if err := writeFile(c.policy, []byte(auditPolicy), 0o644); err != nil {
-			return nil, err
-		}
-		for i := 1; i <= replicas; i++ {
-			n := fmt.Sprintf("%s-%d", name, i)
-			c.Servers = append(c.Servers, &APIServer{Name: n, AuditLog: filepath.Join(e.WorkDir, "audit", n, "audit.log")})
-		}
-		return c, nil
-	}
-	if e.Hub, err = mk("hub", 1, true, map[string]string{
+	if e.Hub, err = e.newCluster("hub", 1, true, map[string]string{
 		UserAdmin: "system:masters", UserAlice: "dev-team", UserBob: "", UserGateway: "",
 	}); err != nil {
 		return err
@@ -262,13 +222,56 @@ func (e *Env) makeClusters() error {
 		name     string
 		replicas int
 	}{{MemberA, 2}, {MemberB, 1}} {
-		c, err := mk(m.name, m.replicas, false, map[string]string{UserAdmin: "system:masters", UserGateway: ""})
+		c, err := e.newCluster(m.name, m.replicas, false, map[string]string{UserAdmin: "system:masters", UserGateway: ""})
 		if err != nil {
 			return err
 		}
 		e.Members[m.name] = c
 	}
 	return nil
+}
+
+// newCluster creates the certificates, keys, token file (a token per user of
+// users, mapped to its groups) and audit policy of cluster name.
+func (e *Env) newCluster(name string, replicas int, hub bool, users map[string]string) (*Cluster, error) {
+	dir := filepath.Join(e.WorkDir, "clusters", name)
+	c := &Cluster{Name: name, EtcdPrefix: "/" + name, dir: dir, hub: hub, replicas: replicas, Tokens: map[string]string{}}
+	ca, err := newCA(dir, "ca")
+	if err != nil {
+		return nil, err
+	}
+	c.CAFile, c.CAData, c.ca = ca.CertFile, ca.CertPEM, ca
+	if c.serving, err = ca.issue(dir, "serving", loopbackServing("kubernetes", "kubernetes.default", "kubernetes.default.svc")); err != nil {
+		return nil, err
+	}
+	c.saKey = filepath.Join(dir, "service-account.key")
+	if err := serviceAccountKey(c.saKey); err != nil {
+		return nil, err
+	}
+	// token,user,uid,"group1,group2"
+	var lines []string
+	for _, u := range sortedKeys(users) {
+		tok := randomToken()
+		c.Tokens[u] = tok
+		line := tok + "," + u + "," + u + "-uid"
+		if g := users[u]; g != "" {
+			line += `,"` + g + `"`
+		}
+		lines = append(lines, line)
+	}
+	c.tokens = filepath.Join(dir, "tokens.csv")
+	if err := writeFile(c.tokens, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	c.policy = filepath.Join(dir, "audit-policy.yaml")
+	if err := writeFile(c.policy, []byte(auditPolicy), 0o644); err != nil {
+		return nil, err
+	}
+	for i := 1; i <= replicas; i++ {
+		n := fmt.Sprintf("%s-%d", name, i)
+		c.Servers = append(c.Servers, &APIServer{Name: n, AuditLog: filepath.Join(e.WorkDir, "audit", n, "audit.log")})
+	}
+	return c, nil
 }
 
 // auditPolicy logs every request at Metadata except the apiserver's own
@@ -374,7 +377,7 @@ func (e *Env) startEtcdProcess(ctx context.Context, name string, url *string) (*
 func (e *Env) apiserverArgs(c *Cluster, s *APIServer) []string {
 	args := []string{
 		filepath.Join(e.BinDir, "kube-apiserver"),
-		"--etcd-servers=" + e.EtcdURL,
+		"--etcd-servers=" + c.etcdURL(e),
 		"--etcd-prefix=" + c.EtcdPrefix,
 		"--secure-port=" + strconv.Itoa(s.Port),
 		"--bind-address=127.0.0.1",

@@ -168,14 +168,26 @@ type ClientConfig struct {
 type KonnectivityConfig struct {
 	// Address is host:port of the konnectivity server's frontend gRPC port, the
 	// one clients dial (its --server-port), e.g. konnectivity.gateway.svc:8090.
-	Address string `json:"address"`
+	// Set address or addresses, not both.
+	// +optional
+	Address string `json:"address,omitempty"`
+	// Addresses are host:port of several konnectivity servers' frontend gRPC
+	// ports, each one server (not a Service that balances over them), for
+	// konnectivity servers that run with --server-count so that the member's
+	// agent connects to each of them: a connection goes through the server
+	// that took the last one, and one that fails there is tried through the
+	// next, so the member stays reachable while a konnectivity server is
+	// down. Set address or addresses, not both.
+	// +optional
+	// +listType=atomic
+	Addresses []string `json:"addresses,omitempty"`
 	// SecretRef names the hub Secret with the gateway's client certificate toward
 	// the konnectivity server: keys `tls.crt`, `tls.key` and `ca.crt` (the CA of
 	// the konnectivity server's serving certificate). It must live in the
 	// gateway's Secret namespace, like spec.clientConfig.secretRef.
 	SecretRef SecretReference `json:"secretRef"`
-	// ServerName overrides the name verified in the konnectivity server's
-	// certificate. Default: the host of Address.
+	// ServerName overrides the name verified in the konnectivity servers'
+	// certificates. Default: the host of each address.
 	// +optional
 	ServerName string `json:"serverName,omitempty"`
 }

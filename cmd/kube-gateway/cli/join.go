@@ -66,9 +66,10 @@ kubeconfig), and UpstreamCluster NAME whose servers are --server, by default
 the server of the member kubeconfig. With --proxy-url the gateway reaches them
 through that forward proxy, and the Secret also holds the proxy's credential
 (--proxy-username, --proxy-password-file) and CA (--proxy-ca-file). With
---konnectivity-address it reaches them through that konnectivity server, with
-the client certificate of hub Secret --konnectivity-secret; --server then names
-them as the member's konnectivity agent resolves them.
+--konnectivity-address it reaches them through that konnectivity server (or
+those, when repeated), with the client certificate of hub Secret
+--konnectivity-secret; --server then names them as the member's konnectivity
+agent resolves them.
 
 Every object is written with server-side apply (field manager kube-gateway-join):
 running join again with the same flags changes nothing, with other flags it
@@ -99,7 +100,7 @@ prints what would be created or changed, and changes nothing.
 	fs.StringVar(&o.proxy.url, "proxy-url", "", "forward proxy the gateway reaches the member's servers through: http://, https:// or socks5://HOST:PORT (spec.clientConfig.proxyURL); join itself reaches the member as --member-kubeconfig says")
 	fs.StringVar(&o.proxy.username, "proxy-username", "", "user name toward the proxy (key proxy-username of the credential Secret)")
 	fs.StringVar(&o.proxy.passwordFile, "proxy-password-file", "", "file holding the password toward the proxy (key proxy-password of the credential Secret)")
-	fs.StringVar(&o.tunnel.address, "konnectivity-address", "", "HOST:PORT of the konnectivity server the gateway reaches the member's servers through (spec.clientConfig.konnectivity), for a member whose agent dials out to it; --server then names the servers as the member's agent resolves them")
+	fs.StringArrayVar(&o.tunnel.addresses, "konnectivity-address", nil, "HOST:PORT of the konnectivity server the gateway reaches the member's servers through (spec.clientConfig.konnectivity), for a member whose agent dials out to it; --server then names the servers as the member's agent resolves them. Repeatable: one per konnectivity server when several run with --server-count")
 	fs.StringVar(&o.tunnel.secret, "konnectivity-secret", "", "hub Secret, in --secret-namespace, with the gateway's client certificate toward the konnectivity server (keys tls.crt, tls.key, ca.crt); join checks that it exists")
 	fs.StringVar(&o.tunnel.serverName, "konnectivity-server-name", "", "name verified in the konnectivity server's certificate (default: the host of --konnectivity-address)")
 	fs.StringVar(&o.proxy.caFile, "proxy-ca-file", "", "PEM CA bundle that signed an https:// proxy's certificate, if the host's roots do not (key proxy-ca.crt of the credential Secret)")

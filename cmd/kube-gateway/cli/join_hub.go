@@ -77,15 +77,16 @@ func checkHub(ctx context.Context, c *clients, secretNamespace string) error {
 	return nil
 }
 
-// tunnel is the konnectivity server the gateway reaches the member through,
+// tunnel is the konnectivity servers the gateway reaches the member through,
 // if any: spec.clientConfig.konnectivity.
 type tunnel struct {
-	address, secret, serverName string
+	addresses          []string
+	secret, serverName string
 }
 
 // config is spec.clientConfig.konnectivity, nil without --konnectivity-address.
 func (k tunnel) config(secretNamespace string) (*gatewayac.KonnectivityConfigApplyConfiguration, error) {
-	if k.address == "" {
+	if len(k.addresses) == 0 {
 		if k.secret != "" || k.serverName != "" {
 			return nil, errors.New("--konnectivity-secret and --konnectivity-server-name need --konnectivity-address")
 		}
@@ -94,8 +95,13 @@ func (k tunnel) config(secretNamespace string) (*gatewayac.KonnectivityConfigApp
 	if k.secret == "" {
 		return nil, errors.New("--konnectivity-address needs --konnectivity-secret, the hub Secret with the gateway's client certificate toward the konnectivity server")
 	}
-	c := gatewayac.KonnectivityConfig().WithAddress(k.address).
+	c := gatewayac.KonnectivityConfig().
 		WithSecretRef(gatewayac.SecretReference().WithNamespace(secretNamespace).WithName(k.secret))
+	if len(k.addresses) == 1 {
+		c.WithAddress(k.addresses[0])
+	} else {
+		c.WithAddresses(k.addresses...)
+	}
 	if k.serverName != "" {
 		c.WithServerName(k.serverName)
 	}

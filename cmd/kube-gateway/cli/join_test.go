@@ -133,7 +133,7 @@ func TestHubObjects(t *testing.T) {
 		t.Fatalf("secret data %v, want %v", got, wantData)
 	}
 	// Through a konnectivity server: named in the spec, with its Secret.
-	k, err := tunnel{address: "konnectivity.gw.svc:8090", secret: "konnectivity-client", serverName: "konnectivity"}.config("gw")
+	k, err := tunnel{addresses: []string{"konnectivity.gw.svc:8090"}, secret: "konnectivity-client", serverName: "konnectivity"}.config("gw")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,10 +143,21 @@ func TestHubObjects(t *testing.T) {
 	if !reflect.DeepEqual(uc.Spec.ClientConfig.Konnectivity, wantTunnel) {
 		t.Fatalf("konnectivity %+v, want %+v", uc.Spec.ClientConfig.Konnectivity, wantTunnel)
 	}
+	// Through several: each named.
+	k, err = tunnel{addresses: []string{"k-0.k.gw.svc:8090", "k-1.k.gw.svc:8090"}, secret: "konnectivity-client"}.config("gw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uc = typed[gatewayv1alpha1.UpstreamCluster](t, upstreamCluster("member-a", "gw", access, "", k))
+	wantTunnel = &gatewayv1alpha1.KonnectivityConfig{Addresses: []string{"k-0.k.gw.svc:8090", "k-1.k.gw.svc:8090"},
+		SecretRef: gatewayv1alpha1.SecretReference{Namespace: "gw", Name: "konnectivity-client"}}
+	if !reflect.DeepEqual(uc.Spec.ClientConfig.Konnectivity, wantTunnel) {
+		t.Fatalf("konnectivity %+v, want %+v", uc.Spec.ClientConfig.Konnectivity, wantTunnel)
+	}
 	if k, err := (tunnel{}).config("gw"); k != nil || err != nil {
 		t.Fatalf("no flags: %+v, %v, want no konnectivity", k, err)
 	}
-	for _, bad := range []tunnel{{address: "k:8090"}, {secret: "s"}, {serverName: "k"}} {
+	for _, bad := range []tunnel{{addresses: []string{"k:8090"}}, {secret: "s"}, {serverName: "k"}} {
 		if _, err := bad.config("gw"); err == nil {
 			t.Errorf("%+v: accepted, want an error", bad)
 		}

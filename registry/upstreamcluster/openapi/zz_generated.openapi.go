@@ -625,10 +625,28 @@ func schema_kube_gateway_apis_gateway_v1alpha1_KonnectivityConfig(ref common.Ref
 				Properties: map[string]spec.Schema{
 					"address": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Address is host:port of the konnectivity server's frontend gRPC port, the one clients dial (its --server-port), e.g. konnectivity.gateway.svc:8090.",
-							Default:     "",
+							Description: "Address is host:port of the konnectivity server's frontend gRPC port, the one clients dial (its --server-port), e.g. konnectivity.gateway.svc:8090. Set address or addresses, not both.",
 							Type:        []string{"string"},
 							Format:      "",
+						},
+					},
+					"addresses": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Addresses are host:port of several konnectivity servers' frontend gRPC ports, each one server (not a Service that balances over them), for konnectivity servers that run with --server-count so that the member's agent connects to each of them: a connection goes through the server that took the last one, and one that fails there is tried through the next, so the member stays reachable while a konnectivity server is down. Set address or addresses, not both.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
 						},
 					},
 					"secretRef": {
@@ -640,13 +658,13 @@ func schema_kube_gateway_apis_gateway_v1alpha1_KonnectivityConfig(ref common.Ref
 					},
 					"serverName": {
 						SchemaProps: spec.SchemaProps{
-							Description: "ServerName overrides the name verified in the konnectivity server's certificate. Default: the host of Address.",
+							Description: "ServerName overrides the name verified in the konnectivity servers' certificates. Default: the host of each address.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
 					},
 				},
-				Required: []string{"address", "secretRef"},
+				Required: []string{"secretRef"},
 			},
 		},
 		Dependencies: []string{

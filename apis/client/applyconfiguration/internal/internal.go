@@ -223,7 +223,12 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: address
       type:
         scalar: string
-      default: ""
+    - name: addresses
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
     - name: secretRef
       type:
         namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.SecretReference

@@ -246,17 +246,36 @@ func validateServerName(name string, fldPath *field.Path) field.ErrorList {
 // member, and the konnectivity server's by the gateway when it dials.
 func validateKonnectivity(k *gatewayv1alpha1.KonnectivityConfig, opts Options, fldPath *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
-	addrPath := fldPath.Child("address")
-	if k.Address == "" {
-		allErrs = append(allErrs, field.Required(addrPath, "host:port of the konnectivity server's frontend gRPC port (its --server-port)"))
-	} else if host, port, err := net.SplitHostPort(k.Address); err != nil || host == "" || strings.ContainsAny(k.Address, "/ ") {
-		allErrs = append(allErrs, field.Invalid(addrPath, k.Address, "must be host:port of the konnectivity server's frontend gRPC port, such as konnectivity.gateway.svc:8090"))
-	} else if p, err := net.LookupPort("tcp", port); err != nil || p == 0 || strings.HasPrefix(port, "0") {
-		allErrs = append(allErrs, field.Invalid(addrPath, k.Address, fmt.Sprintf("has an invalid port %q", port)))
+	addrPath, addrsPath := fldPath.Child("address"), fldPath.Child("addresses")
+	switch {
+	case k.Address == "" && len(k.Addresses) == 0:
+		allErrs = append(allErrs, field.Required(addrPath, "host:port of the konnectivity server's frontend gRPC port (its --server-port), or addresses with one per konnectivity server"))
+	case k.Address != "" && len(k.Addresses) > 0:
+		allErrs = append(allErrs, field.Invalid(addrPath, k.Address, "must not be set together with addresses: list every konnectivity server in addresses"))
+	case k.Address != "":
+		allErrs = append(allErrs, validateKonnectivityAddress(k.Address, addrPath)...)
+	}
+	seen := map[string]bool{}
+	for i, a := range k.Addresses {
+		if seen[a] {
+			allErrs = append(allErrs, field.Duplicate(addrsPath.Index(i), a))
+			continue
+		}
+		seen[a] = true
+		allErrs = append(allErrs, validateKonnectivityAddress(a, addrsPath.Index(i))...)
 	}
 	allErrs = append(allErrs, validateSecretRef(k.SecretRef, "the Secret with tls.crt, tls.key and ca.crt for mutual TLS with the konnectivity server", opts, fldPath.Child("secretRef"))...)
 	allErrs = append(allErrs, validateServerName(k.ServerName, fldPath.Child("serverName"))...)
 	return allErrs
+}
+
+func validateKonnectivityAddress(address string, fldPath *field.Path) field.ErrorList {
+	if host, port, err := net.SplitHostPort(address); err != nil || host == "" || strings.ContainsAny(address, "/ ") {
+		return field.ErrorList{field.Invalid(fldPath, address, "must be host:port of the konnectivity server's frontend gRPC port, such as konnectivity.gateway.svc:8090")}
+	} else if p, err := net.LookupPort("tcp", port); err != nil || p == 0 || strings.HasPrefix(port, "0") {
+		return field.ErrorList{field.Invalid(fldPath, address, fmt.Sprintf("has an invalid port %q", port))}
+	}
+	return nil
 }
 
 // ValidateProxyURL checks that proxyURL is an http, https or socks5 URL naming

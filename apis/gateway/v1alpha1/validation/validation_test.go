@@ -372,6 +372,30 @@ func TestValidateUpstreamCluster(t *testing.T) {
 			},
 			want: []fieldErr{{field.ErrorTypeInvalid, "spec.clientConfig.konnectivity.address"}},
 		},
+		{
+			name: "konnectivity addresses of several servers",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				uc.Spec.ClientConfig.Konnectivity = &gatewayv1alpha1.KonnectivityConfig{
+					Addresses: []string{"konnectivity-0.konnectivity.gateway.svc:8090", "konnectivity-1.konnectivity.gateway.svc:8090"},
+					SecretRef: gatewayv1alpha1.SecretReference{Namespace: uc.Spec.ClientConfig.SecretRef.Namespace, Name: "k"},
+				}
+			},
+		},
+		{
+			name: "konnectivity addresses checked one by one, not with address",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				uc.Spec.ClientConfig.Konnectivity = &gatewayv1alpha1.KonnectivityConfig{
+					Address:   "konnectivity:8090",
+					Addresses: []string{"konnectivity-0:8090", "konnectivity-1", "konnectivity-0:8090"},
+					SecretRef: gatewayv1alpha1.SecretReference{Namespace: uc.Spec.ClientConfig.SecretRef.Namespace, Name: "k"},
+				}
+			},
+			want: []fieldErr{
+				{field.ErrorTypeInvalid, "spec.clientConfig.konnectivity.address"},
+				{field.ErrorTypeInvalid, "spec.clientConfig.konnectivity.addresses[1]"},
+				{field.ErrorTypeDuplicate, "spec.clientConfig.konnectivity.addresses[2]"},
+			},
+		},
 
 		// clientConfig TLS
 		{

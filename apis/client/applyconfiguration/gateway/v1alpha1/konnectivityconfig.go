@@ -26,14 +26,23 @@ package v1alpha1
 type KonnectivityConfigApplyConfiguration struct {
 	// Address is host:port of the konnectivity server's frontend gRPC port, the
 	// one clients dial (its --server-port), e.g. konnectivity.gateway.svc:8090.
+	// Set address or addresses, not both.
 	Address *string `json:"address,omitempty"`
+	// Addresses are host:port of several konnectivity servers' frontend gRPC
+	// ports, each one server (not a Service that balances over them), for
+	// konnectivity servers that run with --server-count so that the member's
+	// agent connects to each of them: a connection goes through the server
+	// that took the last one, and one that fails there is tried through the
+	// next, so the member stays reachable while a konnectivity server is
+	// down. Set address or addresses, not both.
+	Addresses []string `json:"addresses,omitempty"`
 	// SecretRef names the hub Secret with the gateway's client certificate toward
 	// the konnectivity server: keys `tls.crt`, `tls.key` and `ca.crt` (the CA of
 	// the konnectivity server's serving certificate). It must live in the
 	// gateway's Secret namespace, like spec.clientConfig.secretRef.
 	SecretRef *SecretReferenceApplyConfiguration `json:"secretRef,omitempty"`
-	// ServerName overrides the name verified in the konnectivity server's
-	// certificate. Default: the host of Address.
+	// ServerName overrides the name verified in the konnectivity servers'
+	// certificates. Default: the host of each address.
 	ServerName *string `json:"serverName,omitempty"`
 }
 
@@ -48,6 +57,16 @@ func KonnectivityConfig() *KonnectivityConfigApplyConfiguration {
 // If called multiple times, the Address field is set to the value of the last call.
 func (b *KonnectivityConfigApplyConfiguration) WithAddress(value string) *KonnectivityConfigApplyConfiguration {
 	b.Address = &value
+	return b
+}
+
+// WithAddresses adds the given value to the Addresses field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Addresses field.
+func (b *KonnectivityConfigApplyConfiguration) WithAddresses(values ...string) *KonnectivityConfigApplyConfiguration {
+	for i := range values {
+		b.Addresses = append(b.Addresses, values[i])
+	}
 	return b
 }
 
