@@ -108,3 +108,39 @@ func benchmarkWatchEvent(b *testing.B, members int) {
 		}
 	}
 }
+
+// BenchmarkStream streams two members' lists of 10,000 ConfigMaps into the
+// merged list, as a list without limit does with answers still arriving:
+// taken from the members' writes, read as they come, written out.
+func BenchmarkStream(b *testing.B) { benchmarkStream(b, configMapList(10000), configMapList(10000)) }
+
+// BenchmarkStreamTable is BenchmarkStream with Tables, as kubectl get lists.
+func BenchmarkStreamTable(b *testing.B) {
+	benchmarkStream(b, configMapTable(10000), configMapTable(10000))
+}
+
+func benchmarkStream(b *testing.B, a, c []byte) {
+	b.SetBytes(int64(len(a) + len(c)))
+	b.ReportAllocs()
+	for b.Loop() {
+		results := make([]result, 2)
+		for i, body := range [][]byte{a, c} {
+			s := newMemberStream(fmt.Sprint("member-", i), nil)
+			s.start(func() {})
+			if _, err := s.Write(body); err != nil {
+				b.Fatal(err)
+			}
+			if results[i] = s.head(); results[i].stream == nil {
+				b.Fatal("not streamed")
+			}
+			s.finish(nil)
+		}
+		merged, _, err := merge(results, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := merged.writeTo(io.Discard); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

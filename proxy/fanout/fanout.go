@@ -2,10 +2,11 @@
 // segment of .../upstreamclusters/{name}/proxy/{path} is "*" (every
 // UpstreamCluster) or a label selector of UpstreamClusters (e.g. "env=prod"),
 // which no UpstreamCluster name can be. It serves lists (merged into one List
-// or Table, every item annotated with its cluster; paged across members with
-// limit and continue, see page), watches (one per member, merged into one
-// stream under composite resourceVersions, see serveWatch) and discovery
-// (from one member); other verbs get a Status saying so.
+// or Table, every item annotated with its cluster; streamed as the members
+// answer, see stream.go; paged across members with limit and continue, see
+// page), watches (one per member, merged into one stream under composite
+// resourceVersions, see serveWatch) and discovery (from one member); other
+// verbs get a Status saying so.
 //
 // Each member is asked through the same entry as a request naming it
 // (proxy/handler: CONNECT admission, lookup, forward.Forwarder), so dispatch policies, flow
@@ -15,7 +16,6 @@ package fanout
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -153,13 +153,16 @@ func (h *Handler) Serve(w http.ResponseWriter, req *http.Request, name, path str
 		}
 		return
 	}
-	// The members' answers are held until the merged list is written; a
-	// list that goes over the memory bound cancels its member requests.
+	// The members' answers are held until the list writes them; a list that
+	// goes over the memory bound cancels its member requests.
 	paged := mq.limit > 0 || page != nil
 	ctx, cancel := context.WithCancel(req.Context())
-	defer cancel()
 	c := &listCall{req: inner.WithContext(ctx), path: path, accept: "application/json", timeout: h.memberTimeout(), memory: h.ListMemory.newHold(cancel, paged)}
-	defer c.memory.release()
+	defer func() {
+		cancel()
+		c.running.Wait() // the member requests write into the list's memory
+		c.memory.release()
+	}()
 	if wantsTable(req.Header.Get("Accept")) {
 		c.accept = tableAccept
 	}
@@ -168,7 +171,7 @@ func (h *Handler) Serve(w http.ResponseWriter, req *http.Request, name, path str
 	if paged {
 		merged, warnings, err = h.page(c, members, mq, page)
 	} else {
-		merged, warnings, err = merge(h.ask(c, members), mq.strict)
+		merged, warnings, err = h.list(c, members, mq.strict)
 	}
 	if err := c.memory.failed(); err != nil {
 		fail(err) // the members' failures are the bound's doing
@@ -181,7 +184,7 @@ func (h *Handler) Serve(w http.ResponseWriter, req *http.Request, name, path str
 		fail(err)
 		return
 	}
-	responsewriters.SerializeObject("application/json", listEncoder{}, w, req, http.StatusOK, mergedObject{merged})
+	responsewriters.SerializeObject("application/json", listEncoder{header: w.Header(), client: req.Context()}, w, req, http.StatusOK, mergedObject{merged})
 }
 
 // listCall is one fan-out list being served: what each member is asked.
@@ -193,6 +196,9 @@ type listCall struct {
 	accept  string
 	timeout time.Duration
 	memory  *hold
+	// running counts the goroutines serving member requests, which write
+	// into memory.
+	running sync.WaitGroup
 }
 
 // parseSelector reads the name segment: "*" or a label selector.
@@ -396,6 +402,9 @@ type result struct {
 	list     *memberList
 	parseErr error
 	memory   *hold
+	// stream, when set, is the answer still arriving: list is its head,
+	// the items follow (see stream.go).
+	stream *memberStream
 }
 
 // parse reads the list in the answer's body, once.
@@ -415,17 +424,6 @@ func (r *result) held() int {
 	return len(r.body)
 }
 
-// ask sends the list to every member, Parallel at a time, each bounded by
-// MemberTimeout, and returns the answers in members' order.
-func (h *Handler) ask(c *listCall, members []member) []result {
-	results := make([]result, len(members))
-	// Every member gets its answer: those of a cancelled list answer at once.
-	workqueue.ParallelizeUntil(context.Background(), h.parallel(), len(members), func(i int) {
-		results[i] = h.askOne(c, c.req, members[i].name)
-	})
-	return results
-}
-
 func (h *Handler) parallel() int {
 	if h.Parallel > 0 {
 		return h.Parallel
@@ -433,29 +431,12 @@ func (h *Handler) parallel() int {
 	return DefaultParallel
 }
 
-// askOne sends req, the list of call c, to one member.
+// askOne sends req, the list of call c, to one member, and returns its
+// whole answer.
 func (h *Handler) askOne(c *listCall, req *http.Request, name string) result {
-	ctx, cancel := context.WithTimeout(req.Context(), c.timeout)
-	defer cancel()
-	// Warnings of this member's request (e.g. from admission) are collected
-	// here, not written concurrently into the client's headers.
-	rec := &recorder{}
-	ctx = warning.WithWarningRecorder(ctx, rec)
-	inner := req.Clone(ctx)
-	inner.Header.Set("Accept", c.accept)
-	// The gateway decodes the answer: let the transport handle compression.
-	inner.Header.Del("Accept-Encoding")
-	w := newCapture(c.memory)
-	if h.serveMember(w, inner, name, c.path) {
-		w.status = http.StatusBadGateway
-		w.body.Reset()
-		w.body.WriteString("its answer broke off")
-	}
-	r := result{cluster: name, code: w.code(), body: w.body.Bytes(), warnings: rec.texts, memory: c.memory}
-	r.warnings = append(r.warnings, memberWarnings(w.header)...)
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		r.err = fmt.Errorf("no complete answer within %s", c.timeout)
-	}
+	s := newMemberStream(name, c.memory)
+	h.serveStream(c, req, s)
+	r := s.answer()
 	if r.err == nil && r.code == http.StatusOK {
 		_, _ = r.parse() // here, where members are read in parallel; merge reports the error
 	}

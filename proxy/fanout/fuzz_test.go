@@ -46,9 +46,15 @@ func FuzzCopyObject(f *testing.F) {
 		}
 		// The same item twice in a member's list: the merge splices the
 		// annotation into the member's bytes.
-		merged, _, err := mergeJSON([]result{ok("member-a", `{"kind":"XList","apiVersion":"v1","items":[`+item+`,`+item+`]}`)}, true)
+		member := `{"kind":"XList","apiVersion":"v1","metadata":{},"items":[` + item + `,` + item + `]}`
+		merged, _, err := mergeJSON([]result{ok("member-a", member)}, true)
 		if err != nil {
 			t.Fatalf("%s: %v", item, err)
+		}
+		// Streamed, as the items of a member still answering: the same.
+		streamed, _, err := streamJSON(t, []string{"member-a"}, []string{member}, true)
+		if err != nil || !reflect.DeepEqual(decodeJSON(t, streamed), decodeJSON(t, merged)) {
+			t.Errorf("%s\nstreamed %s (%v)\nmerged %s", item, streamed, err, merged)
 		}
 		var list struct{ Items []json.RawMessage }
 		if err := json.Unmarshal(merged, &list); err != nil || len(list.Items) != 2 {
@@ -74,6 +80,10 @@ func FuzzCopyObject(f *testing.F) {
 			var got struct{ Rows json.RawMessage }
 			if err := json.Unmarshal(merged, &got); err != nil {
 				t.Fatalf("%s: merged %s: %v", table, merged, err)
+			}
+			streamed, _, err := streamJSON(t, []string{"member-a"}, []string{table}, true)
+			if err != nil || !reflect.DeepEqual(decodeJSON(t, streamed), decodeJSON(t, merged)) {
+				t.Errorf("%s\nstreamed %s (%v)\nmerged %s", table, streamed, err, merged)
 			}
 			want, err := tokenItems(part{cluster: "member-a", list: l})
 			if err != nil {

@@ -3,16 +3,21 @@ package fanout
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/go-json-experiment/json/jsontext"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2"
 )
 
 // A fan-out list is merged at the level of JSON tokens: each member's answer
@@ -109,14 +114,8 @@ func parseList(body []byte, memory *hold) (*memberList, error) {
 		if l.columns == nil {
 			return fail(errors.New("a Table without columnDefinitions"))
 		}
-		var cols []struct {
-			Name string `json:"name"`
-		}
-		if err := json.Unmarshal(l.columns, &cols); err != nil {
-			return fail(fmt.Errorf("columnDefinitions: %w", err))
-		}
-		for _, c := range cols {
-			l.columnNames = append(l.columnNames, c.Name)
+		if l.columnNames, err = columnNames(l.columns); err != nil {
+			return fail(err)
 		}
 		l.items, l.count, l.splices, l.byTokens = rows, nRows, rowSplices, rowsByTokens
 	case strings.HasSuffix(l.kind, "List"):
@@ -128,6 +127,21 @@ func parseList(body []byte, memory *hold) (*memberList, error) {
 		l.byTokens = true
 	}
 	return l, nil
+}
+
+// columnNames are the names of a Table's raw columnDefinitions.
+func columnNames(columns jsontext.Value) ([]string, error) {
+	var cols []struct {
+		Name string `json:"name"`
+	}
+	if err := json.Unmarshal(columns, &cols); err != nil {
+		return nil, fmt.Errorf("columnDefinitions: %w", err)
+	}
+	names := make([]string, 0, len(cols))
+	for _, c := range cols {
+		names = append(names, c.Name)
+	}
+	return names, nil
 }
 
 // readArray reads the next value of dec, which reads body: an array, whose
@@ -166,10 +180,12 @@ func readArray(dec *jsontext.Decoder, body []byte, field string, element func(ba
 	return jsontext.Value(body[start:dec.InputOffset()]), n, nil
 }
 
-// part is a member's list in a merge.
+// part is a member's list in a merge: whole, or its head with the stream
+// of its items.
 type part struct {
 	cluster string
 	list    *memberList
+	stream  *memberStream
 }
 
 // mergedList is the merge of members' lists of one kind: their items (a
@@ -191,7 +207,8 @@ type mergedList struct {
 const clusterColumn = `{"name":"Cluster","type":"string","format":"","description":"The upstream cluster the object is in.","priority":0}`
 
 // writeTo writes the merged list as JSON to w: each member's items (a
-// Table's rows) as it sent them, the cluster spliced in.
+// Table's rows) as it sent them, the cluster spliced in; those of a member
+// still answering as they arrive.
 func (m *mergedList) writeTo(w io.Writer) error {
 	meta, err := json.Marshal(listMeta{ResourceVersion: CompositeResourceVersion(m.versions), Continue: m.cont, RemainingItemCount: m.remaining})
 	if err != nil {
@@ -215,8 +232,18 @@ func (m *mergedList) writeTo(w io.Writer) error {
 	}
 	sw := stickyWriter{w: w}
 	sw.write(head)
-	first := true
+	wrote := false // items
 	for _, p := range m.parts {
+		if sw.err != nil {
+			return sw.err
+		}
+		text := newClusterText(p.cluster)
+		if p.stream != nil {
+			if err := p.stream.writeItems(w, table, text, &wrote); err != nil {
+				return err
+			}
+			continue
+		}
 		items, splices := p.list.items, p.list.splices
 		if p.list.byTokens {
 			if items, err = tokenItems(p); err != nil {
@@ -227,12 +254,12 @@ func (m *mergedList) writeTo(w io.Writer) error {
 		if p.list.count == 0 || len(bytes.TrimSpace(items[1:len(items)-1])) == 0 {
 			continue
 		}
-		if !first {
+		if wrote {
 			sw.write(comma)
 		}
-		first = false
+		wrote = true
 		if sw.err == nil {
-			sw.err = writeSpliced(w, items, splices, p.cluster)
+			sw.err = writeSpliced(w, items, splices, text)
 		}
 	}
 	sw.write(listEnd)
@@ -269,24 +296,61 @@ func (mergedObject) GetObjectKind() schema.ObjectKind { return schema.EmptyObjec
 // once made.
 func (o mergedObject) DeepCopyObject() runtime.Object { return o }
 
-// listEncoder encodes a mergedObject.
-type listEncoder struct{}
+// listEncoder encodes a mergedObject, and the Status SerializeObject writes
+// in its place when the list fails before any of it was sent.
+type listEncoder struct {
+	// header is the response's: Retry-After goes there with such a Status.
+	header http.Header
+	// client is the client's request's context.
+	client context.Context
+}
 
 func (listEncoder) Identifier() runtime.Identifier { return "fanout-list-json" }
 
 // encodeChunk is the size of the writes to SerializeObject's writer, which
 // decides on compression by the size of the first: above its threshold
-// (128 KiB), it compresses.
+// (128 KiB), it compresses. Nothing of the list is sent before it is
+// written: a list that fails until then fails with a Status.
 const encodeChunk = 256 << 10
 
-func (listEncoder) Encode(obj runtime.Object, w io.Writer) error {
+func (e listEncoder) Encode(obj runtime.Object, w io.Writer) error {
 	m, ok := obj.(mergedObject)
 	if !ok {
-		return fmt.Errorf("fan-out: cannot encode %T", obj)
+		return json.NewEncoder(w).Encode(obj)
 	}
-	bw := bufio.NewWriterSize(w, encodeChunk)
-	if err := m.writeTo(bw); err != nil {
-		return err
+	sent := &sentWriter{w: w}
+	bw := bufio.NewWriterSize(sent, encodeChunk)
+	err := m.writeTo(bw)
+	if err == nil {
+		err = bw.Flush()
 	}
-	return bw.Flush()
+	switch {
+	case err == nil:
+		return nil
+	case sent.any:
+		// Part of the list is on its way, under 200: only a response that
+		// breaks off tells the client that it is not whole.
+		if e.client.Err() == nil {
+			klog.InfoS("Fan-out list broken off after it began", "err", err)
+		}
+		panic(http.ErrAbortHandler)
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		if d := status.Status().Details; d != nil && d.RetryAfterSeconds > 0 {
+			e.header.Set("Retry-After", strconv.Itoa(int(d.RetryAfterSeconds)))
+		}
+	}
+	return err
+}
+
+// sentWriter tells whether anything was written to w.
+type sentWriter struct {
+	w   io.Writer
+	any bool
+}
+
+func (s *sentWriter) Write(b []byte) (int, error) {
+	s.any = true
+	return s.w.Write(b)
 }

@@ -12,17 +12,20 @@ import (
 )
 
 // ListMemory bounds the bytes of member answers that the fan-out lists in
-// flight hold together. A fan-out list keeps every member's answer until the
-// merged list is written (the warnings about failed members go in headers,
-// before the body, and strict lists fail whole): without a bound, one list of
-// a large resource over many members could take more memory than the
+// flight hold together. A fan-out list holds what its members sent until it
+// writes it: a page its members' whole pages; a list without limit every
+// answer until each member's head is known (the warnings about failed
+// members go in headers, before the body, and strict lists fail whole), then
+// the answers of the members whose turn has not come. Without a bound, one
+// list of a large resource over many members could take more memory than the
 // gateway has, and every request it serves would go down with it.
 //
 // A list that would pass the bound fails at once, and its other member
 // requests are cancelled: with 413 when it alone holds more than the bound
 // (paging it with limit holds one member's page at a time), with 429 when
-// other lists hold the memory (it may pass later). It never waits for memory:
-// lists waiting while they hold part of it could wait for each other forever.
+// other lists hold the memory (it may pass later); once part of it was sent,
+// by breaking the response off. It never waits for memory: lists waiting
+// while they hold part of it could wait for each other forever.
 //
 // The bytes counted are the answers as the gateway holds them, uncompressed;
 // the buffers holding them take up to twice that.
@@ -62,7 +65,8 @@ type hold struct {
 	paged  bool
 
 	once sync.Once
-	err  error // set by once; read after the members' requests ended
+	// err is set by once; a streamed list reads it while its members answer.
+	err atomic.Pointer[apierrors.StatusError]
 }
 
 // newHold starts the share of one list whose member requests cancel ends;
@@ -98,14 +102,14 @@ func (h *hold) fail(held int64) {
 			if h.paged { // a member's page alone, or members that ignore limit
 				fix = "ask for fewer items per page (a lower limit, kubectl get --chunk-size)"
 			}
-			h.err = apierrors.NewRequestEntityTooLargeError(fmt.Sprintf(
+			h.err.Store(apierrors.NewRequestEntityTooLargeError(fmt.Sprintf(
 				"the members' answers to this fan-out list are larger than %s, the most the gateway holds for fan-out lists (--fan-out-list-memory): %s, or select fewer clusters",
-				bound, fix))
+				bound, fix)))
 		} else {
 			m.busy.Add(1)
-			h.err = apierrors.NewTooManyRequests(fmt.Sprintf(
+			h.err.Store(apierrors.NewTooManyRequests(fmt.Sprintf(
 				"other fan-out lists hold the %s the gateway keeps for fan-out lists' member answers (--fan-out-list-memory): "+
-					"try again, or page the list with limit to need less", bound), 1)
+					"try again, or page the list with limit to need less", bound), 1))
 		}
 		h.cancel()
 	})
@@ -122,13 +126,15 @@ func (h *hold) give(n int) {
 	h.memory.used.Add(-int64(n))
 }
 
-// failed is the error of a list that went over the bound, nil otherwise. It
-// is read once the list's member requests have ended.
+// failed is the error of a list that went over the bound, nil otherwise.
 func (h *hold) failed() error {
 	if h == nil {
 		return nil
 	}
-	return h.err
+	if err := h.err.Load(); err != nil {
+		return err
+	}
+	return nil
 }
 
 // release gives back what the list held; its answers are no longer used.

@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,10 +11,12 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/user"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
@@ -50,16 +53,39 @@ func statusOf(t *testing.T, rec *httptest.ResponseRecorder) metav1.Status {
 	return st
 }
 
-// A list larger than the bound on its own fails with 413 telling the client
-// to page, and gives back what it held; paged, the same members are served.
+// lastFirst is sized, except that member a, the first of the list, answers
+// only once every other member's request has ended (or its own is
+// cancelled): the others' answers are held until a's head is known.
+func lastFirst(size, others int) MemberFunc {
+	var ended sync.WaitGroup
+	ended.Add(others)
+	return func(w http.ResponseWriter, req *http.Request, name, path string) {
+		if name != "a" {
+			defer ended.Done()
+			sized(size)(w, req, name, path)
+			return
+		}
+		done := make(chan struct{})
+		go func() { ended.Wait(); close(done) }()
+		select {
+		case <-done:
+			sized(size)(w, req, name, path)
+		case <-req.Context().Done():
+		}
+	}
+}
+
+// A list whose held answers are larger than the bound on their own fails
+// with 413 telling the client to page, and gives back what it held; paged,
+// the same members are served.
 func TestListMemoryTooLarge(t *testing.T) {
 	h, _ := newHandler(nil)
-	h.Member = sized(1000)
-	h.ListMemory = NewListMemory(2500) // a, b and c answer 3,000 bytes
+	h.Member = lastFirst(1000, 2)
+	h.ListMemory = NewListMemory(1500) // b and c answer 2,000 bytes while a's head is awaited
 	rec := do(h, "*", "/api/v1/pods", "", nil)
 	st := statusOf(t, rec)
 	if rec.Code != http.StatusRequestEntityTooLarge || st.Reason != metav1.StatusReasonRequestEntityTooLarge ||
-		!strings.Contains(st.Message, "2500") || !strings.Contains(st.Message, "--fan-out-list-memory") || !strings.Contains(st.Message, "limit") {
+		!strings.Contains(st.Message, "1500") || !strings.Contains(st.Message, "--fan-out-list-memory") || !strings.Contains(st.Message, "limit") {
 		t.Errorf("%d %s: want a 413 naming the bound and the flag, and telling to page", rec.Code, rec.Body)
 	}
 	if w := rec.Header().Values("Warning"); len(w) != 0 {
@@ -69,13 +95,14 @@ func TestListMemoryTooLarge(t *testing.T) {
 		t.Errorf("refused %d too large, %d busy; want 1, 0", tooLarge, busy)
 	}
 	if held := h.ListMemory.Held(); held != 0 {
-		t.Errorf("%d bytes still held after the list", held)
+		t.Errorf("%d bytes held after the list", held)
 	}
 
 	// A page that alone is larger: the client is told to ask for fewer items.
+	h.Member = sized(1000)
 	rec = do(h, "*", "/api/v1/pods", "limit=3", nil)
 	if st := statusOf(t, rec); rec.Code != http.StatusRequestEntityTooLarge || !strings.Contains(st.Message, "a lower limit") {
-		t.Errorf("a page of 3,000 bytes with a bound of 2,500: %d %s", rec.Code, rec.Body)
+		t.Errorf("a page of 3,000 bytes with a bound of 1,500: %d %s", rec.Code, rec.Body)
 	}
 
 	// Paged, a page holds one member's answer at a time.
@@ -94,13 +121,13 @@ func TestListMemoryTooLarge(t *testing.T) {
 // with 429 and Retry-After; it passes once they are done.
 func TestListMemoryBusy(t *testing.T) {
 	h, _ := newHandler(nil)
-	h.Member = sized(1000)
+	h.Member = lastFirst(1000, 2)
 	h.ListMemory = NewListMemory(5000)
 	other := h.ListMemory.newHold(func() {}, false)
 	if err := other.take(3000); err != nil {
 		t.Fatal(err)
 	}
-	rec := do(h, "*", "/api/v1/pods", "", nil)
+	rec := do(h, "*", "/api/v1/pods", "", nil) // b and c fill the bound, a goes over it
 	st := statusOf(t, rec)
 	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "1" || !strings.Contains(st.Message, "other fan-out lists") {
 		t.Errorf("%d Retry-After %q %s: want a 429 to retry", rec.Code, rec.Header().Get("Retry-After"), rec.Body)
@@ -109,12 +136,54 @@ func TestListMemoryBusy(t *testing.T) {
 		t.Errorf("%d bytes held, want the other list's 3000", held)
 	}
 	other.release()
+	h.Member = lastFirst(1000, 2)
 	rec = do(h, "*", "/api/v1/pods", "", nil)
 	if got := strings.Join(itemClusters(t, rec), ","); got != "a,b,c" {
 		t.Errorf("after the other list: items of %s", got)
 	}
 	if tooLarge, busy := h.ListMemory.Refused(); tooLarge != 0 || busy != 1 {
 		t.Errorf("refused %d too large, %d busy; want 0, 1", tooLarge, busy)
+	}
+	if held := h.ListMemory.Held(); held != 0 {
+		t.Errorf("%d bytes still held", held)
+	}
+}
+
+// A list streams what its members send as it arrives, and holds only what
+// it has not written yet: member a sends ten times the bound, a part at a
+// time, each once the list holds less than half the bound.
+func TestListMemoryHoldsWhatIsNotWritten(t *testing.T) {
+	const bound, part = 10000, 1000
+	h, _ := newHandler(nil)
+	h.ListMemory = NewListMemory(bound)
+	h.Member = func(w http.ResponseWriter, req *http.Request, name, path string) {
+		if name != "a" {
+			sized(100)(w, req, name, path)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[`))
+		for i := range 10 * bound / part {
+			if err := wait.PollUntilContextTimeout(req.Context(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				return h.ListMemory.Held() < bound/2, nil
+			}); err != nil {
+				t.Errorf("part %d: the list held %d bytes: %v", i, h.ListMemory.Held(), err)
+				return
+			}
+			item := fmt.Sprintf(`{"metadata":{"name":"p-%05d"},"x":"%s"}`, i, strings.Repeat("x", part-50))
+			if i > 0 {
+				item = "," + item
+			}
+			if _, err := w.Write([]byte(item)); err != nil {
+				return
+			}
+		}
+		_, _ = w.Write([]byte("]}\n"))
+	}
+	rec := do(h, "*", "/api/v1/pods", "", nil)
+	got := itemClusters(t, rec)
+	if len(got) != 10*bound/part+2 || got[0] != "a" || got[len(got)-1] != "c" {
+		t.Errorf("%d: %d items, want %d of a, then b's and c's", rec.Code, len(got), 10*bound/part)
 	}
 	if held := h.ListMemory.Held(); held != 0 {
 		t.Errorf("%d bytes still held", held)
@@ -221,8 +290,9 @@ func TestListMemoryCountsSplices(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(tiny)
 	}
+	// Paged, as a list whose members' answers are held whole.
 	h.ListMemory = NewListMemory(int64(3*len(tiny) + 10000)) // the three answers, but not their places
-	rec := do(h, "*", "/api/v1/pods", "", nil)
+	rec := do(h, "*", "/api/v1/pods", "limit=100000", nil)
 	if rec.Code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("%d %.200s: want a 413", rec.Code, rec.Body)
 	}
@@ -235,7 +305,7 @@ func TestListMemoryCountsSplices(t *testing.T) {
 
 	// With room for them, the list is served, and all is given back.
 	h.ListMemory = NewListMemory(int64(3 * (len(tiny) + 2*10000*spliceSize)))
-	if rec := do(h, "*", "/api/v1/pods", "", nil); rec.Code != http.StatusOK {
+	if rec := do(h, "*", "/api/v1/pods", "limit=100000", nil); rec.Code != http.StatusOK {
 		t.Fatalf("%d %.200s", rec.Code, rec.Body)
 	}
 	if held := h.ListMemory.Held(); held != 0 {

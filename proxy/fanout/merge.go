@@ -1,7 +1,6 @@
 package fanout
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"mime"
@@ -13,41 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 )
-
-// capture is the in-memory ResponseWriter a member's answer goes to.
-type capture struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-	memory *hold
-}
-
-func newCapture(memory *hold) *capture { return &capture{header: http.Header{}, memory: memory} }
-
-func (c *capture) Header() http.Header { return c.header }
-
-func (c *capture) WriteHeader(code int) {
-	if c.status == 0 && code >= http.StatusOK {
-		c.status = code
-	}
-}
-
-func (c *capture) Write(b []byte) (int, error) {
-	if c.status == 0 {
-		c.status = http.StatusOK
-	}
-	if err := c.memory.take(len(b)); err != nil {
-		return 0, err
-	}
-	return c.body.Write(b)
-}
-
-func (c *capture) code() int {
-	if c.status == 0 {
-		return http.StatusOK
-	}
-	return c.status
-}
 
 // memberWarnings returns the texts of a member's Warning headers.
 func memberWarnings(h http.Header) []string {
@@ -107,10 +71,11 @@ func merge(results []result, strict bool) (out *mergedList, warnings []string, e
 			if why := differs(parts[0], l); why != "" {
 				fail(r.cluster, why)
 				codes[http.StatusBadGateway] = true
+				r.leaveOut()
 				continue
 			}
 		}
-		parts = append(parts, part{cluster: r.cluster, list: l})
+		parts = append(parts, part{cluster: r.cluster, list: l, stream: r.stream})
 	}
 	switch {
 	case len(parts) == 0:

@@ -60,9 +60,11 @@ const (
 // itemSplicer finds the splices of a member's list items (or Table rows) as
 // they are read.
 type itemSplicer struct {
-	dec     *jsontext.Decoder
-	body    []byte // dec's input
-	base    int    // the offset of the items array in body
+	dec  *jsontext.Decoder
+	body []byte // dec's input
+	// src, when set, is dec's input instead, whose window body is.
+	src     *memberStream
+	base    int // the offset in the input of what the splices' offsets count from
 	splices []splice
 	// memory is the list's share of the memory bound, charged the splices'
 	// bytes as they grow: a member's answer of many tiny items would
@@ -139,7 +141,12 @@ func (s *itemSplicer) cellsValue() error {
 // whitespace, and a comma or colon before it, lie between.
 func (s *itemSplicer) valueStart() int {
 	start := int(s.dec.InputOffset())
-	for s.body[start] != '{' {
+	body, origin := s.body, 0
+	if s.src != nil {
+		b, w := s.src.window()
+		body, origin = w, int(b)
+	}
+	for body[start-origin] != '{' {
 		start++
 	}
 	return start
@@ -292,14 +299,29 @@ func nameIs(name jsontext.Value, s string) bool {
 
 // writeSpliced writes the inside of a list's raw items array (or a Table's
 // rows), without its brackets, to w with the cluster spliced in.
-func writeSpliced(w io.Writer, items jsontext.Value, splices []splice, cluster string) error {
+func writeSpliced(w io.Writer, items jsontext.Value, splices []splice, text *clusterText) error {
+	return writeRange(w, items, 1, len(items)-1, splices, text)
+}
+
+// clusterText is what a member's items get spliced in.
+type clusterText struct {
+	quoted, annotation []byte
+	edit               metaEdit
+}
+
+func newClusterText(cluster string) *clusterText {
 	quoted, _ := jsontext.AppendQuote(nil, cluster) // valid UTF-8: a name
-	annotation := append([]byte(`"`+ClusterAnnotation+`":`), quoted...)
-	edit := &metaEdit{cluster: cluster}
+	return &clusterText{quoted: quoted, annotation: append([]byte(`"`+ClusterAnnotation+`":`), quoted...), edit: metaEdit{cluster: cluster}}
+}
+
+// writeRange writes b[from:to] to w with the splices, whose offsets are in
+// b, applied.
+func writeRange(w io.Writer, b []byte, from, to int, splices []splice, text *clusterText) error {
+	quoted, annotation := text.quoted, text.annotation
 	sw := stickyWriter{w: w}
-	pos := int32(1) // items[0] is '['
+	pos := int32(from)
 	for _, s := range splices {
-		sw.write(items[pos:s.at])
+		sw.write(b[pos:s.at])
 		if s.comma && s.kind != addCell {
 			sw.write(comma)
 		}
@@ -326,12 +348,12 @@ func writeSpliced(w io.Writer, items jsontext.Value, splices []splice, cluster s
 		case copyItem, copyRow:
 			if sw.err == nil {
 				c := newCopier(w)
-				dec := newDecoder(items[s.at : s.at+s.skip])
+				dec := newDecoder(b[s.at : s.at+s.skip])
 				copyValue := c.copyObject
 				if s.kind == copyRow {
 					copyValue = c.copyRow
 				}
-				if err := copyValue(dec, edit); err != nil {
+				if err := copyValue(dec, &text.edit); err != nil {
 					return err
 				}
 				sw.err = c.err
@@ -339,7 +361,7 @@ func writeSpliced(w io.Writer, items jsontext.Value, splices []splice, cluster s
 		}
 		pos = s.at + s.skip
 	}
-	sw.write(items[pos : len(items)-1])
+	sw.write(b[pos:to])
 	return sw.err
 }
 

@@ -9,14 +9,27 @@ import (
 	"github.com/kubewharf/kube-gateway/test/harness"
 )
 
-// memberA holds the second copy of the LIST objects for the fan-out LIST.
-const memberA = harness.MemberA
+// The fan-out LISTs go over member-a and member-b, in two cases: member-b's
+// LIST objects (listPath) alone, member-a holding nothing there; and both
+// members holding the same objects, member-a's copy in a namespace of its
+// own, listed across namespaces by their label (bothPath).
+const (
+	memberA   = harness.MemberA
+	copyNS    = listNS + "-a"
+	listLabel = "app=kube-gateway-bench"
+)
 
-// fanOutRun is one fan-out LIST through the hub over member-a and member-b,
-// next to the direct LIST of each member, back to back.
+var bothPath = "/api/v1/configmaps?labelSelector=" + listLabel
+
+// fanOutRun is one round's fan-out LISTs through the hub, each next to the
+// LISTs it is compared with, back to back.
 type fanOutRun struct {
+	// One: member-b holds the objects, member-a nothing: member-b directly,
+	// member-b through the hub (the hub path to that member alone), then the
+	// fan-out over both; OneFirstByte is the fan-out's first byte.
+	OneDirect, OneHub, OneFanOut, OneFirstByte time.Duration
+	// Both members hold the objects: each directly, then the fan-out.
 	DirectA, DirectB, FanOut time.Duration
-	BytesFanOut              int64
 }
 
 // fanOutTargets are the direct way to member-a and the fan-out way through
@@ -34,37 +47,51 @@ func fanOutTargets(env *harness.Env, hub *measure.Target, timeout time.Duration)
 	return directA, fan, nil
 }
 
-// measureFanOut LISTs (gzip, as Go clients ask) member-a directly,
-// member-b directly, then both through the fan-out path.
-func measureFanOut(ctx context.Context, directA, directB, fan *measure.Target) (fanOutRun, error) {
+// strict: a member left out would make the fan-out look faster.
+const strict = "gateway.kubewharf.io/strict=true"
+
+// measureFanOut LISTs (gzip, as Go clients ask) the one-member case, then the
+// two-member case.
+func measureFanOut(ctx context.Context, directA, directB, hubB, fan *measure.Target) (fanOutRun, error) {
 	var run fanOutRun
 	for _, x := range []struct {
-		t    *measure.Target
-		path string
-		out  *time.Duration
+		t         *measure.Target
+		path      string
+		out       *time.Duration
+		firstByte *time.Duration
 	}{
-		{directA, listPath, &run.DirectA},
-		{directB, listPath, &run.DirectB},
-		// Strict: a member left out would make the fan-out look faster.
-		{fan, listPath + "?gateway.kubewharf.io/strict=true", &run.FanOut},
+		{directB, listPath, &run.OneDirect, nil},
+		{hubB, listPath, &run.OneHub, nil},
+		{fan, listPath + "?" + strict, &run.OneFanOut, &run.OneFirstByte},
+		{directA, bothPath, &run.DirectA, nil},
+		{directB, bothPath, &run.DirectB, nil},
+		{fan, bothPath + "&" + strict, &run.FanOut, nil},
 	} {
 		t0 := time.Now()
-		res, err := x.t.DoEnc(ctx, x.path, false, false)
+		res, err := x.t.DoEnc(ctx, x.path, false, x.firstByte != nil)
 		*x.out = time.Since(t0)
 		if err != nil {
-			return run, fmt.Errorf("fan-out LIST, %s: %w", x.t.Label, err)
+			return run, fmt.Errorf("fan-out LIST, %s %s: %w", x.t.Label, x.path, err)
 		}
-		run.BytesFanOut = res.Bytes
+		if x.firstByte != nil {
+			*x.firstByte = res.FirstByte
+		}
 	}
 	return run, nil
 }
 
-// fanOutSection reports the fan-out LISTs: medians, and the median of the
-// per-round ratios to the two direct LISTs one after the other.
+// fanOutSection reports the fan-out LISTs: medians, and medians of the
+// per-LIST ratios to the LISTs measured next to them.
 func (r *report) fanOutSection(p func(string, ...any)) {
+	var oneDirect, oneHub, oneFan, oneFirst, oneXHub, oneXDirect, hubXDirect []float64
 	var a, b, f, ratio, ratioMax []float64
 	for _, rd := range r.Rounds {
 		for _, run := range rd.FanOut {
+			oneDirect, oneHub, oneFan = append(oneDirect, run.OneDirect.Seconds()), append(oneHub, run.OneHub.Seconds()), append(oneFan, run.OneFanOut.Seconds())
+			oneFirst = append(oneFirst, run.OneFirstByte.Seconds())
+			oneXHub = append(oneXHub, run.OneFanOut.Seconds()/run.OneHub.Seconds())
+			oneXDirect = append(oneXDirect, run.OneFanOut.Seconds()/run.OneDirect.Seconds())
+			hubXDirect = append(hubXDirect, run.OneHub.Seconds()/run.OneDirect.Seconds())
 			a, b, f = append(a, run.DirectA.Seconds()), append(b, run.DirectB.Seconds()), append(f, run.FanOut.Seconds())
 			ratio = append(ratio, run.FanOut.Seconds()/(run.DirectA+run.DirectB).Seconds())
 			ratioMax = append(ratioMax, run.FanOut.Seconds()/max(run.DirectA, run.DirectB).Seconds())
@@ -74,7 +101,11 @@ func (r *report) fanOutSection(p func(string, ...any)) {
 		return
 	}
 	p("\n## Fan-out LIST over two members\n\n")
-	p("The same %d ConfigMaps on member-a and on member-b; each round LISTs member-a directly, member-b directly, then both through the hub and the gateway's fan-out path (`upstreamclusters/*/proxy`, one merged list, gzip). The ratios are the fan-out LIST's time over the two direct LISTs one after the other, and over the slower of the two (the members are asked in parallel), medians of the per-LIST ratios.\n\n", r.Opts.ListObjects)
+	p("**One member holding the objects.** The %d ConfigMaps of member-b, member-a holding none there; each LIST in a round lists member-b directly, member-b through the hub and the gateway (the hub path to that member alone), then both members through the hub and the gateway's fan-out path (`upstreamclusters/*/proxy`, one merged list, gzip, strict). The ratios are medians of the per-LIST ratios.\n\n", r.Opts.ListObjects)
+	p("| direct member-b | hub path to member-b | fan-out | fan-out first byte | fan-out ÷ hub path | fan-out ÷ direct | hub path ÷ direct |\n|---:|---:|---:|---:|---:|---:|---:|\n")
+	p("| %s | %s | %s | %s | %s | %s | %s |\n", measure.Sec(measure.Median(oneDirect)), measure.Sec(measure.Median(oneHub)), measure.Sec(measure.Median(oneFan)),
+		measure.Sec(measure.Median(oneFirst)), measure.X(measure.Median(oneXHub)), measure.X(measure.Median(oneXDirect)), measure.X(measure.Median(hubXDirect)))
+	p("\n**Both members holding the objects.** The same %d ConfigMaps on member-a too (namespace %s), listed across namespaces by their label `%s`: member-a directly, member-b directly, then both through the fan-out path. The ratios are the fan-out LIST's time over the two direct LISTs one after the other, and over the slower of the two (the members are asked in parallel), medians of the per-LIST ratios.\n\n", r.Opts.ListObjects, copyNS, listLabel)
 	p("| direct member-a | direct member-b | fan-out (both) | fan-out ÷ (a + b) | fan-out ÷ max(a, b) |\n|---:|---:|---:|---:|---:|\n")
 	p("| %s | %s | %s | %s | %s |\n", measure.Sec(measure.Median(a)), measure.Sec(measure.Median(b)), measure.Sec(measure.Median(f)),
 		measure.X(measure.Median(ratio)), measure.X(measure.Median(ratioMax)))

@@ -209,13 +209,14 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 		return nil, err
 	}
 
-	// The same objects on member-a, for the fan-out LIST over both.
+	// The same objects on member-a, in a namespace of their own, for the
+	// fan-out LIST over both members holding them (see fanout.go).
 	csA, err := kubernetes.NewForConfig(env.Members[memberA].Config(harness.UserAdmin, 0))
 	if err != nil {
 		return nil, err
 	}
 	var tookA time.Duration
-	if err := setupListObjects(ctx, csA, memberA, o, &tookA); err != nil {
+	if err := setupListObjects(ctx, csA, memberA, copyNS, o, &tookA); err != nil {
 		return nil, err
 	}
 
@@ -370,12 +371,14 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 			}
 		}
 		for i := 0; i < o.ListPerRound; i++ {
-			run, err := measureFanOut(ctx, directA, targets[0], fan)
+			run, err := measureFanOut(ctx, directA, targets[0], targets[2], fan)
 			if err != nil {
 				return nil, err
 			}
 			rd.FanOut = append(rd.FanOut, run)
-			logf("  fan-out LIST: member-a %s + member-b %s directly; both through the hub's fan-out %s (x%.2f of a + b)",
+			logf("  fan-out LIST, member-b's objects: directly %s, hub path %s, fan-out %s (first byte %s; x%.2f of the hub path)",
+				measure.Dur(run.OneDirect), measure.Dur(run.OneHub), measure.Dur(run.OneFanOut), measure.Dur(run.OneFirstByte), run.OneFanOut.Seconds()/run.OneHub.Seconds())
+			logf("  fan-out LIST, both members': member-a %s + member-b %s directly; fan-out %s (x%.2f of a + b)",
 				measure.Dur(run.DirectA), measure.Dur(run.DirectB), measure.Dur(run.FanOut), run.FanOut.Seconds()/(run.DirectA+run.DirectB).Seconds())
 		}
 		if err := ctx.Err(); err != nil {
@@ -477,17 +480,17 @@ func setupObjects(ctx context.Context, cs kubernetes.Interface, o options, rep *
 		return fmt.Errorf("configmap %s/%s: %w", targetNS, targetName, err)
 	}
 
-	return setupListObjects(ctx, cs, member, o, &rep.SetupList)
+	return setupListObjects(ctx, cs, member, listNS, o, &rep.SetupList)
 }
 
-// setupListObjects creates namespace bench-list on cluster name and
-// o.ListObjects small ConfigMaps in it with o.Workers concurrent creators;
-// took is how long the ConfigMaps took.
-func setupListObjects(ctx context.Context, cs kubernetes.Interface, name string, o options, took *time.Duration) error {
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: listNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("namespace %s on %s: %w", listNS, name, err)
+// setupListObjects creates namespace ns on cluster name and o.ListObjects
+// small ConfigMaps in it with o.Workers concurrent creators; took is how long
+// the ConfigMaps took.
+func setupListObjects(ctx context.Context, cs kubernetes.Interface, name, ns string, o options, took *time.Duration) error {
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("namespace %s on %s: %w", ns, name, err)
 	}
-	logf("creating %d ConfigMaps in %s on %s with %d workers", o.ListObjects, listNS, name, o.Workers)
+	logf("creating %d ConfigMaps in %s on %s with %d workers", o.ListObjects, ns, name, o.Workers)
 	start := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -508,7 +511,7 @@ func setupListObjects(ctx context.Context, cs kubernetes.Interface, name string,
 				}
 				var err error
 				for attempt := 0; attempt < 5; attempt++ {
-					_, err = cs.CoreV1().ConfigMaps(listNS).Create(ctx, cm, metav1.CreateOptions{})
+					_, err = cs.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
 					if err == nil || apierrors.IsAlreadyExists(err) {
 						err = nil
 						break

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"compress/gzip"
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -29,6 +30,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/test/faultproxy"
 	"github.com/kubewharf/kube-gateway/test/harness"
 )
 
@@ -303,6 +306,15 @@ func TestFanOutList(t *testing.T) {
 	t.Run("a list larger than the gateway holds for fan-out lists", func(t *testing.T) {
 		// Three ConfigMaps of 800 KiB on member-a, more than the gateway's
 		// --fan-out-list-memory of 2 MiB together, less than it one by one.
+		// A cluster listed before member-a answers through a relay 2 s
+		// late: until its answer begins, the list cannot, and holds
+		// member-a's answer whole.
+		slow := faultyReplica(t, faultproxy.Mode{Latency: slowLatency})
+		uc := memberACluster("fanout-slow-" + utilrand.String(5))
+		uc.Spec.Servers = []gatewayv1alpha1.UpstreamServer{{Endpoint: slow.URL()}}
+		uc.Spec.HealthCheck = faultProbes
+		createCluster(t, uc)
+		waitUsable(t, uc.Name)
 		huge := ns + "-huge"
 		cs := kubernetes.NewForConfigOrDie(env.Members[harness.MemberA].Config(harness.UserAdmin, 0))
 		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: huge}}, metav1.CreateOptions{}); err != nil {
@@ -332,7 +344,9 @@ func TestFanOutList(t *testing.T) {
 		if got := gatewayCounter(t, "kube_gateway_fanout_lists_refused_total", map[string]string{"reason": "TooLarge"}); got != refused+1 {
 			t.Errorf("kube_gateway_fanout_lists_refused_total{reason=TooLarge} went from %v to %v, want one more", refused, got)
 		}
-		// Paged, a page holds one member's page at a time.
+		// Paged, a page holds one member's page at a time (the slow cluster
+		// left out: it would only make it slower).
+		_ = upstreamClusters(t).Delete(ctx, uc.Name, metav1.DeleteOptions{})
 		out, _, err := env.Kubectl(ctx, fanOutKubeconfig(t, harness.UserAdmin), "get", "configmaps", "-n", huge, "--chunk-size=1", "-o", "name")
 		if err != nil {
 			t.Fatal(err)
@@ -340,6 +354,62 @@ func TestFanOutList(t *testing.T) {
 		for i := range 3 {
 			if !strings.Contains(out, "configmap/huge-"+strconv.Itoa(i)+"\n") {
 				t.Errorf("kubectl get --chunk-size=1 did not list huge-%d:\n%s", i, out)
+			}
+		}
+	})
+
+	t.Run("a member whose answer breaks off", func(t *testing.T) {
+		// About 1.2 MB of incompressible ConfigMaps on member-a, listed
+		// through member-a and through a cluster before it whose relay
+		// resets the connection once 256 KiB came: that cluster's answer
+		// breaks off before or after the merged list began. Either way the
+		// client never gets a list without its items and without a warning
+		// about it.
+		rnd := ns + "-random"
+		cs := kubernetes.NewForConfigOrDie(env.Members[harness.MemberA].Config(harness.UserAdmin, 0))
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rnd}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cs.CoreV1().Namespaces().Delete(context.Background(), rnd, metav1.DeleteOptions{}) })
+		const items = 24
+		for i := range items {
+			data := make([]byte, 36<<10)
+			_, _ = rand.Read(data)
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "random-" + strconv.Itoa(i)}, Data: map[string]string{"data": base64.StdEncoding.EncodeToString(data)}}
+			if _, err := cs.CoreV1().ConfigMaps(rnd).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() {
+			_ = cs.CoreV1().ConfigMaps(rnd).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
+		})
+		broken := faultyReplica(t, faultproxy.Mode{ResetAfter: 256 << 10})
+		uc := memberACluster("fanout-reset-" + utilrand.String(5))
+		uc.Spec.Servers = []gatewayv1alpha1.UpstreamServer{{Endpoint: broken.URL()}}
+		uc.Spec.HealthCheck = faultProbes
+		createCluster(t, uc)
+		waitUsable(t, uc.Name)
+		for i := range 3 {
+			warnings := &warningCollector{}
+			cfg := env.HubConfig(harness.UserAdmin)
+			cfg.WarningHandler = warnings
+			c := kubernetes.NewForConfigOrDie(cfg)
+			var code int
+			body, err := c.CoreV1().RESTClient().Get().AbsPath(fanOutPath("*") + "/api/v1/namespaces/" + rnd + "/configmaps").MaxRetries(0).Do(ctx).StatusCode(&code).Raw()
+			if err != nil {
+				t.Logf("list %d: %d %v", i, code, err) // broken off, or a Status while none of it was sent
+				continue
+			}
+			var list corev1.ConfigMapList
+			if err := json.Unmarshal(body, &list); err != nil {
+				t.Fatalf("list %d: %v", i, err)
+			}
+			perCluster := map[string]int{}
+			for _, cm := range list.Items {
+				perCluster[cm.Annotations["gateway.kubewharf.io/cluster"]]++
+			}
+			if perCluster[uc.Name] != 0 || perCluster[harness.MemberA] != items || !hasWarningAbout(warnings.get(), uc.Name) {
+				t.Fatalf("list %d without an error: items per cluster %v (want member-a's %d only), warnings %q (want one about %s)", i, perCluster, items, warnings.get(), uc.Name)
 			}
 		}
 	})
