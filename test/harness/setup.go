@@ -186,7 +186,7 @@ func (e *Env) setupHub(ctx context.Context) error {
 		func() error {
 			return o.clusterRole(ctx, "kube-gateway:proxy",
 				rbacv1.PolicyRule{APIGroups: []string{UpstreamClusterGVR.Group}, Resources: []string{"upstreamclusters/proxy"}, Verbs: []string{"*"}},
-				rbacv1.PolicyRule{APIGroups: []string{UpstreamClusterGVR.Group}, Resources: []string{"upstreamclusters"}, Verbs: readVerbs},
+				rbacv1.PolicyRule{APIGroups: []string{UpstreamClusterGVR.Group}, Resources: []string{"upstreamclusters", "cachedresources"}, Verbs: readVerbs},
 			)
 		},
 		func() error {

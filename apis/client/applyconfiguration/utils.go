@@ -32,6 +32,12 @@ import (
 func ForKind(kind schema.GroupVersionKind) interface{} {
 	switch kind {
 	// Group=gateway.kubewharf.io, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithKind("CachedResource"):
+		return &gatewayv1alpha1.CachedResourceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("CachedResourceSpec"):
+		return &gatewayv1alpha1.CachedResourceSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("CachedResourceStatus"):
+		return &gatewayv1alpha1.CachedResourceStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ClientConfig"):
 		return &gatewayv1alpha1.ClientConfigApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("DispatchPolicy"):
@@ -52,6 +58,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &gatewayv1alpha1.MaxRequestsInflightFlowControlApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("NameFilter"):
 		return &gatewayv1alpha1.NameFilterApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("NotSyncedCluster"):
+		return &gatewayv1alpha1.NotSyncedClusterApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecretReference"):
 		return &gatewayv1alpha1.SecretReferenceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecureServing"):
@@ -66,6 +74,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &gatewayv1alpha1.TokenReviewApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("UpstreamCluster"):
 		return &gatewayv1alpha1.UpstreamClusterApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("UpstreamClusterCacheStatus"):
+		return &gatewayv1alpha1.UpstreamClusterCacheStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("UpstreamClusterSpec"):
 		return &gatewayv1alpha1.UpstreamClusterSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("UpstreamClusterStatus"):

@@ -1,6 +1,6 @@
 // Package v1alpha1 is the gateway.kubewharf.io/v1alpha1 API: UpstreamCluster, the
 // member clusters that kube-gateway proxies to, and the options of its proxy
-// subresource.
+// subresource; CachedResource, the resources of members the gateway caches.
 //
 // +k8s:deepcopy-gen=package
 // +k8s:defaulter-gen=TypeMeta

@@ -39,6 +39,8 @@ func knownTypes() []runtime.Object {
 		&UpstreamCluster{},
 		&UpstreamClusterList{},
 		&UpstreamClusterProxyOptions{},
+		&CachedResource{},
+		&CachedResourceList{},
 	}
 }
 

@@ -161,6 +161,16 @@ type ClientConfig struct {
 	// endpoints may then name hosts only the agent resolves.
 	// +optional
 	Konnectivity *KonnectivityConfig `json:"konnectivity,omitempty"`
+	// CacheSecretRef names the hub Secret holding the identity that fills the
+	// gateway's cache of this member (see CachedResource): an identity that
+	// may only list and watch the cached resources on the member, never the
+	// impersonating credential of secretRef. Same keys as secretRef (`token`,
+	// or `tls.crt` and `tls.key`; optionally `ca.crt`), in the same
+	// namespace, and a Secret other than secretRef's. The cache connects as
+	// requests do (servers, caData, serverName, proxyURL, konnectivity); only
+	// the credential differs. Unset: this member is not cached.
+	// +optional
+	CacheSecretRef *SecretReference `json:"cacheSecretRef,omitempty"`
 }
 
 // KonnectivityConfig names the konnectivity server (gRPC mode, mutual TLS) that
@@ -424,6 +434,53 @@ type UpstreamClusterStatus struct {
 	// +listType=map
 	// +listMapKey=endpoint
 	Servers []ServerStatus `json:"servers,omitempty"`
+	// Caches is the state of the gateway's cache of this member, one entry
+	// per CachedResource that selects it.
+	// +optional
+	// +listType=map
+	// +listMapKey=cachedResource
+	Caches []UpstreamClusterCacheStatus `json:"caches,omitempty"`
+}
+
+// UpstreamClusterCacheStatus is the state of the cache of one cached resource
+// on one member.
+type UpstreamClusterCacheStatus struct {
+	// CachedResource is the name of the CachedResource this entry is for.
+	CachedResource string `json:"cachedResource"`
+	// Group of the cached resource, as in the CachedResource ("" is the core
+	// group).
+	// +optional
+	Group string `json:"group,omitempty"`
+	// Version of the cached resource, as in the CachedResource.
+	Version string `json:"version"`
+	// Resource of the cached resource, as in the CachedResource.
+	Resource string `json:"resource"`
+	// Synced is true while the cache holds a complete list of the member's
+	// objects and follows its watch: reads may be answered from it.
+	Synced bool `json:"synced"`
+	// ResourceVersion is the member's resourceVersion the cache has reached
+	// (of its last list, or of the last watch event or bookmark since).
+	// +optional
+	ResourceVersion string `json:"resourceVersion,omitempty"`
+	// Objects is how many objects the cache holds for this member.
+	// +optional
+	Objects int64 `json:"objects,omitempty"`
+	// Bytes is about how much memory those objects take in the gateway.
+	// +optional
+	Bytes int64 `json:"bytes,omitempty"`
+	// LastSyncTime is when the cache last became synced (its last complete
+	// list).
+	// +optional
+	LastSyncTime *metav1.Time `json:"lastSyncTime,omitempty"`
+	// StaleSince is when the cache stopped being synced; unset while synced.
+	// +optional
+	StaleSince *metav1.Time `json:"staleSince,omitempty"`
+	// Reason is a CamelCase reason for the state, e.g. why it is not synced.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message is a human-readable detail of the state.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // ServerStatus is the observed state of one server.
@@ -447,7 +504,9 @@ type ServerStatus struct {
 	LastTransitionTime metav1.Time `json:"lastTransitionTime,omitempty"`
 }
 
-// ConditionReady is the condition type saying whether any server can serve.
+// ConditionReady is the condition type saying whether an UpstreamCluster has a
+// server that can serve, and whether a CachedResource's caches are synced on
+// every cluster it selects.
 const ConditionReady = "Ready"
 
 // ServerReasonDisabled is the reason in status.servers of a server disabled in

@@ -22,6 +22,26 @@ limitations under the License.
 package v1alpha1
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in CachedResource) OpenAPIModelName() string {
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.CachedResource"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in CachedResourceList) OpenAPIModelName() string {
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.CachedResourceList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in CachedResourceSpec) OpenAPIModelName() string {
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.CachedResourceSpec"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in CachedResourceStatus) OpenAPIModelName() string {
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.CachedResourceStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ClientConfig) OpenAPIModelName() string {
 	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.ClientConfig"
 }
@@ -77,6 +97,11 @@ func (in NameFilter) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NotSyncedCluster) OpenAPIModelName() string {
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.NotSyncedCluster"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SecretReference) OpenAPIModelName() string {
 	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.SecretReference"
 }
@@ -109,6 +134,11 @@ func (in TokenReview) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in UpstreamCluster) OpenAPIModelName() string {
 	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamCluster"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in UpstreamClusterCacheStatus) OpenAPIModelName() string {
+	return "com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamClusterCacheStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

@@ -35,6 +35,7 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/longrunning"
 	"github.com/kubewharf/kube-gateway/proxy/metrics"
 	"github.com/kubewharf/kube-gateway/proxy/transport"
+	"github.com/kubewharf/kube-gateway/registry/cachedresource"
 	"github.com/kubewharf/kube-gateway/registry/upstreamcluster"
 )
 
@@ -110,10 +111,14 @@ type Server struct {
 	generic *genericapiserver.GenericAPIServer
 }
 
-// New builds the server: the UpstreamCluster API, its proxy subresource and the
-// controller that compiles clusters for the data plane.
+// New builds the server: the UpstreamCluster and CachedResource APIs, the proxy
+// subresource and the controller that compiles clusters for the data plane.
 func (c CompletedConfig) New() (*Server, error) {
 	storage, err := upstreamcluster.NewStorage(c.extra.Scheme, c.generic.RESTOptionsGetter, validation.Options{SecretNamespace: c.extra.SecretNamespace})
+	if err != nil {
+		return nil, err
+	}
+	cached, err := cachedresource.NewStorage(c.extra.Scheme, c.generic.RESTOptionsGetter)
 	if err != nil {
 		return nil, err
 	}
@@ -224,6 +229,8 @@ func (c CompletedConfig) New() (*Server, error) {
 		"upstreamclusters":        storage.UpstreamCluster,
 		"upstreamclusters/status": storage.Status,
 		"upstreamclusters/proxy":  upstreamcluster.ProxyREST{},
+		"cachedresources":         cached.CachedResource,
+		"cachedresources/status":  cached.Status,
 	}
 	if err := generic.InstallAPIGroup(&apiGroupInfo); err != nil {
 		return nil, err

@@ -33,6 +33,10 @@ import (
 
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
+		v1alpha1.CachedResource{}.OpenAPIModelName():                 schema_kube_gateway_apis_gateway_v1alpha1_CachedResource(ref),
+		v1alpha1.CachedResourceList{}.OpenAPIModelName():             schema_kube_gateway_apis_gateway_v1alpha1_CachedResourceList(ref),
+		v1alpha1.CachedResourceSpec{}.OpenAPIModelName():             schema_kube_gateway_apis_gateway_v1alpha1_CachedResourceSpec(ref),
+		v1alpha1.CachedResourceStatus{}.OpenAPIModelName():           schema_kube_gateway_apis_gateway_v1alpha1_CachedResourceStatus(ref),
 		v1alpha1.ClientConfig{}.OpenAPIModelName():                   schema_kube_gateway_apis_gateway_v1alpha1_ClientConfig(ref),
 		v1alpha1.DispatchPolicy{}.OpenAPIModelName():                 schema_kube_gateway_apis_gateway_v1alpha1_DispatchPolicy(ref),
 		v1alpha1.DispatchPolicyRule{}.OpenAPIModelName():             schema_kube_gateway_apis_gateway_v1alpha1_DispatchPolicyRule(ref),
@@ -44,6 +48,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.KonnectivityConfig{}.OpenAPIModelName():             schema_kube_gateway_apis_gateway_v1alpha1_KonnectivityConfig(ref),
 		v1alpha1.MaxRequestsInflightFlowControl{}.OpenAPIModelName(): schema_kube_gateway_apis_gateway_v1alpha1_MaxRequestsInflightFlowControl(ref),
 		v1alpha1.NameFilter{}.OpenAPIModelName():                     schema_kube_gateway_apis_gateway_v1alpha1_NameFilter(ref),
+		v1alpha1.NotSyncedCluster{}.OpenAPIModelName():               schema_kube_gateway_apis_gateway_v1alpha1_NotSyncedCluster(ref),
 		v1alpha1.SecretReference{}.OpenAPIModelName():                schema_kube_gateway_apis_gateway_v1alpha1_SecretReference(ref),
 		v1alpha1.SecureServing{}.OpenAPIModelName():                  schema_kube_gateway_apis_gateway_v1alpha1_SecureServing(ref),
 		v1alpha1.ServerStatus{}.OpenAPIModelName():                   schema_kube_gateway_apis_gateway_v1alpha1_ServerStatus(ref),
@@ -51,6 +56,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.TokenBucketFlowControl{}.OpenAPIModelName():         schema_kube_gateway_apis_gateway_v1alpha1_TokenBucketFlowControl(ref),
 		v1alpha1.TokenReview{}.OpenAPIModelName():                    schema_kube_gateway_apis_gateway_v1alpha1_TokenReview(ref),
 		v1alpha1.UpstreamCluster{}.OpenAPIModelName():                schema_kube_gateway_apis_gateway_v1alpha1_UpstreamCluster(ref),
+		v1alpha1.UpstreamClusterCacheStatus{}.OpenAPIModelName():     schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterCacheStatus(ref),
 		v1alpha1.UpstreamClusterList{}.OpenAPIModelName():            schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterList(ref),
 		v1alpha1.UpstreamClusterProxyOptions{}.OpenAPIModelName():    schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterProxyOptions(ref),
 		v1alpha1.UpstreamClusterSpec{}.OpenAPIModelName():            schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterSpec(ref),
@@ -114,6 +120,249 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 	}
 }
 
+func schema_kube_gateway_apis_gateway_v1alpha1_CachedResource(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "CachedResource declares a resource of member clusters that the gateway keeps in a cache per member, filled by list and watch with the member's spec.clientConfig.cacheSecretRef identity, to answer fan-out lists and watches (upstreamclusters/*/proxy/...) with each member's RBAC still deciding per user. One CachedResource per group, version and resource. The state of each member's cache is in that UpstreamCluster's status.caches; the status here holds only totals, so that it stays small with many members.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(v1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Spec says which resource is cached, and on which clusters.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.CachedResourceSpec{}.OpenAPIModelName()),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Status is the state of the caches, summed over the selected clusters.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.CachedResourceStatus{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"spec"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.CachedResourceSpec{}.OpenAPIModelName(), v1alpha1.CachedResourceStatus{}.OpenAPIModelName(), v1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_kube_gateway_apis_gateway_v1alpha1_CachedResourceList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "CachedResourceList is a list of CachedResources.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(v1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Items are the CachedResources.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.CachedResource{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.CachedResource{}.OpenAPIModelName(), v1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_kube_gateway_apis_gateway_v1alpha1_CachedResourceSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "CachedResourceSpec names the cached resource and the clusters it is cached on.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"group": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Group is the API group of the resource; \"\" (or unset) is the core group.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"version": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Version is the API version of the resource, such as v1 or v1beta1.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"resource": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Resource is the resource's lower-case plural name as in its URL, such as configmaps or deployments. Not a subresource, and never the core group's secrets.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"clusterSelector": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ClusterSelector selects the UpstreamClusters, by their labels, whose members cache the resource. Unset or empty: every UpstreamCluster.",
+							Ref:         ref(v1.LabelSelector{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"version", "resource"},
+			},
+		},
+		Dependencies: []string{
+			v1.LabelSelector{}.OpenAPIModelName()},
+	}
+}
+
+func schema_kube_gateway_apis_gateway_v1alpha1_CachedResourceStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "CachedResourceStatus sums up the caches of the selected clusters. The state of each cluster's cache is in its UpstreamCluster's status.caches.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"observedGeneration": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ObservedGeneration is the spec generation the status describes.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"conditions": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"type",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Conditions: Ready is True when the cache of every selected cluster is synced.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1.Condition{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"selectedClusters": {
+						SchemaProps: spec.SchemaProps{
+							Description: "SelectedClusters is how many UpstreamClusters the clusterSelector selects.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"syncedClusters": {
+						SchemaProps: spec.SchemaProps{
+							Description: "SyncedClusters is how many of them have a synced cache.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"objects": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Objects is how many objects the caches hold, over all selected clusters.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"bytes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Bytes is about how much memory those objects take in the gateway.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"notSynced": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"cluster",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "NotSynced lists selected clusters whose cache is not synced, sorted by cluster name, at most MaxNotSyncedClusters (100) of them: the first by name. selectedClusters - syncedClusters is how many there are.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.NotSyncedCluster{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"notSyncedTruncated": {
+						SchemaProps: spec.SchemaProps{
+							Description: "NotSyncedTruncated is true when more clusters are not synced than notSynced lists.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.NotSyncedCluster{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
+	}
+}
+
 func schema_kube_gateway_apis_gateway_v1alpha1_ClientConfig(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -160,6 +409,12 @@ func schema_kube_gateway_apis_gateway_v1alpha1_ClientConfig(ref common.Reference
 						SchemaProps: spec.SchemaProps{
 							Description: "Konnectivity reaches the servers through a konnectivity server (the apiserver-network-proxy) that an agent in the member dials out to, for members the gateway cannot dial; not with proxyURL. Every connection to the servers, health probes and upgrades included, is opened through it; endpoints may then name hosts only the agent resolves.",
 							Ref:         ref(v1alpha1.KonnectivityConfig{}.OpenAPIModelName()),
+						},
+					},
+					"cacheSecretRef": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CacheSecretRef names the hub Secret holding the identity that fills the gateway's cache of this member (see CachedResource): an identity that may only list and watch the cached resources on the member, never the impersonating credential of secretRef. Same keys as secretRef (`token`, or `tls.crt` and `tls.key`; optionally `ca.crt`), in the same namespace, and a Secret other than secretRef's. The cache connects as requests do (servers, caData, serverName, proxyURL, konnectivity); only the credential differs. Unset: this member is not cached.",
+							Ref:         ref(v1alpha1.SecretReference{}.OpenAPIModelName()),
 						},
 					},
 				},
@@ -752,6 +1007,50 @@ func schema_kube_gateway_apis_gateway_v1alpha1_NameFilter(ref common.ReferenceCa
 	}
 }
 
+func schema_kube_gateway_apis_gateway_v1alpha1_NotSyncedCluster(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NotSyncedCluster is a selected cluster whose cache is not synced.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"cluster": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Cluster is the name of the UpstreamCluster.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reason is a CamelCase reason why the cache is not synced.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Message is a human-readable detail, at most 1024 characters.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"staleSince": {
+						SchemaProps: spec.SchemaProps{
+							Description: "StaleSince is when the cache stopped being synced; unset for a cache that has never been.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"cluster"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
+	}
+}
+
 func schema_kube_gateway_apis_gateway_v1alpha1_SecretReference(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1032,6 +1331,108 @@ func schema_kube_gateway_apis_gateway_v1alpha1_UpstreamCluster(ref common.Refere
 	}
 }
 
+func schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterCacheStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "UpstreamClusterCacheStatus is the state of the cache of one cached resource on one member.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"cachedResource": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CachedResource is the name of the CachedResource this entry is for.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"group": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Group of the cached resource, as in the CachedResource (\"\" is the core group).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"version": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Version of the cached resource, as in the CachedResource.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"resource": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Resource of the cached resource, as in the CachedResource.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"synced": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Synced is true while the cache holds a complete list of the member's objects and follows its watch: reads may be answered from it.",
+							Default:     false,
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"resourceVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ResourceVersion is the member's resourceVersion the cache has reached (of its last list, or of the last watch event or bookmark since).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"objects": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Objects is how many objects the cache holds for this member.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"bytes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Bytes is about how much memory those objects take in the gateway.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"lastSyncTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LastSyncTime is when the cache last became synced (its last complete list).",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"staleSince": {
+						SchemaProps: spec.SchemaProps{
+							Description: "StaleSince is when the cache stopped being synced; unset while synced.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reason is a CamelCase reason for the state, e.g. why it is not synced.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Message is a human-readable detail of the state.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"cachedResource", "version", "resource", "synced"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
+	}
+}
+
 func schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterList(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1257,11 +1658,32 @@ func schema_kube_gateway_apis_gateway_v1alpha1_UpstreamClusterStatus(ref common.
 							},
 						},
 					},
+					"caches": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"cachedResource",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Caches is the state of the gateway's cache of this member, one entry per CachedResource that selects it.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.UpstreamClusterCacheStatus{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.ServerStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
+			v1alpha1.ServerStatus{}.OpenAPIModelName(), v1alpha1.UpstreamClusterCacheStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
 	}
 }
 

@@ -39,12 +39,90 @@ func Parser() *typed.Parser {
 var parserOnce sync.Once
 var parser *typed.Parser
 var schemaYAML = typed.YAMLObject(`types:
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.CachedResource
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.CachedResourceSpec
+      default: {}
+    - name: status
+      type:
+        namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.CachedResourceStatus
+      default: {}
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.CachedResourceSpec
+  map:
+    fields:
+    - name: clusterSelector
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector
+    - name: group
+      type:
+        scalar: string
+    - name: resource
+      type:
+        scalar: string
+      default: ""
+    - name: version
+      type:
+        scalar: string
+      default: ""
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.CachedResourceStatus
+  map:
+    fields:
+    - name: bytes
+      type:
+        scalar: numeric
+    - name: conditions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+          elementRelationship: associative
+          keys:
+          - type
+    - name: notSynced
+      type:
+        list:
+          elementType:
+            namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.NotSyncedCluster
+          elementRelationship: associative
+          keys:
+          - cluster
+    - name: notSyncedTruncated
+      type:
+        scalar: boolean
+    - name: objects
+      type:
+        scalar: numeric
+    - name: observedGeneration
+      type:
+        scalar: numeric
+    - name: selectedClusters
+      type:
+        scalar: numeric
+    - name: syncedClusters
+      type:
+        scalar: numeric
 - name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.ClientConfig
   map:
     fields:
     - name: caData
       type:
         scalar: string
+    - name: cacheSecretRef
+      type:
+        namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.SecretReference
     - name: insecure
       type:
         scalar: boolean
@@ -261,6 +339,22 @@ var schemaYAML = typed.YAMLObject(`types:
           elementType:
             scalar: string
           elementRelationship: associative
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.NotSyncedCluster
+  map:
+    fields:
+    - name: cluster
+      type:
+        scalar: string
+      default: ""
+    - name: message
+      type:
+        scalar: string
+    - name: reason
+      type:
+        scalar: string
+    - name: staleSince
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
 - name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.SecretReference
   map:
     fields:
@@ -364,6 +458,49 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamClusterStatus
       default: {}
+- name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamClusterCacheStatus
+  map:
+    fields:
+    - name: bytes
+      type:
+        scalar: numeric
+    - name: cachedResource
+      type:
+        scalar: string
+      default: ""
+    - name: group
+      type:
+        scalar: string
+    - name: lastSyncTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: message
+      type:
+        scalar: string
+    - name: objects
+      type:
+        scalar: numeric
+    - name: reason
+      type:
+        scalar: string
+    - name: resource
+      type:
+        scalar: string
+      default: ""
+    - name: resourceVersion
+      type:
+        scalar: string
+    - name: staleSince
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: synced
+      type:
+        scalar: boolean
+      default: false
+    - name: version
+      type:
+        scalar: string
+      default: ""
 - name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamClusterSpec
   map:
     fields:
@@ -400,6 +537,14 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamClusterStatus
   map:
     fields:
+    - name: caches
+      type:
+        list:
+          elementType:
+            namedType: com.github.kubewharf.kube-gateway.apis.gateway.v1alpha1.UpstreamClusterCacheStatus
+          elementRelationship: associative
+          keys:
+          - cachedResource
     - name: conditions
       type:
         list:
@@ -468,6 +613,38 @@ var schemaYAML = typed.YAMLObject(`types:
         elementType:
           namedType: __untyped_deduced_
         elementRelationship: separable
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector
+  map:
+    fields:
+    - name: matchExpressions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement
+          elementRelationship: atomic
+    - name: matchLabels
+      type:
+        map:
+          elementType:
+            scalar: string
+    elementRelationship: atomic
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement
+  map:
+    fields:
+    - name: key
+      type:
+        scalar: string
+      default: ""
+    - name: operator
+      type:
+        scalar: string
+      default: ""
+    - name: values
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
 - name: io.k8s.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry
   map:
     fields:

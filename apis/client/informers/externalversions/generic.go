@@ -53,6 +53,8 @@ func (f *genericInformer) Lister() cache.GenericLister {
 func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource) (GenericInformer, error) {
 	switch resource {
 	// Group=gateway.kubewharf.io, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithResource("cachedresources"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Gateway().V1alpha1().CachedResources().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("upstreamclusters"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Gateway().V1alpha1().UpstreamClusters().Informer()}, nil
 

@@ -1,5 +1,6 @@
-// Package validation checks UpstreamClusters; errors carry field paths so that the
-// apiserver answers 422 with a message a person can act on.
+// Package validation checks UpstreamClusters and CachedResources; errors carry
+// field paths so that the apiserver answers 422 with a message a person can act
+// on.
 package validation
 
 import (
@@ -55,6 +56,7 @@ func ValidateUpstreamClusterStatusUpdate(obj, old *gatewayv1alpha1.UpstreamClust
 		}
 		seen.Insert(s.Endpoint)
 	}
+	allErrs = append(allErrs, validateCacheStatuses(obj.Status.Caches, fldPath.Child("caches"))...)
 	return allErrs
 }
 
@@ -188,6 +190,14 @@ func ValidateEndpoint(endpoint string) error {
 func validateClientConfig(cc *gatewayv1alpha1.ClientConfig, opts Options, fldPath *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
 	allErrs = append(allErrs, validateSecretRef(cc.SecretRef, "the Secret holding the gateway's credential toward the member", opts, fldPath.Child("secretRef"))...)
+	if ref := cc.CacheSecretRef; ref != nil {
+		refPath := fldPath.Child("cacheSecretRef")
+		allErrs = append(allErrs, validateSecretRef(*ref, "the Secret holding the read-only identity that fills the gateway's cache of the member", opts, refPath)...)
+		if *ref == cc.SecretRef {
+			allErrs = append(allErrs, field.Invalid(refPath.Child("name"), ref.Name,
+				"must name a Secret other than secretRef's: the cache reads with an identity that may only list and watch, never with the gateway's impersonating credential"))
+		}
+	}
 	if len(cc.CAData) > 0 {
 		if _, err := cert.ParseCertsPEM(cc.CAData); err != nil {
 			allErrs = append(allErrs, field.Invalid(fldPath.Child("caData"), "<PEM data>", fmt.Sprintf("must be a PEM bundle of CA certificates: %v", err)))

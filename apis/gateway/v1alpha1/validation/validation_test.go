@@ -314,6 +314,42 @@ func TestValidateUpstreamCluster(t *testing.T) {
 			},
 		},
 
+		// clientConfig.cacheSecretRef: the cache's read-only identity
+		{
+			name: "cacheSecretRef",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				uc.Spec.ClientConfig.CacheSecretRef = &gatewayv1alpha1.SecretReference{Namespace: secretNamespace, Name: "member-a-cache"}
+			},
+		},
+		{
+			name: "cacheSecretRef empty",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				uc.Spec.ClientConfig.CacheSecretRef = &gatewayv1alpha1.SecretReference{}
+			},
+			want: []fieldErr{
+				{field.ErrorTypeRequired, "spec.clientConfig.cacheSecretRef.name"},
+				{field.ErrorTypeRequired, "spec.clientConfig.cacheSecretRef.namespace"},
+			},
+		},
+		{
+			name: "cacheSecretRef elsewhere, with an invalid name",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				uc.Spec.ClientConfig.CacheSecretRef = &gatewayv1alpha1.SecretReference{Namespace: "default", Name: "Cache_Reader"}
+			},
+			want: []fieldErr{
+				{field.ErrorTypeInvalid, "spec.clientConfig.cacheSecretRef.name"},
+				{field.ErrorTypeNotSupported, "spec.clientConfig.cacheSecretRef.namespace"},
+			},
+		},
+		{
+			name: "cacheSecretRef naming the impersonating credential's Secret",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				ref := uc.Spec.ClientConfig.SecretRef
+				uc.Spec.ClientConfig.CacheSecretRef = &ref
+			},
+			want: []fieldErr{{field.ErrorTypeInvalid, "spec.clientConfig.cacheSecretRef.name"}},
+		},
+
 		// clientConfig.konnectivity
 		{
 			name: "konnectivity with a server only the agent resolves",
@@ -810,6 +846,34 @@ func TestValidateUpstreamClusterStatusUpdate(t *testing.T) {
 				}
 			},
 			want: []fieldErr{{field.ErrorTypeDuplicate, "status.servers[2].endpoint"}},
+		},
+		{
+			name: "caches",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				now := metav1.Now()
+				uc.Status.Caches = []gatewayv1alpha1.UpstreamClusterCacheStatus{
+					{CachedResource: "configmaps", Version: "v1", Resource: "configmaps", Synced: true, ResourceVersion: "1234",
+						Objects: 12, Bytes: 40960, LastSyncTime: &now},
+					{CachedResource: "deployments", Group: "apps", Version: "v1", Resource: "deployments",
+						StaleSince: &now, Reason: "Forbidden", Message: "the cache identity may not list deployments"},
+				}
+			},
+		},
+		{
+			name: "caches: a name missing, a duplicate, negative counts",
+			mutate: func(uc *gatewayv1alpha1.UpstreamCluster) {
+				uc.Status.Caches = []gatewayv1alpha1.UpstreamClusterCacheStatus{
+					{CachedResource: "configmaps", Version: "v1", Resource: "configmaps"},
+					{Version: "v1", Resource: "pods"},
+					{CachedResource: "configmaps", Version: "v1", Resource: "configmaps", Objects: -1, Bytes: -1},
+				}
+			},
+			want: []fieldErr{
+				{field.ErrorTypeRequired, "status.caches[1].cachedResource"},
+				{field.ErrorTypeDuplicate, "status.caches[2].cachedResource"},
+				{field.ErrorTypeInvalid, "status.caches[2].objects"},
+				{field.ErrorTypeInvalid, "status.caches[2].bytes"},
+			},
 		},
 		{
 			name:   "name is immutable",

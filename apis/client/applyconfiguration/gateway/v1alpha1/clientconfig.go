@@ -51,6 +51,15 @@ type ClientConfigApplyConfiguration struct {
 	// the servers, health probes and upgrades included, is opened through it;
 	// endpoints may then name hosts only the agent resolves.
 	Konnectivity *KonnectivityConfigApplyConfiguration `json:"konnectivity,omitempty"`
+	// CacheSecretRef names the hub Secret holding the identity that fills the
+	// gateway's cache of this member (see CachedResource): an identity that
+	// may only list and watch the cached resources on the member, never the
+	// impersonating credential of secretRef. Same keys as secretRef (`token`,
+	// or `tls.crt` and `tls.key`; optionally `ca.crt`), in the same
+	// namespace, and a Secret other than secretRef's. The cache connects as
+	// requests do (servers, caData, serverName, proxyURL, konnectivity); only
+	// the credential differs. Unset: this member is not cached.
+	CacheSecretRef *SecretReferenceApplyConfiguration `json:"cacheSecretRef,omitempty"`
 }
 
 // ClientConfigApplyConfiguration constructs a declarative configuration of the ClientConfig type for use with
@@ -106,5 +115,13 @@ func (b *ClientConfigApplyConfiguration) WithProxyURL(value string) *ClientConfi
 // If called multiple times, the Konnectivity field is set to the value of the last call.
 func (b *ClientConfigApplyConfiguration) WithKonnectivity(value *KonnectivityConfigApplyConfiguration) *ClientConfigApplyConfiguration {
 	b.Konnectivity = value
+	return b
+}
+
+// WithCacheSecretRef sets the CacheSecretRef field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the CacheSecretRef field is set to the value of the last call.
+func (b *ClientConfigApplyConfiguration) WithCacheSecretRef(value *SecretReferenceApplyConfiguration) *ClientConfigApplyConfiguration {
+	b.CacheSecretRef = value
 	return b
 }

@@ -36,6 +36,9 @@ type UpstreamClusterStatusApplyConfiguration struct {
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// Servers is the observed state of each server.
 	Servers []ServerStatusApplyConfiguration `json:"servers,omitempty"`
+	// Caches is the state of the gateway's cache of this member, one entry
+	// per CachedResource that selects it.
+	Caches []UpstreamClusterCacheStatusApplyConfiguration `json:"caches,omitempty"`
 }
 
 // UpstreamClusterStatusApplyConfiguration constructs a declarative configuration of the UpstreamClusterStatus type for use with
@@ -74,6 +77,19 @@ func (b *UpstreamClusterStatusApplyConfiguration) WithServers(values ...*ServerS
 			panic("nil value passed to WithServers")
 		}
 		b.Servers = append(b.Servers, *values[i])
+	}
+	return b
+}
+
+// WithCaches adds the given value to the Caches field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Caches field.
+func (b *UpstreamClusterStatusApplyConfiguration) WithCaches(values ...*UpstreamClusterCacheStatusApplyConfiguration) *UpstreamClusterStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithCaches")
+		}
+		b.Caches = append(b.Caches, *values[i])
 	}
 	return b
 }

@@ -18,6 +18,10 @@ limitations under the License.
 
 package v1alpha1
 
+// CachedResourceListerExpansion allows custom methods to be added to
+// CachedResourceLister.
+type CachedResourceListerExpansion interface{}
+
 // UpstreamClusterListerExpansion allows custom methods to be added to
 // UpstreamClusterLister.
 type UpstreamClusterListerExpansion interface{}

@@ -24,6 +24,8 @@ import (
 
 // Interface provides access to all the informers in this group version.
 type Interface interface {
+	// CachedResources returns a CachedResourceInformer.
+	CachedResources() TypedCachedResourceInformer
 	// UpstreamClusters returns a UpstreamClusterInformer.
 	UpstreamClusters() TypedUpstreamClusterInformer
 }
@@ -37,6 +39,11 @@ type version struct {
 // New returns a new Interface.
 func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakListOptions internalinterfaces.TweakListOptionsFunc) Interface {
 	return &version{factory: f, namespace: namespace, tweakListOptions: tweakListOptions}
+}
+
+// CachedResources returns a TypedCachedResourceInformer.
+func (v *version) CachedResources() TypedCachedResourceInformer {
+	return &cachedResourceInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
 
 // UpstreamClusters returns a TypedUpstreamClusterInformer.

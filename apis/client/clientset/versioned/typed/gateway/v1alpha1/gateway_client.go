@@ -28,12 +28,17 @@ import (
 
 type GatewayV1alpha1Interface interface {
 	RESTClient() rest.Interface
+	CachedResourcesGetter
 	UpstreamClustersGetter
 }
 
 // GatewayV1alpha1Client is used to interact with features provided by the gateway.kubewharf.io group.
 type GatewayV1alpha1Client struct {
 	restClient rest.Interface
+}
+
+func (c *GatewayV1alpha1Client) CachedResources() CachedResourceInterface {
+	return newCachedResources(c)
 }
 
 func (c *GatewayV1alpha1Client) UpstreamClusters() UpstreamClusterInterface {

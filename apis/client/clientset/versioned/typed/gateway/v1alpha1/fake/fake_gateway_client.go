@@ -28,6 +28,10 @@ type FakeGatewayV1alpha1 struct {
 	*testing.Fake
 }
 
+func (c *FakeGatewayV1alpha1) CachedResources() v1alpha1.CachedResourceInterface {
+	return newFakeCachedResources(c)
+}
+
 func (c *FakeGatewayV1alpha1) UpstreamClusters() v1alpha1.UpstreamClusterInterface {
 	return newFakeUpstreamClusters(c)
 }
