@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"golang.org/x/net/http2"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	"k8s.io/apiserver/pkg/endpoints/filters/impersonation"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -41,8 +42,15 @@ func Chain(s *Server, c *genericapiserver.Config, tracing bool) http.Handler {
 // forwarder ends proxied streams when the shutdown begins.
 const shutdownGrace = 5 * time.Second
 
-// Serve serves h with s's TLS configuration on ln until ctx ends.
-func Serve(ctx context.Context, ln net.Listener, s *Server, h http.Handler) {
+// bodyFrame is the HTTP/2 frame and per-stream upload buffer size
+// k8s.io/apiserver's secure serving uses: 99 % of serialized objects fit.
+const bodyFrame = 256 << 10
+
+// Serve serves h with s's TLS configuration on ln until ctx ends, with the
+// HTTP/2 settings of the gateway's own secure port (k8s.io/apiserver's):
+// maxStreams concurrent streams per connection
+// (--http2-max-streams-per-connection; 0: the library's 100).
+func Serve(ctx context.Context, ln net.Listener, s *Server, h http.Handler, maxStreams int) {
 	logger := klog.FromContext(ctx).WithName("member-door")
 	srv := &http.Server{
 		Handler:           h,
@@ -55,6 +63,19 @@ func Serve(ctx context.Context, ln net.Listener, s *Server, h http.Handler) {
 		BaseContext: func(net.Listener) context.Context {
 			return context.WithoutCancel(ctx)
 		},
+	}
+	if maxStreams <= 0 {
+		maxStreams = 100
+	}
+	if err := http2.ConfigureServer(srv, &http2.Server{
+		IdleTimeout:                  90 * time.Second,
+		MaxConcurrentStreams:         uint32(maxStreams),
+		MaxUploadBufferPerStream:     bodyFrame,
+		MaxUploadBufferPerConnection: bodyFrame * int32(maxStreams),
+		MaxReadFrameSize:             bodyFrame,
+	}); err != nil {
+		logger.Error(err, "Member door not served: configuring HTTP/2")
+		return
 	}
 	done := make(chan struct{})
 	go func() {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -161,7 +162,7 @@ func TestDoor(t *testing.T) {
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		Serve(ctx, ln, s, s.Authenticate(impersonation.WithImpersonation(http.HandlerFunc(s.Serve), authorizeImpersonation{}, codecs), s.Refusal()))
+		Serve(ctx, ln, s, s.Authenticate(impersonation.WithImpersonation(http.HandlerFunc(s.Serve), authorizeImpersonation{}, codecs), s.Refusal()), doorStreams)
 	}()
 	t.Cleanup(func() { cancel(); <-served })
 
@@ -271,6 +272,43 @@ func TestDoor(t *testing.T) {
 			}
 		})
 	}
+
+	// HTTP/2 as on the gateway's own port: the streams per connection it is
+	// given, not net/http's default.
+	if n := maxConcurrentStreams(t, ln.Addr().String(), "member-a.example.com", roots); n != doorStreams {
+		t.Errorf("the door announces %d streams per connection, want %d", n, doorStreams)
+	}
+}
+
+// doorStreams is the door's streams per connection in TestDoor.
+const doorStreams = 1000
+
+// maxConcurrentStreams is what an HTTP/2 server at addr announces in its
+// first SETTINGS frame.
+func maxConcurrentStreams(t *testing.T, addr, serverName string, roots *x509.CertPool) uint32 {
+	t.Helper()
+	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: roots, ServerName: serverName, NextProtos: []string{http2.NextProtoTLS}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(conn, conn)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := fr.ReadFrame()
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings, ok := f.(*http2.SettingsFrame)
+	if !ok {
+		t.Fatalf("first frame %T, want SETTINGS", f)
+	}
+	n, _ := settings.Value(http2.SettingMaxConcurrentStreams)
+	return n
 }
 
 func TestCompileRefusesAnUnusableSecret(t *testing.T) {

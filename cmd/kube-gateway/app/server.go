@@ -243,7 +243,7 @@ func (c CompletedConfig) New() (*Server, error) {
 			return nil, fmt.Errorf("member door: %w", err)
 		}
 		generic.AddPostStartHookOrDie("start-member-door", func(hookCtx genericapiserver.PostStartHookContext) error {
-			go door.Serve(hookCtx, ln, doorServer, doorHandler)
+			go door.Serve(hookCtx, ln, doorServer, doorHandler, c.generic.SecureServing.HTTP2MaxStreamsPerConnection)
 			return nil
 		})
 	}
