@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptrace"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +32,9 @@ type connResult struct {
 	// same connection after the last snapshot, per group: fewer than opened
 	// means a server had closed some before.
 	CarriedDoor, CarriedHub, CarriedGateway int
+	// The gateway's heap profiles before the connections and with the
+	// door's open, and the top sites of their difference.
+	HeapBeforeFile, HeapDoorFile, HeapDoorTop string
 }
 
 // connGroup is one group of idle client connections.
@@ -49,6 +53,11 @@ func connPhase(ctx context.Context, s *scene, o options) (*connResult, error) {
 	res.Before = s.take(ctx, "before connections", true)
 	if res.Before.Err != "" {
 		return nil, fmt.Errorf("snapshot: %s", res.Before.Err)
+	}
+	res.HeapBeforeFile = filepath.Join(o.OutDir, "kube-gateway-heap-before-conns.pprof")
+	if err := s.saveProfile(ctx, "/debug/pprof/heap", res.HeapBeforeFile); err != nil {
+		logf("connections: heap profile: %v", err)
+		res.HeapBeforeFile = ""
 	}
 	logf("connections: before: gateway RSS %s, %.0f goroutines; hub RSS %s, %.0f goroutines",
 		measure.MB(float64(res.Before.RSSKB)), res.Before.Goroutines, measure.MB(float64(res.Before.Hub.RSSKB)), res.Before.Hub.Goroutines)
@@ -75,6 +84,14 @@ func connPhase(ctx context.Context, s *scene, o options) (*connResult, error) {
 		}
 		gr.g.After = s.take(ctx, "connections to "+gr.name, true)
 		a := gr.g.After
+		if gr.g == &res.Door && res.HeapBeforeFile != "" {
+			res.HeapDoorFile = filepath.Join(o.OutDir, "kube-gateway-heap-door-conns.pprof")
+			var err error
+			if res.HeapDoorTop, err = s.heapProfile(ctx, res.HeapDoorFile, res.HeapBeforeFile); err != nil {
+				logf("connections: heap profile: %v", err)
+				res.HeapDoorFile = ""
+			}
+		}
 		logf("connections: %d open to %s in %s (%d errors%s): gateway RSS %s, %.0f goroutines; hub RSS %s, %.0f goroutines; bench → door/hub/gateway %d/%d/%d",
 			gr.g.Opened, gr.name, gr.g.Took.Round(10*time.Millisecond), gr.g.Errors, firstErr(gr.g.FirstErr),
 			measure.MB(float64(a.RSSKB)), a.Goroutines, measure.MB(float64(a.Hub.RSSKB)), a.Hub.Goroutines, a.BenchToDoor, a.BenchToHub, a.BenchToGateway)

@@ -124,6 +124,9 @@ func (r *report) doorSection(p func(string, ...any)) {
 		p("| failed to open, ended early | %d, %d | %d, %d | | %d, %d | |\n\n", w.Gateway.Errors, w.EarlyGateway, w.Hub.Errors, w.EarlyHub, w.Door.Errors, w.EarlyDoor)
 		p("Connections gateway → member-b with every watch open: %s (⌈%d / %d⌉ = %s expected: the door's watches share them with the others). Time to open the door's: %s (%.0f/s)%s.\n\n",
 			ints(a.ToMemberB), n+m+d, w.MaxStreams, ceilDiv(n+m+d, w.MaxStreams), w.Door.Took.Round(10*time.Millisecond), float64(d)/w.Door.Took.Seconds(), firstErr(w.Door.FirstErr))
+		if w.DoorHeapTop != "" {
+			p("What the gateway's heap holds with the door's watches open beyond what it held before them, by allocation site (`go tool pprof -sample_index=inuse_space -top -base %s %s`):\n\n```\n%s```\n\n", w.DoorHeapBeforeFile, w.DoorHeapFile, measure.TrimPprof(w.DoorHeapTop))
+		}
 	}
 	var cDoor, cHubGW, cHubHub cost
 	if c != nil {
@@ -143,6 +146,9 @@ func (r *report) doorSection(p func(string, ...any)) {
 		p("| second GET on the same connection | %d | %d | | %d | |\n\n", c.CarriedGateway, c.CarriedHub, c.CarriedDoor)
 		if fe := firstErr(c.Door.FirstErr + c.Hub.FirstErr + c.Gateway.FirstErr); fe != "" {
 			p("Failed to open%s.\n\n", fe)
+		}
+		if c.HeapDoorTop != "" {
+			p("What the gateway's heap holds with the door's idle connections open beyond what it held before them, by allocation site (`go tool pprof -sample_index=inuse_space -top -base %s %s`):\n\n```\n%s```\n\n", c.HeapBeforeFile, c.HeapDoorFile, measure.TrimPprof(c.HeapDoorTop))
 		}
 	}
 	r.doorSizing(p, door, hubGW, hubHub, cDoor, cHubGW, cHubHub)

@@ -236,6 +236,9 @@ type watchResult struct {
 	// The gateway's heap profiles before the watches and after closing them,
 	// and the top sites of what the second holds more than the first.
 	HeapBeforeFile, HeapClosedFile, HeapLeftTop string
+	// The gateway's heap profiles before and with the door's watches, and
+	// the top sites of their difference: where a door watch's memory goes.
+	DoorHeapBeforeFile, DoorHeapFile, DoorHeapTop string
 }
 
 // cycleResult is one more open-and-close of the idle watches: whatever
@@ -344,6 +347,11 @@ func watchPhase(ctx context.Context, s *scene, o options) (*watchResult, error) 
 
 	if o.DoorWatches > 0 {
 		sr.setPhase("open via door")
+		res.DoorHeapBeforeFile = filepath.Join(o.OutDir, "kube-gateway-heap-before-door-watches.pprof")
+		if err := s.saveProfile(ctx, "/debug/pprof/heap", res.DoorHeapBeforeFile); err != nil {
+			logf("watches: heap profile: %v", err)
+			res.DoorHeapBeforeFile = ""
+		}
 		logf("watches: opening %d idle watches through member-b's door", o.DoorWatches)
 		res.Door = openWatches(ctx, s.door, idleWatchPath(), o.DoorWatches, o.OpenConcurrency, &open, discard)
 		logf("watches: %d open in %s (%d errors%s)", res.Door.Opened, res.Door.Took.Round(10*time.Millisecond), res.Door.Errors, firstErr(res.Door.FirstErr))
@@ -355,6 +363,13 @@ func watchPhase(ctx context.Context, s *scene, o options) (*watchResult, error) 
 		res.DoorOpen = s.take(ctx, "door open", true)
 		logf("watches: door watches open: gateway RSS %s, %.0f goroutines, %v connections to member-b, %d from the bench to the door",
 			measure.MB(float64(res.DoorOpen.RSSKB)), res.DoorOpen.Goroutines, res.DoorOpen.ToMemberB, res.DoorOpen.BenchToDoor)
+		if res.DoorHeapBeforeFile != "" {
+			res.DoorHeapFile = filepath.Join(o.OutDir, "kube-gateway-heap-door-watches.pprof")
+			if res.DoorHeapTop, err = s.heapProfile(ctx, res.DoorHeapFile, res.DoorHeapBeforeFile); err != nil {
+				logf("watches: heap profile: %v", err)
+				res.DoorHeapFile = ""
+			}
+		}
 	}
 	res.HeapFile = filepath.Join(o.OutDir, "kube-gateway-heap-watches.pprof")
 	if res.HeapTop, err = s.heapProfile(ctx, res.HeapFile, ""); err != nil {
