@@ -30,7 +30,7 @@
 // -out-dir and prints the report. docs/benchmark.md explains the method.
 //
 //	make bench-scale                        # BENCH_SCALE_ARGS="-watches 2000" to pass flags
-//	go run ./test/bench/scale -watches 500 -hub-watches 100 -clusters 50   # a smoke run
+//	go run ./test/bench/scale -watches 500 -hub-watches 100 -door-watches 100 -door-conns 100 -clusters 50   # a smoke run
 //
 // It is a report, not a test: it exits non-zero only when it cannot measure.
 package main
