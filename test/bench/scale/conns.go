@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/http/httptrace"
 	"path/filepath"
@@ -52,7 +51,7 @@ func connPhase(ctx context.Context, s *scene, o options) (*connResult, error) {
 	res := &connResult{N: o.DoorConns}
 	res.Before = s.take(ctx, "before connections", true)
 	if res.Before.Err != "" {
-		return nil, fmt.Errorf("snapshot: %s", res.Before.Err)
+		logf("connections: snapshot: %s", res.Before.Err)
 	}
 	res.HeapBeforeFile = filepath.Join(o.OutDir, "kube-gateway-heap-before-conns.pprof")
 	if err := s.saveProfile(ctx, "/debug/pprof/heap", res.HeapBeforeFile); err != nil {

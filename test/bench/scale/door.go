@@ -147,6 +147,11 @@ func (r *report) doorSection(p func(string, ...any)) {
 		if fe := firstErr(c.Door.FirstErr + c.Hub.FirstErr + c.Gateway.FirstErr); fe != "" {
 			p("Failed to open%s.\n\n", fe)
 		}
+		for _, sn := range []snapshot{c.Before, c.Door.After, c.Hub.After, c.Gateway.After} {
+			if sn.Err != "" {
+				p("Not measured %s: %s.\n\n", sn.Label, sn.Err)
+			}
+		}
 		if c.HeapDoorTop != "" {
 			p("What the gateway's heap holds with the door's idle connections open beyond what it held before them, by allocation site (`go tool pprof -sample_index=inuse_space -top -base %s %s`):\n\n```\n%s```\n\n", c.HeapBeforeFile, c.HeapDoorFile, measure.TrimPprof(c.HeapDoorTop))
 		}
