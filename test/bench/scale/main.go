@@ -7,8 +7,14 @@
 //     X-Remote-* headers, as make bench), then M through hub + gateway: the
 //     gateway's RSS, Go heap and stacks, goroutines, open files and TCP
 //     connections to member-b before, with them open and after closing them;
-//     then ConfigMap updates at a fixed rate and the delay until sample
-//     watches through the gateway and directly on member-b receive them.
+//     then D through member-b's member door (member-b's own admin client
+//     certificate); then ConfigMap updates at a fixed rate and the delay
+//     until sample watches through the gateway and directly on member-b
+//     receive them.
+//   - Connections (first, on fresh processes): C idle client connections,
+//     each a client of its own with one GET, to member-b's door, then C to
+//     the hub (member-b's proxy path), then C to the gateway alone: the
+//     gateway's and the hub's memory and goroutines per connection.
 //   - Sessions: S idle exec sessions (cat, over WebSocket) through the
 //     gateway alone to the stand-in kubelet's pod on member-a: the gateway's
 //     memory, goroutines and connections per session, each session checked
@@ -24,7 +30,7 @@
 // -out-dir and prints the report. docs/benchmark.md explains the method.
 //
 //	make bench-scale                        # BENCH_SCALE_ARGS="-watches 2000" to pass flags
-//	go run ./test/bench/scale -watches 500 -hub-watches 100 -clusters 50   # a smoke run
+//	go run ./test/bench/scale -watches 500 -hub-watches 100 -door-watches 100 -door-conns 100 -clusters 50   # a smoke run
 //
 // It is a report, not a test: it exits non-zero only when it cannot measure.
 package main
@@ -47,6 +53,8 @@ import (
 type options struct {
 	Watches         int           // idle watches through the gateway alone
 	HubWatches      int           // idle watches through hub + gateway
+	DoorWatches     int           // idle watches through member-b's door
+	DoorConns       int           // idle client connections per path: door, hub, gateway alone
 	Floor           bool          // the same idle watches through the floor proxy
 	SampleWatches   int           // watches that record every event, per path
 	OpenConcurrency int           // concurrent watch openers
@@ -77,6 +85,8 @@ func main() {
 	flag.IntVar(&o.Watches, "watches", 10000, "idle watches opened through the gateway alone (0: no watch phase)")
 	flag.BoolVar(&o.Floor, "floor", true, "also open -watches idle watches through test/bench/floorproxy, a minimal Go reverse proxy, and measure what they cost it (the floor)")
 	flag.IntVar(&o.HubWatches, "hub-watches", 2000, "idle watches opened through hub + gateway, while the others stay open")
+	flag.IntVar(&o.DoorWatches, "door-watches", 2000, "idle watches opened through member-b's member door with member-b's own admin client certificate, while the others stay open (0: none)")
+	flag.IntVar(&o.DoorConns, "door-conns", 1000, "idle client connections (each a client of its own: one GET /version, then idle) opened to member-b's member door, then as many to the hub and to the gateway alone, before the watch phase (0: no connection phase)")
 	flag.IntVar(&o.SampleWatches, "sample-watches", 50, "watches through the gateway, and as many directly on member-b, that record every published event (the bench decodes 2 × this × -event-rate events/s; 200 overloads a shared 2-core machine)")
 	flag.IntVar(&o.OpenConcurrency, "open-concurrency", 50, "concurrent watch openers")
 	flag.Float64Var(&o.EventRate, "event-rate", 100, "ConfigMap updates per second published to the watched namespace")
@@ -124,7 +134,8 @@ func runMain(o options) int {
 		return 1
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	env, err := harness.Start(startCtx, harness.Config{WorkDir: workDir, Log: os.Stderr, GatewayEnv: o.GatewayEnv, GatewayArgs: o.GatewayArgs})
+	doors := o.DoorWatches > 0 || o.DoorConns > 0
+	env, err := harness.Start(startCtx, harness.Config{WorkDir: workDir, Log: os.Stderr, GatewayEnv: o.GatewayEnv, GatewayArgs: o.GatewayArgs, MemberDoors: doors})
 	cancel()
 	if err != nil {
 		logf("starting the environment: %v (work dir %s kept)", err, workDir)
@@ -189,7 +200,26 @@ func run(ctx context.Context, env *harness.Env, o options, rep *report) error {
 		return err
 	}
 	rep.GatewayFDLimit = s.gatewayFDLimit()
-	if o.Watches > 0 || o.HubWatches > 0 {
+	// A phase that grew the gateway's heap leaves memory that the Go runtime
+	// returns to the system only slowly, which would hide the next phase's
+	// RSS growth: the watch and cluster phases start from a fresh process.
+	used := false
+	if o.DoorConns > 0 {
+		cr, err := connPhase(ctx, s, o)
+		if err != nil {
+			return fmt.Errorf("connections: %w", err)
+		}
+		rep.Conns = cr
+		used = true
+	}
+	if o.Watches > 0 || o.HubWatches > 0 || o.DoorWatches > 0 {
+		if used {
+			if s, err = restartGateway(ctx, env, o.DoorWatches > 0); err != nil {
+				return err
+			}
+			rep.RestartedForWatches = true
+		}
+		used = true
 		w, err := watchPhase(ctx, s, o)
 		if err != nil {
 			return fmt.Errorf("watches: %w", err)
@@ -202,6 +232,7 @@ func run(ctx context.Context, env *harness.Env, o options, rep *report) error {
 		}
 	}
 	if o.Sessions > 0 {
+		used = true
 		sr, err := sessionPhase(ctx, s, o)
 		if err != nil {
 			return fmt.Errorf("sessions: %w", err)
@@ -209,10 +240,8 @@ func run(ctx context.Context, env *harness.Env, o options, rep *report) error {
 		rep.Sessions = sr
 	}
 	if o.Clusters > 0 {
-		if rep.Watches != nil || rep.Sessions != nil {
-			// The watches and sessions leave a grown heap that Go returns to the system
-			// only slowly: RSS per cluster needs a fresh process.
-			if s, err = restartGateway(ctx, env); err != nil {
+		if used {
+			if s, err = restartGateway(ctx, env, false); err != nil {
 				return err
 			}
 			rep.Restarted = true
@@ -227,9 +256,10 @@ func run(ctx context.Context, env *harness.Env, o options, rep *report) error {
 }
 
 // restartGateway restarts the gateway process (same flags, port and data) and
-// waits until it proxies to member-b and the hub serves its API again.
-func restartGateway(ctx context.Context, env *harness.Env) (*scene, error) {
-	logf("restarting the gateway for the cluster phase")
+// waits until it proxies to member-b and the hub serves its API again, and
+// with door until member-b's door serves too.
+func restartGateway(ctx context.Context, env *harness.Env, door bool) (*scene, error) {
+	logf("restarting the gateway: the next phase starts from a fresh process")
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := env.Gateway.Restart(rctx); err != nil {
@@ -242,11 +272,15 @@ func restartGateway(ctx context.Context, env *harness.Env) (*scene, error) {
 	for {
 		_, gerr := s.gateway.Do(rctx, "/version")
 		_, herr := s.hubRoot.Do(rctx, ucPath+"?limit=1")
-		if gerr == nil && herr == nil {
+		var derr error
+		if door {
+			_, derr = s.door.Do(rctx, "/version")
+		}
+		if gerr == nil && herr == nil && derr == nil {
 			return s, nil
 		}
 		if err := sleep(rctx, 500*time.Millisecond); err != nil {
-			return nil, fmt.Errorf("the restarted gateway does not serve: %v; through the hub: %v", gerr, herr)
+			return nil, fmt.Errorf("the restarted gateway does not serve: %v; through the hub: %v; at the door: %v", gerr, herr, derr)
 		}
 	}
 }

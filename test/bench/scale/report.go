@@ -22,10 +22,13 @@ type report struct {
 	FDLimitBefore  uint64
 	FDLimit        uint64
 	GatewayFDLimit uint64
-	Restarted      bool // the gateway was restarted between the phases
-	Watches        *watchResult
-	Sessions       *sessionResult
-	Clusters       *clusterResult
+	Restarted      bool // the gateway was restarted before the cluster phase
+	// RestartedForWatches: the gateway was restarted after the connection phase.
+	RestartedForWatches bool
+	Conns               *connResult
+	Watches             *watchResult
+	Sessions            *sessionResult
+	Clusters            *clusterResult
 }
 
 func (r *report) markdown() string {
@@ -48,6 +51,7 @@ func (r *report) markdown() string {
 	if w := r.Watches; w != nil {
 		r.watchSection(p, w)
 	}
+	r.doorSection(p)
 	if sr := r.Sessions; sr != nil {
 		r.sessionSection(p, sr)
 	}
@@ -87,20 +91,37 @@ func per(a, b float64, n int, f func(float64) string) string {
 func (r *report) watchSection(p func(string, ...any), w *watchResult) {
 	o := r.Opts
 	n, mHub := w.Gateway.Opened, w.Hub.Opened
+	nDoor, last := 0, w.AllOpen // last: every watch open
+	if w.Door != nil {
+		nDoor, last = w.Door.Opened, w.DoorOpen
+	}
 	p("## Watches\n\n")
-	p("Idle watches of the ConfigMaps of namespace `%s` on member-b (field selector `metadata.name=%s`, a name no object has: they stay open and receive nothing), opened %d at a time: %d through the gateway alone (the hub's front-proxy certificate and `X-Remote-*` headers, as `make bench`), then %d through hub + gateway while those stay open. ",
+	if r.RestartedForWatches {
+		p("The gateway was restarted (same flags and data) after the connection phase, so that this phase starts from a fresh process. ")
+	}
+	p("Idle watches of the ConfigMaps of namespace `%s` on member-b (field selector `metadata.name=%s`, a name no object has: they stay open and receive nothing), opened %d at a time: %d through the gateway alone (the hub's front-proxy certificate and `X-Remote-*` headers, as `make bench`), then %d through hub + gateway while those stay open",
 		watchNS, idleName, o.OpenConcurrency, o.Watches, o.HubWatches)
+	if w.Door != nil {
+		p(", then %d through member-b's member door with member-b's own admin certificate (see the member door section)", o.DoorWatches)
+	}
+	p(". ")
 	p("member-b announces %d concurrent HTTP/2 streams per connection, the gateway %d to its callers. ", w.MaxStreams, w.GatewayStrms)
 	p("File descriptors: the bench raised its own limit from %d to %d; the gateway's limit is %d and it held at most %d open.\n\n", r.FDLimitBefore, r.FDLimit, r.GatewayFDLimit, w.PeakOpenFDs)
 
 	p("| state | gateway RSS | Go heap in use | Go stacks in use | goroutines | open files | TCP gateway → member-b | TCP hub → gateway | TCP bench → gateway |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, sn := range []snapshot{w.Before, w.GatewayOpen, w.AllOpen, w.AfterClose} {
+	states := []snapshot{w.Before, w.GatewayOpen, w.AllOpen, w.AfterClose}
+	if w.Door != nil {
+		states = []snapshot{w.Before, w.GatewayOpen, w.AllOpen, w.DoorOpen, w.AfterClose}
+	}
+	for _, sn := range states {
 		label := sn.Label
 		switch sn.Label {
 		case "gateway watches open":
 			label = fmt.Sprintf("%d open through the gateway alone", n)
 		case "all open":
 			label = fmt.Sprintf("and %d through hub + gateway", mHub)
+		case "door open":
+			label = fmt.Sprintf("and %d through member-b's door", nDoor)
 		case "after close":
 			label = fmt.Sprintf("all closed (%s later)", w.SettleTook.Round(100*time.Millisecond))
 		}
@@ -128,7 +149,7 @@ func (r *report) watchSection(p func(string, ...any), w *watchResult) {
 	p("| ended before the bench closed them | %d | %d |\n\n", w.EarlyGateway, w.EarlyHub)
 	c := w.AfterClose
 	p("After closing every watch: RSS %s → %s (%s before), goroutines %.0f (%.0f before), live heap %s (%s before; heap in use, with the spans the freed objects leave partly used, %s against %s), connections to member-b %d (%d before). ",
-		measure.MB(float64(a.RSSKB)), measure.MB(float64(c.RSSKB)), measure.MB(float64(b.RSSKB)), c.Goroutines, b.Goroutines, mib(c.HeapAlloc), mib(b.HeapAlloc), mib(c.HeapInuse), mib(b.HeapInuse), sum(c.ToMemberB), sum(b.ToMemberB))
+		measure.MB(float64(last.RSSKB)), measure.MB(float64(c.RSSKB)), measure.MB(float64(b.RSSKB)), c.Goroutines, b.Goroutines, mib(c.HeapAlloc), mib(b.HeapAlloc), mib(c.HeapInuse), mib(b.HeapInuse), sum(c.ToMemberB), sum(b.ToMemberB))
 	if w.Settled {
 		p("Goroutines and connections were back %s after the close (the connections' idle timeout is 90 s); RSS falls as the Go runtime returns freed memory to the system, which it does gradually.\n\n", w.SettleTook.Round(100*time.Millisecond))
 	} else {
@@ -136,7 +157,7 @@ func (r *report) watchSection(p func(string, ...any), w *watchResult) {
 	}
 
 	if len(w.Cycles) > 0 {
-		p("The watches opened and closed again (%d through the gateway alone and %d through hub + gateway each time, no events), each snapshot after the same wait and two forced collections:\n\n", o.Watches, o.HubWatches)
+		p("The watches opened and closed again (%d through the gateway alone, %d through hub + gateway and %d through the door each time, no events), each snapshot after the same wait and two forced collections:\n\n", o.Watches, o.HubWatches, o.DoorWatches)
 		p("| after closing | gateway RSS | live heap | Go heap in use | goroutines | TCP gateway → member-b | back after | opened (failed) |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		p("| before any watch | %s | %s | %s | %.0f | %s | | |\n", measure.MB(float64(b.RSSKB)), mib(b.HeapAlloc), mib(b.HeapInuse), b.Goroutines, ints(b.ToMemberB))
 		back := func(ok bool, took time.Duration) string {
@@ -145,7 +166,7 @@ func (r *report) watchSection(p func(string, ...any), w *watchResult) {
 			}
 			return took.Round(100 * time.Millisecond).String()
 		}
-		p("| cycle 1 | %s | %s | %s | %.0f | %s | %s | %d (%d) |\n", measure.MB(float64(c.RSSKB)), mib(c.HeapAlloc), mib(c.HeapInuse), c.Goroutines, ints(c.ToMemberB), back(w.Settled, w.SettleTook), n+mHub, w.Gateway.Errors+w.Hub.Errors)
+		p("| cycle 1 | %s | %s | %s | %.0f | %s | %s | %d (%d) |\n", measure.MB(float64(c.RSSKB)), mib(c.HeapAlloc), mib(c.HeapInuse), c.Goroutines, ints(c.ToMemberB), back(w.Settled, w.SettleTook), n+mHub+nDoor, w.Gateway.Errors+w.Hub.Errors+doorErrors(w))
 		for i, cr := range w.Cycles {
 			a := cr.AfterClose
 			p("| cycle %d | %s | %s | %s | %.0f | %s | %s | %d (%d%s) |\n", i+2, measure.MB(float64(a.RSSKB)), mib(a.HeapAlloc), mib(a.HeapInuse), a.Goroutines, ints(a.ToMemberB), back(cr.Settled, cr.SettleTook), cr.Opened, cr.Errors, firstErr(cr.FirstErr))
@@ -184,7 +205,7 @@ func (r *report) watchSection(p func(string, ...any), w *watchResult) {
 		p("With every idle watch still open, %d more watches through the gateway alone and %d directly on member-b select the %d ConfigMaps `%s=event`; the bench patches them round-robin at %.0f/s for %s (directly on member-b, `golang.org/x/time/rate`) and matches every event a sample watch receives to its update by resourceVersion. ",
 			e.Samples, e.Samples, eventCMs, roleLabel, o.EventRate, o.EventDuration)
 		p("Delay: from the update's response to the event's receipt (decoded) by the bench, so it can be slightly negative when the event overtakes the response. ")
-		p("The idle watches select no updated object, by name: each of the %d would otherwise carry every event, %.0f deliveries per second, which measures the machine rather than the gateway; and a label selector would still make member-b's watch cache hand every event to every idle watch to filter (measured: with 3,600 such watches at 100 updates/s, direct delivery itself fell seconds behind). ", n+mHub, float64(n+mHub)*o.EventRate)
+		p("The idle watches select no updated object, by name: each of the %d would otherwise carry every event, %.0f deliveries per second, which measures the machine rather than the gateway; and a label selector would still make member-b's watch cache hand every event to every idle watch to filter (measured: with 3,600 such watches at 100 updates/s, direct delivery itself fell seconds behind). ", n+mHub+nDoor, float64(n+mHub+nDoor)*o.EventRate)
 		p("Events still arriving after the last update are awaited until the sample watches are quiet for 2 s (%s here).\n\n", e.DrainTook.Round(100*time.Millisecond))
 		p("| | direct | through the gateway alone | gateway − direct |\n|---|---:|---:|---:|\n")
 		d, g := e.Direct, e.Gateway
@@ -211,6 +232,13 @@ func (r *report) watchSection(p func(string, ...any), w *watchResult) {
 		p(".\n\n")
 	}
 	p("Over time (every %s, no forced GC): `%s` and `%s`.\n\n", o.SampleInterval, filepath.Join(o.OutDir, "watches.csv"), filepath.Join(o.OutDir, "watches.png"))
+}
+
+func doorErrors(w *watchResult) int {
+	if w.Door == nil {
+		return 0
+	}
+	return w.Door.Errors
 }
 
 func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -24,12 +25,17 @@ type scene struct {
 	// gateway alone, through hub + gateway. Watches use clients without a
 	// request timeout.
 	direct, gateway, hub *measure.Target
+	// door is member-b's own admin client certificate at member-b's member
+	// door (measure.DoorTargets), without a request timeout; it serves only
+	// when the environment opened the doors (harness.Config.MemberDoors).
+	door *measure.Target
 	// The same clients at the servers' roots: the gateway's /metrics and
 	// /debug/pprof, the hub's APIs, member-a's /metrics per replica.
 	gatewayRoot, hubRoot *measure.Target
 	memberA              []*measure.Target
 	gatewayPID, hubPID   int
 	gatewayPort          int
+	hubPort, doorPort    int
 	memberBPorts         []int
 	memberAPorts         []int
 }
@@ -44,6 +50,9 @@ func newScene(env *harness.Env) (*scene, error) {
 		c := *t
 		c.Base = base
 		return &c
+	}
+	if s.door, _, err = measure.DoorTargets(env, harness.MemberB, 0); err != nil {
+		return nil, err
 	}
 	s.gatewayRoot = root(s.gateway, env.GatewayURL)
 	s.hubRoot = root(s.hub, env.Hub.Servers[0].URL)
@@ -64,6 +73,14 @@ func newScene(env *harness.Env) (*scene, error) {
 	}
 	if s.gatewayPort, err = strconv.Atoi(u.Port()); err != nil {
 		return nil, fmt.Errorf("gateway URL %s: %w", env.GatewayURL, err)
+	}
+	s.hubPort = env.Hub.Servers[0].Port
+	_, door, err := net.SplitHostPort(env.MemberDoorAddress)
+	if err != nil {
+		return nil, fmt.Errorf("member door address %q: %w", env.MemberDoorAddress, err)
+	}
+	if s.doorPort, err = strconv.Atoi(door); err != nil {
+		return nil, fmt.Errorf("member door address %q: %w", env.MemberDoorAddress, err)
 	}
 	return s, nil
 }
@@ -99,13 +116,50 @@ type snapshot struct {
 	Goroutines float64 // go_goroutines
 	OpenFiles  int
 	// Established TCP connections: from the gateway to each member-b and
-	// member-a server (by port), from the hub to the gateway, and all the
-	// gateway accepted.
+	// member-a server (by port), from the hub to the gateway, from the bench
+	// to the gateway, the hub and the member door, and all the gateway
+	// accepted on its port and on its door.
 	ToMemberB, ToMemberA []int
 	HubToGateway         int
 	BenchToGateway       int
+	BenchToHub           int
+	BenchToDoor          int
 	IntoGateway          int
-	Err                  string // what could not be read
+	IntoDoor             int
+	// Hub is the hub's own state, read only with a forced collection.
+	Hub hubState
+	Err string // what could not be read
+}
+
+// hubState is the hub kube-apiserver's memory and goroutines: what the hub's
+// path costs the hub.
+type hubState struct {
+	RSSKB      int64
+	HeapInuse  float64
+	StackInuse float64
+	Goroutines float64
+}
+
+// takeHub reads the hub's state after two forced collections (its
+// /debug/pprof, on by default, and its /metrics, as the hub admin).
+func (s *scene) takeHub(ctx context.Context) (hubState, error) {
+	var h hubState
+	base := s.env.Hub.Servers[0].URL
+	if err := measure.ForceGC(ctx, s.hubRoot.Client, s.hubRoot.Header, base); err != nil {
+		return h, fmt.Errorf("hub: %w", err)
+	}
+	var err error
+	if h.RSSKB, err = measure.RSSKB(s.hubPID); err != nil {
+		return h, fmt.Errorf("hub: %w", err)
+	}
+	m, err := s.hubRoot.Scrape(ctx, base+"/metrics")
+	if err != nil {
+		return h, fmt.Errorf("hub: %w", err)
+	}
+	h.HeapInuse, _ = m.Sum("go_memstats_heap_inuse_bytes", nil)
+	h.StackInuse, _ = m.Sum("go_memstats_stack_inuse_bytes", nil)
+	h.Goroutines, _ = m.Sum("go_goroutines", nil)
+	return h, nil
 }
 
 // gatewayMetrics reads the gateway's Go runtime figures from its /metrics.
@@ -191,6 +245,10 @@ func (s *scene) take(ctx context.Context, label string, gc bool) snapshot {
 		if err := s.forceGC(ctx); err != nil {
 			errs = append(errs, err.Error())
 		}
+		var err error
+		if sn.Hub, err = s.takeHub(ctx); err != nil {
+			errs = append(errs, err.Error())
+		}
 	}
 	var err error
 	if sn.RSSKB, err = measure.RSSKB(s.gatewayPID); err != nil {
@@ -210,6 +268,7 @@ func (s *scene) take(ctx context.Context, label string, gc bool) snapshot {
 			sn.ToMemberA = append(sn.ToMemberA, measure.CountConns(conns, p, true))
 		}
 		sn.IntoGateway = measure.CountConns(conns, s.gatewayPort, false)
+		sn.IntoDoor = measure.CountConns(conns, s.doorPort, false)
 	}
 	if conns, err := measure.TCPConns(s.hubPID); err != nil {
 		errs = append(errs, err.Error())
@@ -220,6 +279,8 @@ func (s *scene) take(ctx context.Context, label string, gc bool) snapshot {
 		errs = append(errs, err.Error())
 	} else {
 		sn.BenchToGateway = measure.CountConns(conns, s.gatewayPort, true)
+		sn.BenchToHub = measure.CountConns(conns, s.hubPort, true)
+		sn.BenchToDoor = measure.CountConns(conns, s.doorPort, true)
 	}
 	if len(errs) > 0 {
 		sn.Err = fmt.Sprint(errs)

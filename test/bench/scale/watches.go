@@ -210,14 +210,19 @@ func (r *recorder) read(i int, body io.Reader) {
 type watchResult struct {
 	MaxStreams   uint32 // member-b's SETTINGS_MAX_CONCURRENT_STREAMS
 	GatewayStrms uint32 // the gateway's own, toward its callers
+	HubStreams   uint32 // the hub's, toward its clients
+	DoorStreams  uint32 // the member door's, toward member-b's clients
 	Before       snapshot
 	GatewayOpen  snapshot // N open through the gateway alone
 	AllOpen      snapshot // and M through the hub
+	DoorOpen     snapshot // and D through member-b's door
 	AfterClose   snapshot
 	PeakOpenFDs  int
 	Gateway, Hub *watchSet
-	EarlyGateway int64 // idle watches that ended before they were closed
+	Door         *watchSet // nil without -door-watches
+	EarlyGateway int64     // idle watches that ended before they were closed
 	EarlyHub     int64
+	EarlyDoor    int64
 	SettleTook   time.Duration
 	Settled      bool // goroutines and connections to member-b came back within -settle
 	Events       eventResult
@@ -231,6 +236,9 @@ type watchResult struct {
 	// The gateway's heap profiles before the watches and after closing them,
 	// and the top sites of what the second holds more than the first.
 	HeapBeforeFile, HeapClosedFile, HeapLeftTop string
+	// The gateway's heap profiles before and with the door's watches, and
+	// the top sites of their difference: where a door watch's memory goes.
+	DoorHeapBeforeFile, DoorHeapFile, DoorHeapTop string
 }
 
 // cycleResult is one more open-and-close of the idle watches: whatever
@@ -280,6 +288,14 @@ func watchPhase(ctx context.Context, s *scene, o options) (*watchResult, error) 
 	if res.GatewayStrms, err = s.gatewayMaxStreams(ctx); err != nil {
 		logf("the gateway's stream limit: %v", err)
 	}
+	if res.HubStreams, err = s.hub.MaxConcurrentStreams(ctx); err != nil {
+		logf("the hub's stream limit: %v", err)
+	}
+	if o.DoorWatches > 0 {
+		if res.DoorStreams, err = s.door.MaxConcurrentStreams(ctx); err != nil {
+			logf("the member door's stream limit: %v", err)
+		}
+	}
 
 	res.Before = s.take(ctx, "before", true)
 	res.HeapBeforeFile = filepath.Join(o.OutDir, "kube-gateway-heap-before-watches.pprof")
@@ -328,6 +344,33 @@ func watchPhase(ctx context.Context, s *scene, o options) (*watchResult, error) 
 	res.AllOpen = s.take(ctx, "all open", true)
 	logf("watches: all open: gateway RSS %s, %.0f goroutines, %v connections to member-b, %d from the hub",
 		measure.MB(float64(res.AllOpen.RSSKB)), res.AllOpen.Goroutines, res.AllOpen.ToMemberB, res.AllOpen.HubToGateway)
+
+	if o.DoorWatches > 0 {
+		sr.setPhase("open via door")
+		res.DoorHeapBeforeFile = filepath.Join(o.OutDir, "kube-gateway-heap-before-door-watches.pprof")
+		if err := s.saveProfile(ctx, "/debug/pprof/heap", res.DoorHeapBeforeFile); err != nil {
+			logf("watches: heap profile: %v", err)
+			res.DoorHeapBeforeFile = ""
+		}
+		logf("watches: opening %d idle watches through member-b's door", o.DoorWatches)
+		res.Door = openWatches(ctx, s.door, idleWatchPath(), o.DoorWatches, o.OpenConcurrency, &open, discard)
+		logf("watches: %d open in %s (%d errors%s)", res.Door.Opened, res.Door.Took.Round(10*time.Millisecond), res.Door.Errors, firstErr(res.Door.FirstErr))
+		defer res.Door.Close()
+		if err := sleep(ctx, 2*time.Second); err != nil {
+			return nil, err
+		}
+		peakFDs()
+		res.DoorOpen = s.take(ctx, "door open", true)
+		logf("watches: door watches open: gateway RSS %s, %.0f goroutines, %v connections to member-b, %d from the bench to the door",
+			measure.MB(float64(res.DoorOpen.RSSKB)), res.DoorOpen.Goroutines, res.DoorOpen.ToMemberB, res.DoorOpen.BenchToDoor)
+		if res.DoorHeapBeforeFile != "" {
+			res.DoorHeapFile = filepath.Join(o.OutDir, "kube-gateway-heap-door-watches.pprof")
+			if res.DoorHeapTop, err = s.heapProfile(ctx, res.DoorHeapFile, res.DoorHeapBeforeFile); err != nil {
+				logf("watches: heap profile: %v", err)
+				res.DoorHeapFile = ""
+			}
+		}
+	}
 	res.HeapFile = filepath.Join(o.OutDir, "kube-gateway-heap-watches.pprof")
 	if res.HeapTop, err = s.heapProfile(ctx, res.HeapFile, ""); err != nil {
 		logf("watches: heap profile: %v", err)
@@ -349,6 +392,10 @@ func watchPhase(ctx context.Context, s *scene, o options) (*watchResult, error) 
 	res.Gateway.Close()
 	res.Hub.Close()
 	res.EarlyGateway, res.EarlyHub = res.Gateway.early.Load(), res.Hub.early.Load()
+	if res.Door != nil {
+		res.Door.Close()
+		res.EarlyDoor = res.Door.early.Load()
+	}
 	if res.Settled, res.SettleTook, err = s.settle(ctx, res.Before, o.Settle); err != nil {
 		return nil, err
 	}
@@ -364,12 +411,14 @@ func watchPhase(ctx context.Context, s *scene, o options) (*watchResult, error) 
 		res.SettleTook.Round(100*time.Millisecond), measure.MB(float64(res.AfterClose.RSSKB)), res.AfterClose.Goroutines, res.AfterClose.ToMemberB)
 	for c := 2; c <= o.WatchCycles; c++ {
 		sr.setPhase(fmt.Sprintf("cycle %d", c))
-		logf("watches: cycle %d: opening and closing %d + %d idle watches", c, o.Watches, o.HubWatches)
+		logf("watches: cycle %d: opening and closing %d + %d + %d idle watches", c, o.Watches, o.HubWatches, o.DoorWatches)
 		g := openWatches(ctx, s.gateway, idleWatchPath(), o.Watches, o.OpenConcurrency, &open, discard)
 		h := openWatches(ctx, s.hub, idleWatchPath(), o.HubWatches, o.OpenConcurrency, &open, discard)
+		d := openWatches(ctx, s.door, idleWatchPath(), o.DoorWatches, o.OpenConcurrency, &open, discard)
 		g.Close()
 		h.Close()
-		cr := cycleResult{Opened: g.Opened + h.Opened, Errors: g.Errors + h.Errors, FirstErr: cmp.Or(g.FirstErr, h.FirstErr)}
+		d.Close()
+		cr := cycleResult{Opened: g.Opened + h.Opened + d.Opened, Errors: g.Errors + h.Errors + d.Errors, FirstErr: cmp.Or(g.FirstErr, h.FirstErr, d.FirstErr)}
 		if cr.Settled, cr.SettleTook, err = s.settle(ctx, res.Before, o.Settle); err != nil {
 			return nil, err
 		}

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"time"
 
@@ -22,12 +23,35 @@ func MaxConcurrentStreams(ctx context.Context, serverURL string, caPEM []byte, c
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
-	tc := &tls.Config{RootCAs: pool, NextProtos: []string{http2.NextProtoTLS}, MinVersion: tls.VersionTLS12}
+	tc := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	if cert != nil {
 		tc.Certificates = []tls.Certificate{*cert}
 	}
+	return maxConcurrentStreams(ctx, serverURL, u.Host, tc)
+}
+
+// MaxConcurrentStreams returns the SETTINGS_MAX_CONCURRENT_STREAMS the server
+// at t.Base announces to a new connection of t's client (its CA, client
+// certificate and TLS server name: a member door answers only by name).
+func (t *Target) MaxConcurrentStreams(ctx context.Context) (uint32, error) {
+	tr, ok := t.Client.Transport.(*http.Transport)
+	if !ok || tr.TLSClientConfig == nil {
+		return 0, fmt.Errorf("target %s: no TLS transport", t.Key)
+	}
+	u, err := url.Parse(t.Base)
+	if err != nil {
+		return 0, err
+	}
+	return maxConcurrentStreams(ctx, t.Base, u.Host, tr.TLSClientConfig.Clone())
+}
+
+// maxConcurrentStreams dials addr with tc, speaks HTTP/2 and returns the
+// stream limit of the server's first SETTINGS frame; serverURL names it in
+// errors.
+func maxConcurrentStreams(ctx context.Context, serverURL, addr string, tc *tls.Config) (uint32, error) {
+	tc.NextProtos = []string{http2.NextProtoTLS}
 	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 10 * time.Second}, Config: tc}
-	conn, err := d.DialContext(ctx, "tcp", u.Host)
+	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return 0, err
 	}
