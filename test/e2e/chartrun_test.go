@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -34,15 +35,17 @@ import (
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/test/chart"
 	"github.com/kubewharf/kube-gateway/test/harness"
+	"github.com/kubewharf/kube-gateway/test/testca"
 )
 
 // The gateway chart, rendered with its default values (bundled etcd, generated
-// certificates), runs: its etcd and its gateway are started from the rendered
+// certificates) and the member door on, runs: its etcd and its gateway are started from the rendered
 // StatefulSet and Deployment with their own command lines, environment and
 // mounted Secrets, its RBAC, ServiceAccount, Service and APIService are applied
 // to a hub of a private environment (the APIService's name is fixed, so it would
 // replace the suite's gateway on the shared hub), and alice reaches member-b
-// through the hub and this gateway. A flag, a path or a certificate the chart
+// through the hub and this gateway; member-b's own admin reaches it through
+// the door, at the port the door Service sends to. A flag, a path or a certificate the chart
 // got wrong makes a process exit, a probe fail or the hub refuse the gateway.
 //
 // What differs from a pod, and only that:
@@ -67,7 +70,7 @@ func TestChartRunsOnLoopback(t *testing.T) {
 	penv := privateEnvNoGateway(ctx, t)
 	const release, ns = "chartrun", "chartrun"
 	h := chart.Helm{Bin: filepath.Join(penv.BinDir, "helm"), Home: filepath.Join(penv.WorkDir, "helm")}
-	out, err := h.Run(ctx, t, "template", release, chart.Path(t, "kube-gateway"), "--namespace", ns)
+	out, err := h.Run(ctx, t, "template", release, chart.Path(t, "kube-gateway"), "--namespace", ns, "--set", "memberDoor.enabled=true")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +140,7 @@ func TestChartRunsOnLoopback(t *testing.T) {
 	gw := newPodRun(t, m, ns, deploy.Name+"-0", pod, nil, filepath.Join(root, "gateway"))
 	gwArgv := gw.argv(filepath.Join(penv.BinDir, "kube-gateway"))
 	var gwPorts map[int32]int
-	var gwPort int
+	var gwPort, doorPort int
 	gwProc, err := penv.StartExtra(ctx, harness.ExtraProcess{
 		Name: "chart-kube-gateway",
 		Args: func() []string {
@@ -149,6 +152,12 @@ func TestChartRunsOnLoopback(t *testing.T) {
 			}
 			gwPort = gwPorts[int32(secure)]
 			args, _, _ = setFlag(args, "--secure-port", strconv.Itoa(gwPort))
+			door, err := strconv.Atoi(flagValue(t, args, "--member-door-port"))
+			if err != nil || gwPorts[int32(door)] == 0 {
+				t.Fatalf("--member-door-port=%s is not a port of the container (%v)", flagValue(t, args, "--member-door-port"), gw.c.Ports)
+			}
+			doorPort = gwPorts[int32(door)]
+			args, _, _ = setFlag(args, "--member-door-port", strconv.Itoa(doorPort))
 			var old string
 			var had bool
 			if args, old, had = setFlag(args, "--bind-address", "127.0.0.1"); had {
@@ -268,6 +277,50 @@ func TestChartRunsOnLoopback(t *testing.T) {
 		if c := meta.FindStatusCondition(got.Status.Conditions, gatewayv1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
 			last = errorf("member-b's Ready condition: %+v", c)
 			return last
+		}
+		return nil
+	})
+
+	// The member door: the rendered Service sends its port to the door's
+	// container port; member-b's own admin, with a certificate of member-b's
+	// CA, reaches member-b there by member-b's door name.
+	doorSvc := chart.Convert[corev1.Service](t, m.Get(t, "Service", ns, deploy.Name+"-member-door"))
+	if len(doorSvc.Spec.Ports) != 1 || strconv.Itoa(int(gw.containerPort(doorSvc.Spec.Ports[0].TargetPort.String()))) != flagValue(t, gwArgv, "--member-door-port") ||
+		!labels.SelectorFromSet(doorSvc.Spec.Selector).Matches(labels.Set(deploy.Spec.Template.Labels)) {
+		t.Fatalf("Service %s does not send its port to the gateway pods' --member-door-port=%s: %+v", doorSvc.Name, flagValue(t, gwArgv, "--member-door-port"), doorSvc.Spec)
+	}
+	const doorName = "member-b.chartrun.test"
+	servingCA := testca.New(t, "chartrun-door")
+	serving := servingCA.Issue(t, testca.Spec{CommonName: doorName, SANs: []string{doorName}, Usage: x509.ExtKeyUsageServerAuth})
+	if _, err := hub.CoreV1().Secrets(secretNs).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "member-b-door"},
+		Data:       map[string][]byte{"tls.crt": serving.CertPEM, "tls.key": serving.KeyPEM, "ca.crt": memberB.CAData},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	adminClusters := versioned.NewForConfigOrDie(penv.HubConfig(harness.UserAdmin)).GatewayV1alpha1().UpstreamClusters()
+	got, err := adminClusters.Get(ctx, harness.MemberB, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Spec.SecureServing = &gatewayv1alpha1.SecureServing{ServerNames: []string{doorName}, SecretRef: gatewayv1alpha1.SecretReference{Namespace: secretNs, Name: "member-b-door"}}
+	if _, err := adminClusters.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := memberB.ClientCertificate("chartrun-door-admin", "system:masters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doorCfg := &rest.Config{Host: "https://127.0.0.1:" + strconv.Itoa(doorPort),
+		TLSClientConfig: rest.TLSClientConfig{ServerName: doorName, CAData: servingCA.PEM, CertData: certPEM, KeyData: keyPEM}}
+	doorClient := kubernetes.NewForConfigOrDie(doorCfg)
+	eventually(t, 30*time.Second, func(ctx context.Context) error {
+		review, err := doorClient.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		if u := review.Status.UserInfo.Username; u != "chartrun-door-admin" {
+			return errorf("member-b sees %q through the chart's door, want chartrun-door-admin", u)
 		}
 		return nil
 	})
