@@ -16,6 +16,12 @@
 // Every change is recorded on the endpoint (balance.Endpoint.SetHealthy), where
 // the balancer reads it, and handed to a callback, which writes status.
 //
+// Passive results count: a probe that falls due is skipped when the server
+// answered a real request since the last one fell due, is healthy and its
+// streaks are clean; a server that is out, or whose last probe failed, is
+// always probed, and one with traffic still every few intervals (its
+// readiness can fail while it answers).
+//
 // One Scheduler paces the probes of every checker of the gateway, so that an
 // idle cluster holds no goroutine: a probe, and the delivery of transitions,
 // run on a goroutine of their own only while they are under way.
@@ -180,8 +186,11 @@ type Checker struct {
 	// after the result of every probe has been recorded.
 	probed func(e *balance.Endpoint, ok bool)
 	// scheduled, when set (by tests, before Start), is called with the time
-	// the next probe of e is due, after each probe.
+	// the next probe of e is due, after each probe or skipped probe.
 	scheduled func(e *balance.Endpoint, at time.Time)
+	// skipped, when set (by tests, before Start), is called when a probe of
+	// e that fell due is skipped, with the reason.
+	skipped func(e *balance.Endpoint, reason string)
 }
 
 // endpointState holds the streaks of one endpoint.
@@ -199,11 +208,16 @@ type endpointState struct {
 	// judged: a transition of this checker said how e is, under mu.
 	judged bool
 
+	// answered: a real request got an answer since the endpoint's last probe
+	// fell due (see skipReason).
+	answered atomic.Bool
+
 	// next is the endpoint's place in the scheduler; probes counts the
-	// probes started. Only one probe of an endpoint is under way or
-	// scheduled at a time, and it owns both.
+	// probes started and skips the probes skipped in a row. Only one probe
+	// of an endpoint is under way or scheduled at a time, and it owns them.
 	next   *dueProbe
 	probes int
+	skips  int
 }
 
 // NewChecker returns a checker of endpoints, the servers of one cluster. probe returns what
@@ -340,8 +354,10 @@ func passiveReason(k failure.Kind) string {
 }
 
 // ReportSuccess records that a real request to e got a response: the failure
-// streak starts over, not the streak of failed probes. It does not make an
-// unhealthy endpoint healthy; only probes do. Safe for concurrent use and lock-free on the usual path.
+// streak starts over, not the streak of failed probes, and a healthy endpoint
+// needs no probe this interval (see skipReason). It does not make an
+// unhealthy endpoint healthy; only probes do. Safe for concurrent use and
+// lock-free on the usual path.
 func (c *Checker) ReportSuccess(e *balance.Endpoint) {
 	s := c.byPtr[e]
 	if s == nil || c.stopped.Load() {
@@ -349,6 +365,9 @@ func (c *Checker) ReportSuccess(e *balance.Endpoint) {
 	}
 	if s.failures.Load() != 0 {
 		s.failures.Store(0)
+	}
+	if !s.answered.Load() {
+		s.answered.Store(true)
 	}
 }
 

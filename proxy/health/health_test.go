@@ -712,6 +712,7 @@ func TestStopWithProbeInFlight(t *testing.T) {
 func TestConcurrentReports(t *testing.T) {
 	a, b := newMember(t), newMember(t)
 	h := newHarness(t, testConfig, a, b) // unhealthy after 2 failures, healthy after 1 probe
+	skips := h.recordSkips()             // a probe that falls due after a success may be skipped
 	h.start()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -736,7 +737,7 @@ func TestConcurrentReports(t *testing.T) {
 		})
 	}
 	for range 5 {
-		h.round()
+		h.dueRound(skips)
 	}
 	close(stop)
 	wg.Wait()
@@ -893,5 +894,101 @@ func TestIdleCheckersHoldNoGoroutine(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("%d goroutines of the checkers and %d of the scheduler between probes, want 0 and 1:\n%s", checkers, schedulers, stacks)
+	}
+}
+
+// dueOutcome is what became of one due probe: sent (and whether it
+// succeeded) or skipped.
+type dueOutcome struct {
+	skipped string // the reason; "" when sent
+	ok      bool
+}
+
+// outcomes records the skipped probes of h's checker; call before start.
+func (h *harness) recordSkips() chan probeEvent {
+	skips := make(chan probeEvent, 100)
+	h.c.skipped = func(e *balance.Endpoint, reason string) { skips <- probeEvent{endpoint: e.URL.String() + " " + reason} }
+	return skips
+}
+
+// dueRound advances the clock by one interval and returns, for each
+// endpoint, whether its due probe was sent or skipped.
+func (h *harness) dueRound(skips chan probeEvent) map[string]dueOutcome {
+	h.t.Helper()
+	h.clk.Step(h.cfg.Interval)
+	got := map[string]dueOutcome{}
+	for len(got) < len(h.members) {
+		select {
+		case p := <-h.probes:
+			got[p.endpoint] = dueOutcome{ok: p.ok}
+		case s := <-skips:
+			endpoint, reason, _ := strings.Cut(s.endpoint, " ")
+			got[endpoint] = dueOutcome{skipped: reason}
+		case <-time.After(testTimeout):
+			h.t.Fatalf("%d of %d due probes sent or skipped: %v", len(got), len(h.members), got)
+		}
+	}
+	return got
+}
+
+// Passive results count: a healthy server that answered a real request
+// within the interval, with a clean probe streak, is not probed; one without
+// traffic is; one whose last probe failed, or that is out, always is; and a
+// server with traffic is still probed every maxSkips+1 intervals.
+func TestTrafficSkipsProbes(t *testing.T) {
+	busy, idle := newMember(t), newMember(t)
+	h := newHarness(t, testConfig, busy, idle)
+	skips := h.recordSkips()
+	h.start()
+	skipped := func() uint64 { return h.sched.Skipped()[SkipTraffic] }
+
+	h.c.ReportSuccess(busy.ep)
+	got := h.dueRound(skips)
+	if got[busy.srv.URL].skipped != SkipTraffic || got[idle.srv.URL].skipped != "" {
+		t.Fatalf("busy server's probe skipped %q, idle one's %q; want %s and sent", got[busy.srv.URL].skipped, got[idle.srv.URL].skipped, SkipTraffic)
+	}
+	if n := skipped(); n != 1 {
+		t.Errorf("%d probes counted skipped, want 1", n)
+	}
+	// The answer counted for one interval only.
+	if got := h.dueRound(skips); got[busy.srv.URL].skipped != "" {
+		t.Fatalf("busy server's probe skipped %q without traffic in the interval", got[busy.srv.URL].skipped)
+	}
+
+	// Traffic every interval: probed every maxSkips+1 intervals all the same.
+	for i := range 2 * (maxSkips + 1) {
+		h.c.ReportSuccess(busy.ep)
+		got := h.dueRound(skips)
+		if sent, want := got[busy.srv.URL].skipped == "", i%(maxSkips+1) == maxSkips; sent != want {
+			t.Fatalf("interval %d with traffic: probe sent %v, want %v", i, sent, want)
+		}
+	}
+	h.expectNone()
+
+	// A failed probe needs the next one, traffic or not; the server goes out.
+	busy.set(http.StatusInternalServerError)
+	h.c.ReportSuccess(busy.ep)
+	if got := h.dueRound(skips); got[busy.srv.URL].skipped != SkipTraffic {
+		t.Fatalf("probe with traffic after a sent one: %+v, want skipped", got[busy.srv.URL])
+	}
+	if got := h.dueRound(skips); got[busy.srv.URL].skipped != "" || got[busy.srv.URL].ok {
+		t.Fatalf("probe without traffic: %+v, want sent and failed", got[busy.srv.URL])
+	}
+	h.c.ReportSuccess(busy.ep)
+	if got := h.dueRound(skips); got[busy.srv.URL].skipped != "" || got[busy.srv.URL].ok {
+		t.Fatalf("probe after a failed one: %+v, want sent and failed", got[busy.srv.URL])
+	}
+	h.expect(busy, false, ReasonProbeFailed)
+
+	// Out: only probes bring it back, traffic (the fallback to all servers)
+	// does not spare them.
+	busy.set(http.StatusOK)
+	h.c.ReportSuccess(busy.ep)
+	if got := h.dueRound(skips); got[busy.srv.URL].skipped != "" || !got[busy.srv.URL].ok {
+		t.Fatalf("probe of an unhealthy server with traffic: %+v, want sent", got[busy.srv.URL])
+	}
+	h.expect(busy, true, ReasonProbeSucceeded)
+	if n := skipped(); n != 1+2*maxSkips+1 {
+		t.Errorf("%d probes counted skipped, want %d", n, 1+2*maxSkips+1)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -24,6 +25,9 @@ type Scheduler struct {
 	due dueProbes
 	// wake tells Run that due changed; capacity 1.
 	wake chan struct{}
+
+	// skippedTraffic counts the probes skipped with SkipTraffic.
+	skippedTraffic atomic.Uint64
 }
 
 // NewScheduler returns a scheduler pacing probes by clk. Nothing runs before
@@ -50,7 +54,7 @@ func (s *Scheduler) Run(ctx context.Context) {
 		}
 		s.mu.Unlock()
 		for i, p := range ready {
-			p.c.startProbe(p.s)
+			p.c.startProbe(p.s, p.at)
 			ready[i] = nil
 		}
 		ready = ready[:0]
@@ -70,6 +74,18 @@ func (s *Scheduler) Run(ctx context.Context) {
 		case <-timer.C():
 		case <-s.wake:
 		}
+	}
+}
+
+// Skipped returns how many probes that fell due were not sent, by reason
+// (the Skip* constants), since the scheduler was made.
+func (s *Scheduler) Skipped() map[string]uint64 {
+	return map[string]uint64{SkipTraffic: s.skippedTraffic.Load()}
+}
+
+func (s *Scheduler) skip(reason string) {
+	if reason == SkipTraffic {
+		s.skippedTraffic.Add(1)
 	}
 }
 

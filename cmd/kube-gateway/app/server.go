@@ -160,6 +160,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := legacyregistry.Registerer().Register(metrics.NewHealthProbesCollector(probes)); err != nil {
 		return nil, err
 	}
+	if err := legacyregistry.Registerer().Register(metrics.NewHealthProbesSkippedCollector(controller.ProbesSkipped)); err != nil {
+		return nil, err
+	}
 	identity := status.Identity()
 	// Flow-control limits hold across replicas: each enforces its share.
 	var members *replicas.Membership

@@ -214,6 +214,10 @@ func (c *Controller) Lookup(name string) (*cluster.Cluster, error) {
 	return e.cluster, nil
 }
 
+// ProbesSkipped returns how many health probes fell due and were not sent,
+// by reason (health.Scheduler.Skipped).
+func (c *Controller) ProbesSkipped() map[string]uint64 { return c.probes.Skipped() }
+
 // EachServer calls fn for every enabled server of every compiled cluster with
 // its current health (for metrics, at scrape time).
 func (c *Controller) EachServer(fn func(cluster, endpoint string, healthy bool)) {
