@@ -22,6 +22,11 @@
 // always probed, and one with traffic still every few intervals (its
 // readiness can fail while it answers).
 //
+// Replicas can share health checks (Scheduler.Share): only the replica that
+// owns a cluster probes it and publishes its verdicts; the others follow them
+// (Follow), and still take a server out at once on their own evidence, and
+// probe such a server themselves until it is back.
+//
 // One Scheduler paces the probes of every checker of the gateway, so that an
 // idle cluster holds no goroutine: a probe, and the delivery of transitions,
 // run on a goroutine of their own only while they are under way.
@@ -98,6 +103,9 @@ type Config struct {
 	// reports), or of consecutive failed probes, that make a healthy endpoint
 	// unhealthy.
 	UnhealthyThreshold int
+	// Key names the checker's cluster to the scheduler's owner function when
+	// replicas share health checks (Scheduler.Share).
+	Key string
 	// Spread starts the periodic probes of each endpoint at a random point of
 	// the first Interval (after one probe at once), so that the servers of many
 	// clusters registered together are not probed in lock-step.
@@ -207,6 +215,11 @@ type endpointState struct {
 	probeFailures, successes int
 	// judged: a transition of this checker said how e is, under mu.
 	judged bool
+	// outLocally: e is out on this replica's own evidence (a failure), not
+	// by a followed verdict; published is the last verdict followed (see
+	// Follow): 1 healthy, -1 unhealthy, 0 none. Under mu.
+	outLocally bool
+	published  int8
 
 	// answered: a real request got an answer since the endpoint's last probe
 	// fell due (see skipReason).
@@ -371,6 +384,48 @@ func (c *Checker) ReportSuccess(e *balance.Endpoint) {
 	}
 }
 
+// Follow takes the verdict another replica published on the server named
+// endpoint (status.servers[]: healthy, reason, message, since), when this
+// replica does not own the cluster (Scheduler.Share): an unhealthy verdict
+// takes the server out here too; a healthy one brings back a server that
+// was out by a followed verdict, not one this replica took out on its own
+// evidence (its own probe does). The owner ignores it. Safe for concurrent
+// use.
+func (c *Checker) Follow(endpoint string, healthy bool, reason, message string, since time.Time) {
+	if c.stopped.Load() || c.sched == nil || c.sched.owner(c.cfg.Key) {
+		return
+	}
+	var s *endpointState
+	for _, st := range c.endpoints {
+		if st.name == endpoint {
+			s = st
+		}
+	}
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := ServerHealth{Endpoint: s.name, Healthy: healthy, Reason: reason, Message: message, Since: since}
+	switch {
+	case !healthy:
+		s.published = -1
+		s.successes = 0
+		if s.e.SetHealthy(false) {
+			s.judged, s.outLocally = true, false
+			c.enqueue(t)
+		}
+	case s.outLocally:
+		s.published = 1 // this replica's own probe brings it back
+	default:
+		s.published = 1
+		if s.e.SetHealthy(true) || !s.judged {
+			s.judged = true
+			c.enqueue(t)
+		}
+	}
+}
+
 // failure records a failed probe (probe) or real request; refused (nothing
 // listened) takes s out whatever the streaks.
 func (c *Checker) failure(s *endpointState, reason, msg string, probe, refused bool) {
@@ -382,7 +437,7 @@ func (c *Checker) failure(s *endpointState, reason, msg string, probe, refused b
 	}
 	n := s.failures.Add(1)
 	if (refused || n >= int64(c.cfg.UnhealthyThreshold) || s.probeFailures >= c.cfg.UnhealthyThreshold) && s.e.SetHealthy(false) {
-		s.judged = true
+		s.judged, s.outLocally = true, true
 		c.enqueue(ServerHealth{Endpoint: s.name, Healthy: false, Reason: reason, Message: msg, Since: c.clk.Now()})
 	}
 }
@@ -398,7 +453,7 @@ func (c *Checker) probeSuccess(s *endpointState, msg string) {
 	// answer; one that was taken out needs HealthyThreshold of them.
 	confirmed := !s.judged && s.e.Healthy()
 	if confirmed || s.successes >= c.cfg.HealthyThreshold && s.e.SetHealthy(true) {
-		s.judged = true
+		s.judged, s.outLocally = true, false
 		c.enqueue(ServerHealth{Endpoint: s.name, Healthy: true, Reason: ReasonProbeSucceeded, Message: msg, Since: c.clk.Now()})
 	}
 }

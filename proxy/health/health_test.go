@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -145,6 +146,7 @@ type harness struct {
 	probes  chan probeEvent
 	trans   chan ServerHealth
 	sched   *Scheduler
+	owns    func(key string) bool // set before run: shared health checks
 	cancel  context.CancelFunc
 	done    <-chan struct{}
 }
@@ -185,14 +187,17 @@ func (h *harness) start() {
 func (h *harness) run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
-	h.sched, h.done = runChecker(ctx, h.c, h.clk)
+	h.sched, h.done = runChecker(ctx, h.c, h.clk, h.owns)
 	h.t.Cleanup(h.stop)
 }
 
 // runChecker starts c on a new scheduler of clk until ctx ends; the channel
 // is closed when both have stopped.
-func runChecker(ctx context.Context, c *Checker, clk clock.Clock) (*Scheduler, <-chan struct{}) {
+func runChecker(ctx context.Context, c *Checker, clk clock.Clock, owns func(string) bool) (*Scheduler, <-chan struct{}) {
 	sched := NewScheduler(clk)
+	if owns != nil {
+		sched.Share(owns)
+	}
 	done := make(chan struct{})
 	scheduling := make(chan struct{})
 	go func() { sched.Run(ctx); close(scheduling) }()
@@ -681,7 +686,7 @@ func TestStopWithProbeInFlight(t *testing.T) {
 		h := newHarness(t, testConfig, slow, fast)
 		ctx, cancel := context.WithCancel(context.Background())
 		h.cancel = cancel
-		h.sched, h.done = runChecker(ctx, h.c, h.clk)
+		h.sched, h.done = runChecker(ctx, h.c, h.clk, h.owns)
 		slow.waitHit()
 		h.awaitProbes(1)
 		h.stop() // cancel; the checker stops although slow's probe was in flight
@@ -807,7 +812,7 @@ func TestSpreadProbes(t *testing.T) {
 	scheduled := make(chan due, 2*len(eps))
 	c.scheduled = func(e *balance.Endpoint, at time.Time) { scheduled <- due{e, at} }
 	ctx, cancel := context.WithCancel(context.Background())
-	_, done := runChecker(ctx, c, clk)
+	_, done := runChecker(ctx, c, clk, nil)
 	defer func() { cancel(); <-done }()
 
 	next := func() due {
@@ -990,5 +995,93 @@ func TestTrafficSkipsProbes(t *testing.T) {
 	h.expect(busy, true, ReasonProbeSucceeded)
 	if n := skipped(); n != 1+2*maxSkips+1 {
 		t.Errorf("%d probes counted skipped, want %d", n, 1+2*maxSkips+1)
+	}
+}
+
+// With shared health checks, a replica that does not own the cluster sends
+// no probe and follows the published verdicts, but a server it took out on
+// its own evidence (a refused connection) it probes itself until it is back;
+// the owner probes and ignores published verdicts.
+func TestFollowVerdicts(t *testing.T) {
+	a := newMember(t)
+	cfg := testConfig
+	cfg.Key = "member-x"
+	h := newHarness(t, cfg, a)
+	var owner atomic.Bool
+	h.owns = func(key string) bool {
+		if key != "member-x" {
+			t.Errorf("owner asked about %q", key)
+		}
+		return owner.Load()
+	}
+	skips := h.recordSkips()
+	h.run()
+	notOwner := func() uint64 { return h.sched.Skipped()[SkipNotOwner] }
+	select { // the first probe, due at once
+	case s := <-skips:
+		if want := a.srv.URL + " " + SkipNotOwner; s.endpoint != want {
+			t.Fatalf("skipped %q, want %q", s.endpoint, want)
+		}
+	case p := <-h.probes:
+		t.Fatalf("a replica that does not own the cluster probed %s", p.endpoint)
+	case <-time.After(testTimeout):
+		t.Fatal("the first probe was neither sent nor skipped")
+	}
+	expectSkipped := func() {
+		t.Helper()
+		if got := h.dueRound(skips)[a.srv.URL]; got.skipped != SkipNotOwner {
+			t.Fatalf("due probe: %+v, want skipped %s", got, SkipNotOwner)
+		}
+	}
+	expectSent := func() {
+		t.Helper()
+		if got := h.dueRound(skips)[a.srv.URL]; got.skipped != "" || !got.ok {
+			t.Fatalf("due probe: %+v, want sent and successful", got)
+		}
+	}
+
+	// The owner's verdicts, both ways.
+	h.c.Follow(a.srv.URL, false, ReasonProbeFailed, "GET /readyz: 500 Internal Server Error", h.clk.Now())
+	h.expect(a, false, ReasonProbeFailed)
+	expectSkipped()
+	h.c.Follow(a.srv.URL, false, ReasonProbeFailed, "GET /readyz: 500 Internal Server Error", h.clk.Now())
+	h.expectNone() // no change
+	h.c.Follow(a.srv.URL, true, ReasonProbeSucceeded, "GET /readyz: 200 OK", h.clk.Now())
+	h.expect(a, true, ReasonProbeSucceeded)
+	h.c.Follow("https://192.0.2.1:6443", false, ReasonProbeFailed, "not a server of the cluster", h.clk.Now())
+	expectSkipped()
+	h.expectNone()
+
+	// Its own evidence: out at once, and its own probe brings it back, not
+	// the owner's unchanged verdict.
+	refused := &url.Error{Op: "Get", URL: a.srv.URL + "/api", Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}
+	h.c.ReportFailure(a.ep, refused)
+	h.expect(a, false, ReasonConnectionFailed)
+	h.c.Follow(a.srv.URL, true, ReasonProbeSucceeded, "GET /readyz: 200 OK", h.clk.Now())
+	if a.ep.Healthy() {
+		t.Fatal("a published healthy verdict overrode a refused connection")
+	}
+	expectSent()
+	h.expect(a, true, ReasonProbeSucceeded)
+
+	// Out here and by the owner too: it waits for the owner's verdict.
+	h.c.ReportFailure(a.ep, refused)
+	h.expect(a, false, ReasonConnectionFailed)
+	h.c.Follow(a.srv.URL, false, ReasonProbeFailed, "GET /readyz: connection refused", h.clk.Now())
+	expectSkipped()
+	h.c.Follow(a.srv.URL, true, ReasonProbeSucceeded, "GET /readyz: 200 OK", h.clk.Now())
+	expectSent()
+	h.expect(a, true, ReasonProbeSucceeded)
+	if n := notOwner(); n != 4 {
+		t.Errorf("%d probes counted skipped as not owned, want 4", n)
+	}
+
+	// Ownership moves here: it probes, and follows no one.
+	owner.Store(true)
+	expectSent()
+	h.c.Follow(a.srv.URL, false, ReasonProbeFailed, "GET /readyz: 500 Internal Server Error", h.clk.Now())
+	h.expectNone()
+	if !a.ep.Healthy() {
+		t.Fatal("the owner followed a published verdict")
 	}
 }

@@ -21,6 +21,10 @@ const (
 	// SkipTraffic: the server answered a real request since its last probe
 	// fell due, it is healthy and its last probe succeeded.
 	SkipTraffic = "Traffic"
+	// SkipNotOwner: another replica probes the cluster and publishes its
+	// verdicts (Scheduler.Share), and this one has no reason of its own to
+	// doubt the server.
+	SkipNotOwner = "NotOwner"
 )
 
 // maxSkips bounds the probes of a server skipped in a row: a server that
@@ -72,8 +76,21 @@ func (c *Checker) startProbe(s *endpointState, at time.Time) {
 // the interval, whose streaks are clean, is known to be up without one. A
 // server out of rotation always is probed (only probes bring it back), as is
 // one whose last probe failed.
+//
+// With shared health checks, a replica that does not own the cluster probes
+// only a server that it took out itself (a refused connection, a failure
+// streak of its requests) while the published verdict says healthy: only its
+// own probe can bring it back; the rest it follows.
 func (c *Checker) skipReason(s *endpointState) string {
 	answered := s.answered.Swap(false)
+	if !c.sched.owner(c.cfg.Key) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.e.Healthy() || !s.outLocally || s.published < 0 {
+			return SkipNotOwner
+		}
+		return ""
+	}
 	if !answered || s.skips >= maxSkips {
 		return ""
 	}
