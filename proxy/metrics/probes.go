@@ -42,7 +42,7 @@ func (c healthProbesCollector) Collect(ch chan<- prometheus.Metric) {
 const HealthProbesSkippedName = "kube_gateway_health_probes_skipped_total"
 
 var healthProbesSkippedDesc = prometheus.NewDesc(HealthProbesSkippedName,
-	"Health probes of member servers that fell due on this gateway replica and were not sent, by reason: Traffic (the server answered a proxied request within the interval, it is healthy and its last probe succeeded).",
+	"Health probes of member servers that fell due on this gateway replica and were not sent, by reason: Traffic (the server answered a proxied request within the interval, it is healthy and its last probe succeeded), NotOwner (--share-health-checks: another replica owns the cluster, probes it and publishes its verdicts).",
 	[]string{"reason"}, nil)
 
 // healthProbesSkippedCollector reads the counts at scrape time.
