@@ -308,8 +308,9 @@ func compile(uc *gatewayv1alpha1.UpstreamCluster, secret, tunnelSecret *corev1.S
 	probe := func(e *balance.Endpoint) http.RoundTripper {
 		return e.Transports.ProbeWhile(e.BusyWithin, opts.ProbeCount)
 	}
-	c.Health = health.NewChecker(c.Endpoints, probe,
-		health.ConfigFrom(uc.Spec.HealthCheck), clock.RealClock{},
+	hc := health.ConfigFrom(uc.Spec.HealthCheck)
+	hc.Key = uc.Name // which replica probes it, when they share health checks
+	c.Health = health.NewChecker(c.Endpoints, probe, hc, clock.RealClock{},
 		func(t health.ServerHealth) {
 			if e := c.endpoint(t.Endpoint); e != nil {
 				e.RecordTransition(t)

@@ -16,6 +16,17 @@
 // Every change is recorded on the endpoint (balance.Endpoint.SetHealthy), where
 // the balancer reads it, and handed to a callback, which writes status.
 //
+// Passive results count: a probe that falls due is skipped when the server
+// answered a real request since the last one fell due, is healthy and its
+// streaks are clean; a server that is out, or whose last probe failed, is
+// always probed, and one with traffic still every few intervals (its
+// readiness can fail while it answers).
+//
+// Replicas can share health checks (Scheduler.Share): only the replica that
+// owns a cluster probes it and publishes its verdicts; the others follow them
+// (Follow), and still take a server out at once on their own evidence, and
+// probe such a server themselves until it is back.
+//
 // One Scheduler paces the probes of every checker of the gateway, so that an
 // idle cluster holds no goroutine: a probe, and the delivery of transitions,
 // run on a goroutine of their own only while they are under way.
@@ -92,6 +103,9 @@ type Config struct {
 	// reports), or of consecutive failed probes, that make a healthy endpoint
 	// unhealthy.
 	UnhealthyThreshold int
+	// Key names the checker's cluster to the scheduler's owner function when
+	// replicas share health checks (Scheduler.Share).
+	Key string
 	// Spread starts the periodic probes of each endpoint at a random point of
 	// the first Interval (after one probe at once), so that the servers of many
 	// clusters registered together are not probed in lock-step.
@@ -180,8 +194,11 @@ type Checker struct {
 	// after the result of every probe has been recorded.
 	probed func(e *balance.Endpoint, ok bool)
 	// scheduled, when set (by tests, before Start), is called with the time
-	// the next probe of e is due, after each probe.
+	// the next probe of e is due, after each probe or skipped probe.
 	scheduled func(e *balance.Endpoint, at time.Time)
+	// skipped, when set (by tests, before Start), is called when a probe of
+	// e that fell due is skipped, with the reason.
+	skipped func(e *balance.Endpoint, reason string)
 }
 
 // endpointState holds the streaks of one endpoint.
@@ -198,12 +215,22 @@ type endpointState struct {
 	probeFailures, successes int
 	// judged: a transition of this checker said how e is, under mu.
 	judged bool
+	// outLocally: e is out on this replica's own evidence (a failure), not
+	// by a followed verdict; published is the last verdict followed (see
+	// Follow): 1 healthy, -1 unhealthy, 0 none. Under mu.
+	outLocally bool
+	published  int8
+
+	// answered: a real request got an answer since the endpoint's last probe
+	// fell due (see skipReason).
+	answered atomic.Bool
 
 	// next is the endpoint's place in the scheduler; probes counts the
-	// probes started. Only one probe of an endpoint is under way or
-	// scheduled at a time, and it owns both.
+	// probes started and skips the probes skipped in a row. Only one probe
+	// of an endpoint is under way or scheduled at a time, and it owns them.
 	next   *dueProbe
 	probes int
+	skips  int
 }
 
 // NewChecker returns a checker of endpoints, the servers of one cluster. probe returns what
@@ -340,8 +367,10 @@ func passiveReason(k failure.Kind) string {
 }
 
 // ReportSuccess records that a real request to e got a response: the failure
-// streak starts over, not the streak of failed probes. It does not make an
-// unhealthy endpoint healthy; only probes do. Safe for concurrent use and lock-free on the usual path.
+// streak starts over, not the streak of failed probes, and a healthy endpoint
+// needs no probe this interval (see skipReason). It does not make an
+// unhealthy endpoint healthy; only probes do. Safe for concurrent use and
+// lock-free on the usual path.
 func (c *Checker) ReportSuccess(e *balance.Endpoint) {
 	s := c.byPtr[e]
 	if s == nil || c.stopped.Load() {
@@ -349,6 +378,51 @@ func (c *Checker) ReportSuccess(e *balance.Endpoint) {
 	}
 	if s.failures.Load() != 0 {
 		s.failures.Store(0)
+	}
+	if !s.answered.Load() {
+		s.answered.Store(true)
+	}
+}
+
+// Follow takes the verdict another replica published on the server named
+// endpoint (status.servers[]: healthy, reason, message, since), when this
+// replica does not own the cluster (Scheduler.Share): an unhealthy verdict
+// takes the server out here too; a healthy one brings back a server that
+// was out by a followed verdict, not one this replica took out on its own
+// evidence (its own probe does). The owner ignores it. Safe for concurrent
+// use.
+func (c *Checker) Follow(endpoint string, healthy bool, reason, message string, since time.Time) {
+	if c.stopped.Load() || c.sched == nil || c.sched.owner(c.cfg.Key) {
+		return
+	}
+	var s *endpointState
+	for _, st := range c.endpoints {
+		if st.name == endpoint {
+			s = st
+		}
+	}
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := ServerHealth{Endpoint: s.name, Healthy: healthy, Reason: reason, Message: message, Since: since}
+	switch {
+	case !healthy:
+		s.published = -1
+		s.successes = 0
+		if s.e.SetHealthy(false) {
+			s.judged, s.outLocally = true, false
+			c.enqueue(t)
+		}
+	case s.outLocally:
+		s.published = 1 // this replica's own probe brings it back
+	default:
+		s.published = 1
+		if s.e.SetHealthy(true) || !s.judged {
+			s.judged = true
+			c.enqueue(t)
+		}
 	}
 }
 
@@ -363,7 +437,7 @@ func (c *Checker) failure(s *endpointState, reason, msg string, probe, refused b
 	}
 	n := s.failures.Add(1)
 	if (refused || n >= int64(c.cfg.UnhealthyThreshold) || s.probeFailures >= c.cfg.UnhealthyThreshold) && s.e.SetHealthy(false) {
-		s.judged = true
+		s.judged, s.outLocally = true, true
 		c.enqueue(ServerHealth{Endpoint: s.name, Healthy: false, Reason: reason, Message: msg, Since: c.clk.Now()})
 	}
 }
@@ -379,7 +453,7 @@ func (c *Checker) probeSuccess(s *endpointState, msg string) {
 	// answer; one that was taken out needs HealthyThreshold of them.
 	confirmed := !s.judged && s.e.Healthy()
 	if confirmed || s.successes >= c.cfg.HealthyThreshold && s.e.SetHealthy(true) {
-		s.judged = true
+		s.judged, s.outLocally = true, false
 		c.enqueue(ServerHealth{Endpoint: s.name, Healthy: true, Reason: ReasonProbeSucceeded, Message: msg, Since: c.clk.Now()})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -145,6 +146,7 @@ type harness struct {
 	probes  chan probeEvent
 	trans   chan ServerHealth
 	sched   *Scheduler
+	owns    func(key string) bool // set before run: shared health checks
 	cancel  context.CancelFunc
 	done    <-chan struct{}
 }
@@ -185,14 +187,17 @@ func (h *harness) start() {
 func (h *harness) run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
-	h.sched, h.done = runChecker(ctx, h.c, h.clk)
+	h.sched, h.done = runChecker(ctx, h.c, h.clk, h.owns)
 	h.t.Cleanup(h.stop)
 }
 
 // runChecker starts c on a new scheduler of clk until ctx ends; the channel
 // is closed when both have stopped.
-func runChecker(ctx context.Context, c *Checker, clk clock.Clock) (*Scheduler, <-chan struct{}) {
+func runChecker(ctx context.Context, c *Checker, clk clock.Clock, owns func(string) bool) (*Scheduler, <-chan struct{}) {
 	sched := NewScheduler(clk)
+	if owns != nil {
+		sched.Share(owns)
+	}
 	done := make(chan struct{})
 	scheduling := make(chan struct{})
 	go func() { sched.Run(ctx); close(scheduling) }()
@@ -681,7 +686,7 @@ func TestStopWithProbeInFlight(t *testing.T) {
 		h := newHarness(t, testConfig, slow, fast)
 		ctx, cancel := context.WithCancel(context.Background())
 		h.cancel = cancel
-		h.sched, h.done = runChecker(ctx, h.c, h.clk)
+		h.sched, h.done = runChecker(ctx, h.c, h.clk, h.owns)
 		slow.waitHit()
 		h.awaitProbes(1)
 		h.stop() // cancel; the checker stops although slow's probe was in flight
@@ -712,6 +717,7 @@ func TestStopWithProbeInFlight(t *testing.T) {
 func TestConcurrentReports(t *testing.T) {
 	a, b := newMember(t), newMember(t)
 	h := newHarness(t, testConfig, a, b) // unhealthy after 2 failures, healthy after 1 probe
+	skips := h.recordSkips()             // a probe that falls due after a success may be skipped
 	h.start()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -736,7 +742,7 @@ func TestConcurrentReports(t *testing.T) {
 		})
 	}
 	for range 5 {
-		h.round()
+		h.dueRound(skips)
 	}
 	close(stop)
 	wg.Wait()
@@ -806,7 +812,7 @@ func TestSpreadProbes(t *testing.T) {
 	scheduled := make(chan due, 2*len(eps))
 	c.scheduled = func(e *balance.Endpoint, at time.Time) { scheduled <- due{e, at} }
 	ctx, cancel := context.WithCancel(context.Background())
-	_, done := runChecker(ctx, c, clk)
+	_, done := runChecker(ctx, c, clk, nil)
 	defer func() { cancel(); <-done }()
 
 	next := func() due {
@@ -893,5 +899,189 @@ func TestIdleCheckersHoldNoGoroutine(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("%d goroutines of the checkers and %d of the scheduler between probes, want 0 and 1:\n%s", checkers, schedulers, stacks)
+	}
+}
+
+// dueOutcome is what became of one due probe: sent (and whether it
+// succeeded) or skipped.
+type dueOutcome struct {
+	skipped string // the reason; "" when sent
+	ok      bool
+}
+
+// outcomes records the skipped probes of h's checker; call before start.
+func (h *harness) recordSkips() chan probeEvent {
+	skips := make(chan probeEvent, 100)
+	h.c.skipped = func(e *balance.Endpoint, reason string) { skips <- probeEvent{endpoint: e.URL.String() + " " + reason} }
+	return skips
+}
+
+// dueRound advances the clock by one interval and returns, for each
+// endpoint, whether its due probe was sent or skipped.
+func (h *harness) dueRound(skips chan probeEvent) map[string]dueOutcome {
+	h.t.Helper()
+	h.clk.Step(h.cfg.Interval)
+	got := map[string]dueOutcome{}
+	for len(got) < len(h.members) {
+		select {
+		case p := <-h.probes:
+			got[p.endpoint] = dueOutcome{ok: p.ok}
+		case s := <-skips:
+			endpoint, reason, _ := strings.Cut(s.endpoint, " ")
+			got[endpoint] = dueOutcome{skipped: reason}
+		case <-time.After(testTimeout):
+			h.t.Fatalf("%d of %d due probes sent or skipped: %v", len(got), len(h.members), got)
+		}
+	}
+	return got
+}
+
+// Passive results count: a healthy server that answered a real request
+// within the interval, with a clean probe streak, is not probed; one without
+// traffic is; one whose last probe failed, or that is out, always is; and a
+// server with traffic is still probed every maxSkips+1 intervals.
+func TestTrafficSkipsProbes(t *testing.T) {
+	busy, idle := newMember(t), newMember(t)
+	h := newHarness(t, testConfig, busy, idle)
+	skips := h.recordSkips()
+	h.start()
+	skipped := func() uint64 { return h.sched.Skipped()[SkipTraffic] }
+
+	h.c.ReportSuccess(busy.ep)
+	got := h.dueRound(skips)
+	if got[busy.srv.URL].skipped != SkipTraffic || got[idle.srv.URL].skipped != "" {
+		t.Fatalf("busy server's probe skipped %q, idle one's %q; want %s and sent", got[busy.srv.URL].skipped, got[idle.srv.URL].skipped, SkipTraffic)
+	}
+	if n := skipped(); n != 1 {
+		t.Errorf("%d probes counted skipped, want 1", n)
+	}
+	// The answer counted for one interval only.
+	if got := h.dueRound(skips); got[busy.srv.URL].skipped != "" {
+		t.Fatalf("busy server's probe skipped %q without traffic in the interval", got[busy.srv.URL].skipped)
+	}
+
+	// Traffic every interval: probed every maxSkips+1 intervals all the same.
+	for i := range 2 * (maxSkips + 1) {
+		h.c.ReportSuccess(busy.ep)
+		got := h.dueRound(skips)
+		if sent, want := got[busy.srv.URL].skipped == "", i%(maxSkips+1) == maxSkips; sent != want {
+			t.Fatalf("interval %d with traffic: probe sent %v, want %v", i, sent, want)
+		}
+	}
+	h.expectNone()
+
+	// A failed probe needs the next one, traffic or not; the server goes out.
+	busy.set(http.StatusInternalServerError)
+	h.c.ReportSuccess(busy.ep)
+	if got := h.dueRound(skips); got[busy.srv.URL].skipped != SkipTraffic {
+		t.Fatalf("probe with traffic after a sent one: %+v, want skipped", got[busy.srv.URL])
+	}
+	if got := h.dueRound(skips); got[busy.srv.URL].skipped != "" || got[busy.srv.URL].ok {
+		t.Fatalf("probe without traffic: %+v, want sent and failed", got[busy.srv.URL])
+	}
+	h.c.ReportSuccess(busy.ep)
+	if got := h.dueRound(skips); got[busy.srv.URL].skipped != "" || got[busy.srv.URL].ok {
+		t.Fatalf("probe after a failed one: %+v, want sent and failed", got[busy.srv.URL])
+	}
+	h.expect(busy, false, ReasonProbeFailed)
+
+	// Out: only probes bring it back, traffic (the fallback to all servers)
+	// does not spare them.
+	busy.set(http.StatusOK)
+	h.c.ReportSuccess(busy.ep)
+	if got := h.dueRound(skips); got[busy.srv.URL].skipped != "" || !got[busy.srv.URL].ok {
+		t.Fatalf("probe of an unhealthy server with traffic: %+v, want sent", got[busy.srv.URL])
+	}
+	h.expect(busy, true, ReasonProbeSucceeded)
+	if n := skipped(); n != 1+2*maxSkips+1 {
+		t.Errorf("%d probes counted skipped, want %d", n, 1+2*maxSkips+1)
+	}
+}
+
+// With shared health checks, a replica that does not own the cluster sends
+// no probe and follows the published verdicts, but a server it took out on
+// its own evidence (a refused connection) it probes itself until it is back;
+// the owner probes and ignores published verdicts.
+func TestFollowVerdicts(t *testing.T) {
+	a := newMember(t)
+	cfg := testConfig
+	cfg.Key = "member-x"
+	h := newHarness(t, cfg, a)
+	var owner atomic.Bool
+	h.owns = func(key string) bool {
+		if key != "member-x" {
+			t.Errorf("owner asked about %q", key)
+		}
+		return owner.Load()
+	}
+	skips := h.recordSkips()
+	h.run()
+	notOwner := func() uint64 { return h.sched.Skipped()[SkipNotOwner] }
+	select { // the first probe, due at once
+	case s := <-skips:
+		if want := a.srv.URL + " " + SkipNotOwner; s.endpoint != want {
+			t.Fatalf("skipped %q, want %q", s.endpoint, want)
+		}
+	case p := <-h.probes:
+		t.Fatalf("a replica that does not own the cluster probed %s", p.endpoint)
+	case <-time.After(testTimeout):
+		t.Fatal("the first probe was neither sent nor skipped")
+	}
+	expectSkipped := func() {
+		t.Helper()
+		if got := h.dueRound(skips)[a.srv.URL]; got.skipped != SkipNotOwner {
+			t.Fatalf("due probe: %+v, want skipped %s", got, SkipNotOwner)
+		}
+	}
+	expectSent := func() {
+		t.Helper()
+		if got := h.dueRound(skips)[a.srv.URL]; got.skipped != "" || !got.ok {
+			t.Fatalf("due probe: %+v, want sent and successful", got)
+		}
+	}
+
+	// The owner's verdicts, both ways.
+	h.c.Follow(a.srv.URL, false, ReasonProbeFailed, "GET /readyz: 500 Internal Server Error", h.clk.Now())
+	h.expect(a, false, ReasonProbeFailed)
+	expectSkipped()
+	h.c.Follow(a.srv.URL, false, ReasonProbeFailed, "GET /readyz: 500 Internal Server Error", h.clk.Now())
+	h.expectNone() // no change
+	h.c.Follow(a.srv.URL, true, ReasonProbeSucceeded, "GET /readyz: 200 OK", h.clk.Now())
+	h.expect(a, true, ReasonProbeSucceeded)
+	h.c.Follow("https://192.0.2.1:6443", false, ReasonProbeFailed, "not a server of the cluster", h.clk.Now())
+	expectSkipped()
+	h.expectNone()
+
+	// Its own evidence: out at once, and its own probe brings it back, not
+	// the owner's unchanged verdict.
+	refused := &url.Error{Op: "Get", URL: a.srv.URL + "/api", Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}
+	h.c.ReportFailure(a.ep, refused)
+	h.expect(a, false, ReasonConnectionFailed)
+	h.c.Follow(a.srv.URL, true, ReasonProbeSucceeded, "GET /readyz: 200 OK", h.clk.Now())
+	if a.ep.Healthy() {
+		t.Fatal("a published healthy verdict overrode a refused connection")
+	}
+	expectSent()
+	h.expect(a, true, ReasonProbeSucceeded)
+
+	// Out here and by the owner too: it waits for the owner's verdict.
+	h.c.ReportFailure(a.ep, refused)
+	h.expect(a, false, ReasonConnectionFailed)
+	h.c.Follow(a.srv.URL, false, ReasonProbeFailed, "GET /readyz: connection refused", h.clk.Now())
+	expectSkipped()
+	h.c.Follow(a.srv.URL, true, ReasonProbeSucceeded, "GET /readyz: 200 OK", h.clk.Now())
+	expectSent()
+	h.expect(a, true, ReasonProbeSucceeded)
+	if n := notOwner(); n != 4 {
+		t.Errorf("%d probes counted skipped as not owned, want 4", n)
+	}
+
+	// Ownership moves here: it probes, and follows no one.
+	owner.Store(true)
+	expectSent()
+	h.c.Follow(a.srv.URL, false, ReasonProbeFailed, "GET /readyz: 500 Internal Server Error", h.clk.Now())
+	h.expectNone()
+	if !a.ep.Healthy() {
+		t.Fatal("the owner followed a published verdict")
 	}
 }

@@ -16,12 +16,45 @@ import (
 
 // Active checking: the probes that the Scheduler paces.
 
-// startProbe starts the probe of s that the scheduler found due, on a
-// goroutine of its own, which schedules the next one when it ends.
-func (c *Checker) startProbe(s *endpointState) {
+// Reasons of probes that were due and not sent (Scheduler.Skipped).
+const (
+	// SkipTraffic: the server answered a real request since its last probe
+	// fell due, it is healthy and its last probe succeeded.
+	SkipTraffic = "Traffic"
+	// SkipNotOwner: another replica probes the cluster and publishes its
+	// verdicts (Scheduler.Share), and this one has no reason of its own to
+	// doubt the server.
+	SkipNotOwner = "NotOwner"
+)
+
+// maxSkips bounds the probes of a server skipped in a row: a server that
+// answers requests while its readiness fails (an apiserver whose etcd
+// stalls serves its caches) is still probed every maxSkips+1 intervals, and
+// its first failed probe stops the skipping.
+const maxSkips = 5
+
+// startProbe starts the probe of s that the scheduler found due at at, on a
+// goroutine of its own, which schedules the next one when it ends; or skips
+// it (see skipReason) and schedules the next one an Interval later.
+func (c *Checker) startProbe(s *endpointState, at time.Time) {
 	if !c.begin() {
 		return
 	}
+	if reason := c.skipReason(s); reason != "" {
+		s.skips++
+		c.sched.skip(reason)
+		next := at.Add(c.cfg.Interval)
+		if c.skipped != nil {
+			c.skipped(s.e, reason)
+		}
+		if c.scheduled != nil {
+			c.scheduled(s.e, next)
+		}
+		c.sched.add(s.next, next)
+		c.end()
+		return
+	}
+	s.skips = 0
 	s.probes++
 	go func() {
 		defer c.end()
@@ -36,6 +69,37 @@ func (c *Checker) startProbe(s *endpointState) {
 		}
 		c.sched.add(s.next, at)
 	}()
+}
+
+// skipReason says why the probe of s that fell due is not needed, "" when
+// it is. Passive results count: a server that answered a real request within
+// the interval, whose streaks are clean, is known to be up without one. A
+// server out of rotation always is probed (only probes bring it back), as is
+// one whose last probe failed.
+//
+// With shared health checks, a replica that does not own the cluster probes
+// only a server that it took out itself (a refused connection, a failure
+// streak of its requests) while the published verdict says healthy: only its
+// own probe can bring it back; the rest it follows.
+func (c *Checker) skipReason(s *endpointState) string {
+	answered := s.answered.Swap(false)
+	if !c.sched.owner(c.cfg.Key) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.e.Healthy() || !s.outLocally || s.published < 0 {
+			return SkipNotOwner
+		}
+		return ""
+	}
+	if !answered || s.skips >= maxSkips {
+		return ""
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.judged && s.e.Healthy() && s.probeFailures == 0 && s.failures.Load() == 0 {
+		return SkipTraffic
+	}
+	return ""
 }
 
 // nextProbe is when the probe of s after the one from start to end is due:

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -24,6 +25,13 @@ type Scheduler struct {
 	due dueProbes
 	// wake tells Run that due changed; capacity 1.
 	wake chan struct{}
+
+	// owns, when set (Share), tells whether this replica probes the
+	// cluster of a key; nil: every one.
+	owns func(key string) bool
+
+	// skippedTraffic and skippedNotOwner count the probes skipped by reason.
+	skippedTraffic, skippedNotOwner atomic.Uint64
 }
 
 // NewScheduler returns a scheduler pacing probes by clk. Nothing runs before
@@ -50,7 +58,7 @@ func (s *Scheduler) Run(ctx context.Context) {
 		}
 		s.mu.Unlock()
 		for i, p := range ready {
-			p.c.startProbe(p.s)
+			p.c.startProbe(p.s, p.at)
 			ready[i] = nil
 		}
 		ready = ready[:0]
@@ -72,6 +80,31 @@ func (s *Scheduler) Run(ctx context.Context) {
 		}
 	}
 }
+
+// Skipped returns how many probes that fell due were not sent, by reason
+// (the Skip* constants), since the scheduler was made.
+func (s *Scheduler) Skipped() map[string]uint64 {
+	return map[string]uint64{SkipTraffic: s.skippedTraffic.Load(), SkipNotOwner: s.skippedNotOwner.Load()}
+}
+
+func (s *Scheduler) skip(reason string) {
+	switch reason {
+	case SkipTraffic:
+		s.skippedTraffic.Add(1)
+	case SkipNotOwner:
+		s.skippedNotOwner.Add(1)
+	}
+}
+
+// Share makes the replicas of the gateway share health checks: owns tells
+// whether this one probes the cluster of a Config.Key, and publishes its
+// verdicts; the checkers of the others follow them (Checker.Follow). Call it
+// before any checker starts. owns must be cheap: it is asked at every due
+// probe.
+func (s *Scheduler) Share(owns func(key string) bool) { s.owns = owns }
+
+// owner tells whether this replica probes the cluster of key.
+func (s *Scheduler) owner(key string) bool { return s.owns == nil || s.owns(key) }
 
 // add schedules p at at. p is not scheduled already.
 func (s *Scheduler) add(p *dueProbe, at time.Time) {

@@ -48,6 +48,7 @@ func registeredFamilies(t *testing.T) map[string]family {
 	reg.MustRegister(NewReplicasCollector(func() int { return 2 }))
 	reg.MustRegister(NewFanOutCollector(fanOutMemory{}))
 	reg.MustRegister(NewHealthProbesCollector(probeCounts{}))
+	reg.MustRegister(NewHealthProbesSkippedCollector(func() map[string]uint64 { return map[string]uint64{"Traffic": 3} }))
 	m.Observe(Series{Cluster: "member-a", Door: DoorHub, Policy: "p", Schema: "s"}, "get", "pods", 200, time.Millisecond)
 	m.InFlight(Series{Cluster: "member-a", Door: DoorHub, Policy: "p", Schema: "s"}).Inc()
 	m.Rejected(Series{Cluster: "member-a", Door: DoorHub, Policy: "p", Schema: "s"}, ReasonTokenBucket)

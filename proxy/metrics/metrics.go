@@ -47,6 +47,10 @@
 // NewHealthProbesCollector): health probes of member servers sent, by the
 // connection they went over, pooled or new (a TLS handshake each).
 //
+// kube_gateway_health_probes_skipped_total{reason} (counter, see
+// NewHealthProbesSkippedCollector): health probes that fell due and were not
+// sent, by reason.
+//
 // # Labels
 //
 // Every label set is bounded; no label ever holds a raw path or a user name.

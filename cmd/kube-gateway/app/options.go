@@ -43,6 +43,10 @@ const defaultEtcdPathPrefix = "/registry/gateway.kubewharf.io"
 // SplitLimitsFlag divides flow-control limits among the gateway replicas.
 const SplitLimitsFlag = "split-limits-across-replicas"
 
+// ShareHealthChecksFlag shares the health checks of member servers among the
+// gateway replicas.
+const ShareHealthChecksFlag = "share-health-checks"
+
 // MemberDoorPortFlag is the port of the member door.
 const MemberDoorPortFlag = "member-door-port"
 
@@ -83,6 +87,9 @@ type Options struct {
 	// SplitLimitsAcrossReplicas divides every flow-control limit among the live
 	// gateway replicas, which announce themselves with Leases in SecretNamespace.
 	SplitLimitsAcrossReplicas bool
+	// ShareHealthChecks has only the replica that owns a cluster probe its
+	// servers and write its status; the others follow its verdicts.
+	ShareHealthChecks bool
 	// FanOutParallel bounds the members a fan-out list asks at once;
 	// FanOutMemberTimeout bounds each member's answer (and the opening of
 	// each member's watch).
@@ -123,6 +130,7 @@ func NewOptions() *Options {
 		MaxLongRunningPerUser:       10000,
 		MemberResponseHeaderTimeout: forward.DefaultResponseHeaderTimeout,
 		SplitLimitsAcrossReplicas:   true,
+		ShareHealthChecks:           true,
 		FanOutParallel:              fanout.DefaultParallel,
 		FanOutMemberTimeout:         fanout.DefaultMemberTimeout,
 		FanOutListMemory:            resource.QuantityValue{Quantity: resource.MustParse(fanout.DefaultListMemory)},
@@ -182,6 +190,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"Most long-running proxied requests one hub user may hold open through this gateway process, over all upstream clusters: a watch or log stream counts 1, an exec, attach or port-forward session 3 (it holds connections of its own, about three times a watch's memory). Past it the gateway answers 429. Users are told apart by name: the replicas of a controller that share a service account share one budget. Neither the hub's priority and fairness nor --max-requests-inflight counts these requests, and each open watch costs the gateway memory (docs/benchmark.md): the limit bounds what one user can take. 0 means no limit.")
 	gw.BoolVar(&o.SplitLimitsAcrossReplicas, SplitLimitsFlag, o.SplitLimitsAcrossReplicas,
 		"Divide every flow-control limit of the UpstreamClusters among the live gateway replicas, so that a schema's qps, burst and max in-flight hold for the whole gateway rather than for each replica. Each replica keeps a hub Lease, in --secret-namespace, labeled "+replicas.LabelReplicaOf+"=<--status-lease-name>, and counts those of the others; one that cannot read or write them enforces whole limits. Off: every replica enforces whole limits.")
+	gw.BoolVar(&o.ShareHealthChecks, ShareHealthChecksFlag, o.ShareHealthChecks,
+		"Share the health checks of member servers among the live gateway replicas (those --"+SplitLimitsFlag+" counts; without it, or alone, this changes nothing): each cluster is owned by one replica, picked by hashing its name over the replicas' Leases, which probes its servers and writes its status; the others send no probe and follow status.servers, while still taking a server out at once when their own requests to it fail. Member servers then receive one probe per interval whatever the number of replicas. Off: every replica probes every server, and the holder of --status-lease-name writes all status.")
 	gw.IntVar(&o.FanOutParallel, "fan-out-parallel", o.FanOutParallel,
 		"Most members a fan-out list (a proxy path whose cluster name is * or a label selector) asks at once; a page of a list with limit asks as many as fit in the page, at most this. Every member is asked once whatever this is; it bounds the gateway's concurrent work for one list, and the list's time when members are far away: about members / this × the members' round trip. A fan-out watch opens every member's watch at once.")
 	gw.DurationVar(&o.FanOutMemberTimeout, "fan-out-member-timeout", o.FanOutMemberTimeout,
@@ -324,6 +334,7 @@ func (o *Options) Config() (*Config, error) {
 			MemberResponseHeaderTimeout: o.MemberResponseHeaderTimeout,
 			ProbeWithNewConnections:     o.ProbeWithNewConnections,
 			SplitLimitsAcrossReplicas:   o.SplitLimitsAcrossReplicas,
+			ShareHealthChecks:           o.ShareHealthChecks,
 			FanOutParallel:              o.FanOutParallel,
 			FanOutMemberTimeout:         o.FanOutMemberTimeout,
 			FanOutListMemory:            fanout.NewListMemory(o.FanOutListMemory.Value()),

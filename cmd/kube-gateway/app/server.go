@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -71,8 +72,9 @@ type ExtraConfig struct {
 	// LongRunning caps each user's open long-running proxied requests; nil:
 	// no cap.
 	LongRunning *longrunning.Limiter
-	// SplitLimitsAcrossReplicas: see Options.
+	// SplitLimitsAcrossReplicas and ShareHealthChecks: see Options.
 	SplitLimitsAcrossReplicas bool
+	ShareHealthChecks         bool
 	// FanOutParallel and FanOutMemberTimeout: see Options; 0 takes
 	// package fanout's defaults.
 	FanOutParallel      int
@@ -160,6 +162,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := legacyregistry.Registerer().Register(metrics.NewHealthProbesCollector(probes)); err != nil {
 		return nil, err
 	}
+	if err := legacyregistry.Registerer().Register(metrics.NewHealthProbesSkippedCollector(controller.ProbesSkipped)); err != nil {
+		return nil, err
+	}
 	identity := status.Identity()
 	// Flow-control limits hold across replicas: each enforces its share.
 	var members *replicas.Membership
@@ -168,8 +173,32 @@ func (c CompletedConfig) New() (*Server, error) {
 		share := flowcontrol.NewShare(clock.RealClock{})
 		controller.ClusterOptions.FlowShare = share
 		members = replicas.New(replicas.Config{Client: c.hub, Namespace: c.extra.SecretNamespace, Group: c.extra.StatusLeaseName,
-			Identity: identity, OnChange: share.SetReplicas})
+			Identity: identity, OnChange: share.SetReplicas, OnMembers: statusWriter.Reshard})
 		liveReplicas = members.Live
+	}
+	// Health checks shared: the owner of a cluster probes it and writes its
+	// status. A replica that does not see the others (starting, or no
+	// rights on Leases) probes everything and writes only while it holds the
+	// status Lease, as without sharing.
+	var leading atomic.Bool
+	writeStatus := statusWriter.Run
+	if c.extra.ShareHealthChecks && members != nil {
+		controller.ProbeOwner = func(name string) bool {
+			owns, _ := members.Owns(name)
+			return owns
+		}
+		statusWriter.Owns = func(name string) bool {
+			if owns, sees := members.Owns(name); sees {
+				return owns
+			}
+			return leading.Load()
+		}
+		writeStatus = func(ctx context.Context) {
+			leading.Store(true)
+			statusWriter.Reshard()
+			<-ctx.Done()
+			leading.Store(false)
+		}
 	}
 	if err := legacyregistry.Registerer().Register(metrics.NewReplicasCollector(liveReplicas)); err != nil {
 		return nil, err
@@ -258,7 +287,10 @@ func (c CompletedConfig) New() (*Server, error) {
 	generic.AddPostStartHookOrDie("start-upstreamcluster-controller", func(hookCtx genericapiserver.PostStartHookContext) error {
 		secretInformers.Start(hookCtx.Done())
 		go controller.Run(hookCtx)
-		go status.Lead(hookCtx, c.hub, c.extra.SecretNamespace, c.extra.StatusLeaseName, identity, statusWriter.Run)
+		if statusWriter.Owns != nil {
+			go statusWriter.Run(hookCtx)
+		}
+		go status.Lead(hookCtx, c.hub, c.extra.SecretNamespace, c.extra.StatusLeaseName, identity, writeStatus)
 		if members != nil {
 			// Counted once ready: until then no load balancer sends this
 			// replica anything, and the others would enforce smaller

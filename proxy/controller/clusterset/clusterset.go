@@ -90,6 +90,10 @@ type Controller struct {
 	// member door. Set them before Run.
 	ClusterOptions cluster.Options
 	DoorOptions    door.Options
+	// ProbeOwner, when set before Run, shares health checks among the
+	// gateway's replicas: it tells whether this one probes a cluster (by
+	// name); the others follow its verdicts from status.servers.
+	ProbeOwner func(name string) bool
 }
 
 const secretIndex = "secret"
@@ -174,6 +178,9 @@ func (c *Controller) Run(ctx context.Context) {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
 	go c.clusters.RunWithContext(ctx)
+	if c.ProbeOwner != nil {
+		c.probes.Share(c.ProbeOwner)
+	}
 	go c.probes.Run(ctx)
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.clusters.HasSynced, c.secrets.HasSynced) {
 		return
@@ -213,6 +220,10 @@ func (c *Controller) Lookup(name string) (*cluster.Cluster, error) {
 	}
 	return e.cluster, nil
 }
+
+// ProbesSkipped returns how many health probes fell due and were not sent,
+// by reason (health.Scheduler.Skipped).
+func (c *Controller) ProbesSkipped() map[string]uint64 { return c.probes.Skipped() }
 
 // EachServer calls fn for every enabled server of every compiled cluster with
 // its current health (for metrics, at scrape time).
@@ -282,6 +293,7 @@ func (c *Controller) sync(ctx context.Context, name string) {
 	}
 	version := fmt.Sprintf("%s/%d/%s", uc.UID, uc.Generation, secretVersion)
 	if old != nil && old.version == version {
+		c.follow(old.cluster, uc) // a status change
 		return
 	}
 	next := &entry{version: version}
@@ -314,6 +326,7 @@ func (c *Controller) sync(ctx context.Context, name string) {
 		healthCtx, stop = context.WithCancel(ctx)
 		next.stopHealth = stop
 		next.cluster.Health.Start(healthCtx, c.probes)
+		c.follow(next.cluster, uc)
 		if next.door != nil {
 			go next.door.Run(healthCtx) // the member's client CA, when the door takes it
 		}
@@ -339,6 +352,20 @@ func (c *Controller) sync(ctx context.Context, name string) {
 		logger.Info("Upstream cluster cannot be used", "reason", next.err.Error())
 	} else {
 		logger.V(2).Info("Compiled upstream cluster", "generation", uc.Generation, "servers", len(next.cluster.Endpoints))
+	}
+}
+
+// follow hands the verdicts of uc's status.servers to cl's health checking,
+// when replicas share health checks (it ignores them where this replica owns
+// the cluster).
+func (c *Controller) follow(cl *cluster.Cluster, uc *gatewayv1alpha1.UpstreamCluster) {
+	if c.ProbeOwner == nil || cl == nil {
+		return
+	}
+	for _, s := range uc.Status.Servers {
+		if s.Healthy != nil && s.Reason != gatewayv1alpha1.ServerReasonDisabled {
+			cl.Health.Follow(s.Endpoint, *s.Healthy, s.Reason, s.Message, s.LastTransitionTime.Time)
+		}
 	}
 }
 

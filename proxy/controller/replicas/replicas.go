@@ -1,5 +1,6 @@
 // Package replicas counts the live replicas of a gateway, so that each can
-// enforce its share of flow-control limits that hold across all of them.
+// enforce its share of flow-control limits that hold across all of them, and
+// tells which of them owns a cluster (Owner: health checks are shared).
 //
 // Every replica announces itself with a hub Lease of its own, labeled
 // LabelReplicaOf=<group>, renewed every RenewPeriod and valid for Duration,
@@ -15,6 +16,7 @@ package replicas
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +57,10 @@ type Config struct {
 	// OnChange is told the number of live replicas (at least 1) when it changes,
 	// in order; it must not block nor call the Membership.
 	OnChange func(n int)
+	// OnMembers is told when the set of live replicas changes (which
+	// changes what Owns says), in order; it must not block nor call the
+	// Membership's other methods than Owns.
+	OnMembers func()
 	// Clock: nil means the real clock.
 	Clock clock.WithTicker
 }
@@ -68,6 +74,9 @@ type Membership struct {
 	// seen is when the renewTime of each Lease of the group was last seen to change.
 	seen map[string]observed
 	live int
+	// view is what Owns reads: the live Leases, sorted, when this
+	// replica's own is among them; nil otherwise.
+	view atomic.Pointer[[]string]
 	// renewed is when this replica's Lease was last written successfully.
 	renewed time.Time
 	// stop and done: see Start; stopped: Stop was called.
@@ -115,6 +124,18 @@ func (m *Membership) Live() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.live
+}
+
+// Owns tells whether this replica owns key among the live replicas (see
+// Owner, over the Lease names), and sees whether it knows them: false while
+// its own Lease is not among the live ones it sees (not started yet, or it
+// cannot read or write Leases); owns is then true. Lock-free.
+func (m *Membership) Owns(key string) (owns, sees bool) {
+	live := m.view.Load()
+	if live == nil {
+		return true, false
+	}
+	return Owner(key, *live) == m.LeaseName(), true
 }
 
 // Start runs Run in a goroutine of its own until ctx ends or Stop is called;
@@ -317,9 +338,30 @@ func (m *Membership) recount(ctx context.Context) bool {
 	}
 	changed := n != m.live
 	m.live = n
+	var live []string
+	if self {
+		for name, o := range m.seen {
+			if now.Sub(o.at) < o.duration {
+				live = append(live, name)
+			}
+		}
+		slices.Sort(live)
+	}
+	membersChanged := false
+	if old := m.view.Load(); (old == nil) != (live == nil) || old != nil && !slices.Equal(*old, live) {
+		membersChanged = true
+		if live == nil {
+			m.view.Store(nil)
+		} else {
+			m.view.Store(&live)
+		}
+	}
 	// Under the mutex, so that concurrent recounts tell their counts in order.
 	if changed && m.cfg.OnChange != nil {
 		m.cfg.OnChange(n)
+	}
+	if membersChanged && m.cfg.OnMembers != nil {
+		m.cfg.OnMembers()
 	}
 	m.mu.Unlock()
 	if changed {

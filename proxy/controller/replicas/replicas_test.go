@@ -234,3 +234,62 @@ func (s *errorSink) Error(err error, msg string, _ ...any) {
 	defer s.mu.Unlock()
 	s.errs = append(s.errs, fmt.Sprintf("%s: %v", msg, err))
 }
+
+// Replicas that see each other own every cluster once between them, and the
+// same owner for each; once one stops, the other owns everything. A replica
+// that does not see its own Lease (not started) owns everything and says
+// it does not know the others.
+func TestOwns(t *testing.T) {
+	client := fake.NewClientset()
+	idle := New(Config{Client: client, Namespace: ns, Group: "gw", Identity: "idle"})
+	if owns, sees := idle.Owns("member-a"); !owns || sees {
+		t.Errorf("a replica not started: owns %v, sees %v; want true, false", owns, sees)
+	}
+	var told atomic.Int64
+	a := New(Config{Client: client, Namespace: ns, Group: "gw", Identity: "a",
+		RenewPeriod: 100 * time.Millisecond, Duration: time.Second, OnMembers: func() { told.Add(1) }})
+	a.Start(context.Background())
+	t.Cleanup(a.Stop)
+	b, _ := start(t, client, "gw", "b")
+	eventually(t, "two replicas of gw", wantLive(map[string]*Membership{"a": a, "b": b}, map[string]int{"a": 2, "b": 2}))
+	clusters := make([]string, 300)
+	for i := range clusters {
+		clusters[i] = fmt.Sprintf("member-%d", i)
+	}
+	owned := map[*Membership]int{}
+	for _, c := range clusters {
+		n := 0
+		for _, m := range []*Membership{a, b} {
+			owns, sees := m.Owns(c)
+			if !sees {
+				t.Fatalf("a replica that counts 2 does not see them")
+			}
+			if owns {
+				n++
+				owned[m]++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("%s owned by %d replicas, want 1", c, n)
+		}
+	}
+	if owned[a] == 0 || owned[b] == 0 {
+		t.Errorf("a owns %d, b %d of %d clusters", owned[a], owned[b], len(clusters))
+	}
+	before := told.Load()
+	if before == 0 {
+		t.Error("OnMembers was not told")
+	}
+	b.Stop()
+	eventually(t, "b stopped", func() error {
+		for _, c := range clusters {
+			if owns, sees := a.Owns(c); !owns || !sees {
+				return fmt.Errorf("a alone: %s owned %v (sees %v)", c, owns, sees)
+			}
+		}
+		return nil
+	})
+	if told.Load() == before {
+		t.Error("OnMembers was not told that b left")
+	}
+}

@@ -5,7 +5,8 @@
 //
 // Every gateway replica observes (Writer.Observe and ObserveInvalid are cheap and
 // never block the data plane); only the replica that holds the hub Lease writes
-// (Lead runs Writer.Run while leading). Writes happen on changes only: the desired
+// (Lead runs Writer.Run while leading), or, when replicas share health checks,
+// the replica that owns a cluster (Writer.Owns). Writes happen on changes only: the desired
 // status is compared with the stored one and nothing is written when they agree.
 //
 // The same leader records Events on the hub for what a write changed (see
@@ -150,6 +151,12 @@ type Writer struct {
 
 	// onSync, if set (tests), is called after each processed cluster.
 	onSync func(cluster string, wrote bool, err error)
+
+	// Owns, when set before Run, tells which clusters this replica writes
+	// the status of (replicas share health checks: each writes those it
+	// probes); nil: all of them. owned is what it said at the last Reshard.
+	Owns  func(cluster string) bool
+	owned map[string]bool
 }
 
 // NewWriter returns a Writer over the status subresource storage. Run must be
@@ -243,6 +250,27 @@ func (w *Writer) observe(cluster string, o observation) {
 	}
 }
 
+// Reshard checks the clusters that Owns says this replica writes now and
+// did not at the last Reshard: their owner changed (replicas joined or left),
+// and the status is this replica's to correct. It never blocks.
+func (w *Writer) Reshard() {
+	if w.Owns == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	owned := make(map[string]bool, len(w.observed))
+	for cluster := range w.observed {
+		if w.Owns(cluster) {
+			owned[cluster] = true
+			if !w.owned[cluster] && w.queue != nil {
+				w.queue.Add(cluster)
+			}
+		}
+	}
+	w.owned = owned
+}
+
 // Forget drops a deleted cluster: nothing more is written for it.
 func (w *Writer) Forget(cluster string) {
 	w.mu.Lock()
@@ -308,6 +336,13 @@ func (w *Writer) processNext(ctx context.Context, q workqueue.TypedRateLimitingI
 	defer q.Done(cluster)
 	if ctx.Err() != nil {
 		return false
+	}
+	if w.Owns != nil && !w.Owns(cluster) {
+		q.Forget(cluster) // another replica writes it
+		if w.onSync != nil {
+			w.onSync(cluster, false, nil)
+		}
+		return true
 	}
 	wrote, err := w.sync(ctx, cluster, recorder)
 	switch {

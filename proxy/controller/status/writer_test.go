@@ -594,3 +594,47 @@ func TestObserveDoor(t *testing.T) {
 		t.Fatalf("condition %+v kept after the door was closed", c)
 	}
 }
+
+// With shared health checks, a replica writes the status of the clusters it
+// owns only; when ownership moves (Reshard), it writes those it took over.
+func TestWriterOwnedClusters(t *testing.T) {
+	s := newFakeStorage("member-a", "member-b")
+	w := NewWriter(s, clocktesting.NewFakePassiveClock(t0))
+	var mu sync.Mutex
+	owned := map[string]bool{"member-a": true}
+	w.Owns = func(c string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return owned[c]
+	}
+	events := make(chan syncEvent, 10)
+	w.onSync = func(cluster string, wrote bool, err error) { events <- syncEvent{cluster, wrote, err} }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Run(ctx)
+	}()
+	defer func() { cancel(); <-done }()
+	healthy := []health.ServerHealth{{Endpoint: epA, Healthy: true}}
+	w.Observe("member-a", 1, healthy)
+	expectSync(t, events, "member-a", true)
+	w.Observe("member-b", 1, healthy)
+	expectSync(t, events, "member-b", false)
+	w.Reshard() // the first: checks every cluster it owns
+	expectSync(t, events, "member-a", false)
+	if n, _ := s.counts("member-b"); n != 0 {
+		t.Fatalf("member-b, owned by another replica, written %d times", n)
+	}
+
+	mu.Lock()
+	owned = map[string]bool{"member-b": true}
+	mu.Unlock()
+	w.Reshard()
+	expectSync(t, events, "member-b", true)
+	w.Observe("member-a", 1, []health.ServerHealth{{Endpoint: epA, Healthy: false}})
+	expectSync(t, events, "member-a", false)
+	if n, _ := s.counts("member-a"); n != 1 {
+		t.Fatalf("member-a written %d times, want once (before it moved)", n)
+	}
+}
