@@ -394,9 +394,10 @@ func (c *Cluster) ReportFailure(e *balance.Endpoint, err error) {
 	}
 }
 
-// ReportSuccess tells health checking that e answered a real request.
-func (c *Cluster) ReportSuccess(e *balance.Endpoint) {
+// ReportSuccess tells health checking that e answered a real request;
+// ready: the answer shows e reaches its storage (see health.Checker).
+func (c *Cluster) ReportSuccess(e *balance.Endpoint, ready bool) {
 	if c.Health != nil {
-		c.Health.ReportSuccess(e)
+		c.Health.ReportSuccess(e, ready)
 	}
 }

@@ -43,6 +43,9 @@ type attempt struct {
 	response http.Header
 	// viaHub: see Request.ViaHub.
 	viaHub bool
+	// reachesStorage: an answer shows the server reaches its storage (see
+	// reachesStorage), which health checking may take for a probe.
+	reachesStorage bool
 
 	// dialError keeps an upgrade's failed dial, which UpgradeAwareHandler
 	// reports as text only.

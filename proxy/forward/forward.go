@@ -16,6 +16,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -254,6 +256,7 @@ func (f *Forwarder) attempts(w *statusRecorder, req *http.Request, r Request, ro
 		policy = impersonate.AsIs
 	}
 	identity := policy.Identity(r.User)
+	storage := reachesStorage(attrs, r.RawQuery)
 	var failed *balance.Endpoint
 	for n := 0; ; n++ {
 		endpoint := route.Pick(failed)
@@ -268,7 +271,7 @@ func (f *Forwarder) attempts(w *statusRecorder, req *http.Request, r Request, ro
 			f.Metrics.Retried(r.Cluster.Name, failed.URL.String())
 		}
 		last = &attempt{cluster: r.Cluster, endpoint: endpoint,
-			path: r.Path, rawQuery: r.RawQuery, identity: identity, errors: r.Errors, retryable: retryable && n == 0, viaHub: r.ViaHub}
+			path: r.Path, rawQuery: r.RawQuery, identity: identity, errors: r.Errors, retryable: retryable && n == 0, viaHub: r.ViaHub, reachesStorage: storage}
 		if !attrs.LongRunning && !upgrade {
 			last.headerTimeout = f.ResponseHeaderTimeout
 		}
@@ -303,8 +306,37 @@ func (f *Forwarder) try(w *statusRecorder, req *http.Request, a *attempt, upgrad
 		f.proxy.serve(w, req, a)
 	}
 	if !a.failed {
-		a.cluster.ReportSuccess(a.endpoint)
+		code := w.code()
+		a.cluster.ReportSuccess(a.endpoint, a.reachesStorage && code < http.StatusInternalServerError && code != http.StatusTooManyRequests)
 	}
+}
+
+// reachesStorage: the member answers the request only after reaching its
+// storage (etcd): a write, or a get or list of a resource without
+// resourceVersion (a consistent read). Reads with a resourceVersion,
+// subresources such as logs, watches, discovery and /version are answered
+// while the member's storage stalls, so their answers say nothing of its
+// readiness.
+func reachesStorage(attrs *request.Attributes, rawQuery string) bool {
+	if !attrs.IsResourceRequest || attrs.LongRunning {
+		return false
+	}
+	switch attrs.Verb {
+	case "create", "update", "patch", "delete", "deletecollection":
+		return true
+	case "get", "list":
+		return attrs.Subresource == "" && !hasResourceVersion(rawQuery)
+	}
+	return false
+}
+
+// hasResourceVersion says whether the query sets resourceVersion.
+func hasResourceVersion(rawQuery string) bool {
+	if !strings.Contains(rawQuery, "resourceVersion") {
+		return false // the usual case, without parsing
+	}
+	q, err := url.ParseQuery(rawQuery)
+	return err != nil || q.Get("resourceVersion") != ""
 }
 
 // observe records the request's metrics and, at -v=3, where the generic

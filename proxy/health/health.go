@@ -17,7 +17,8 @@
 // the balancer reads it, and handed to a callback, which writes status.
 //
 // Passive results count: a probe that falls due is skipped when the server
-// answered a real request since the last one fell due, is healthy and its
+// answered a real request that needed its storage since the last one fell
+// due (ReportSuccess with ready), is healthy and its
 // streaks are clean; a server that is out, or whose last probe failed, is
 // always probed, and one with traffic still every few intervals (its
 // readiness can fail while it answers).
@@ -367,11 +368,14 @@ func passiveReason(k failure.Kind) string {
 }
 
 // ReportSuccess records that a real request to e got a response: the failure
-// streak starts over, not the streak of failed probes, and a healthy endpoint
-// needs no probe this interval (see skipReason). It does not make an
-// unhealthy endpoint healthy; only probes do. Safe for concurrent use and
-// lock-free on the usual path.
-func (c *Checker) ReportSuccess(e *balance.Endpoint) {
+// streak starts over, not the streak of failed probes. With ready (the answer
+// shows e reaches its storage: a write, a consistent read), a healthy
+// endpoint needs no probe this interval (see skipReason); other answers (from
+// the member's caches, discovery) come while its storage stalls and its
+// readiness fails, so they replace no probe. It does not make an unhealthy
+// endpoint healthy; only probes do. Safe for concurrent use and lock-free on
+// the usual path.
+func (c *Checker) ReportSuccess(e *balance.Endpoint, ready bool) {
 	s := c.byPtr[e]
 	if s == nil || c.stopped.Load() {
 		return
@@ -379,7 +383,7 @@ func (c *Checker) ReportSuccess(e *balance.Endpoint) {
 	if s.failures.Load() != 0 {
 		s.failures.Store(0)
 	}
-	if !s.answered.Load() {
+	if ready && !s.answered.Load() {
 		s.answered.Store(true)
 	}
 }

@@ -559,7 +559,7 @@ func TestPassiveFailuresTakeEndpointOut(t *testing.T) {
 	h.expectNone()
 
 	// Passive successes do not bring it back; a probe does.
-	h.c.ReportSuccess(a.ep)
+	h.c.ReportSuccess(a.ep, true)
 	h.expectNone()
 	if a.ep.Healthy() {
 		t.Fatal("a passive success made a healthy")
@@ -618,7 +618,7 @@ func TestPassiveSuccessResetsStreak(t *testing.T) {
 	dialErr := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
 	h.c.ReportFailure(a.ep, dialErr)
 	h.c.ReportFailure(a.ep, dialErr)
-	h.c.ReportSuccess(a.ep) // 2 failures forgotten
+	h.c.ReportSuccess(a.ep, true) // 2 failures forgotten
 	h.c.ReportFailure(a.ep, dialErr)
 	h.c.ReportFailure(a.ep, dialErr)
 	h.expectNone()
@@ -630,7 +630,7 @@ func TestPassiveSuccessResetsStreak(t *testing.T) {
 	a.set(http.StatusInternalServerError)
 	h.round()
 	h.round()
-	h.c.ReportSuccess(a.ep) // the streak of failures starts over, not the probes'
+	h.c.ReportSuccess(a.ep, true) // the streak of failures starts over, not the probes'
 	h.expectNone()
 	h.round()
 	h.expect(a, false, ReasonProbeFailed)
@@ -734,7 +734,7 @@ func TestConcurrentReports(t *testing.T) {
 					e = b.ep
 				}
 				if j%5 == 0 {
-					h.c.ReportSuccess(e)
+					h.c.ReportSuccess(e, true)
 				} else {
 					h.c.ReportFailure(e, errors.New("connection reset by peer"))
 				}
@@ -769,7 +769,7 @@ func TestUnknownEndpointIgnored(t *testing.T) {
 	other := balance.NewEndpoint(&url.URL{Scheme: "https", Host: "192.0.2.1:6443"})
 	h.c.ReportFailure(other, errors.New("x"))
 	h.c.ReportFailure(other, errors.New("x"))
-	h.c.ReportSuccess(other)
+	h.c.ReportSuccess(other, true)
 	if !other.Healthy() {
 		t.Fatal("a foreign endpoint was changed")
 	}
@@ -947,7 +947,7 @@ func TestTrafficSkipsProbes(t *testing.T) {
 	h.start()
 	skipped := func() uint64 { return h.sched.Skipped()[SkipTraffic] }
 
-	h.c.ReportSuccess(busy.ep)
+	h.c.ReportSuccess(busy.ep, true)
 	got := h.dueRound(skips)
 	if got[busy.srv.URL].skipped != SkipTraffic || got[idle.srv.URL].skipped != "" {
 		t.Fatalf("busy server's probe skipped %q, idle one's %q; want %s and sent", got[busy.srv.URL].skipped, got[idle.srv.URL].skipped, SkipTraffic)
@@ -959,10 +959,16 @@ func TestTrafficSkipsProbes(t *testing.T) {
 	if got := h.dueRound(skips); got[busy.srv.URL].skipped != "" {
 		t.Fatalf("busy server's probe skipped %q without traffic in the interval", got[busy.srv.URL].skipped)
 	}
+	// Answers that do not show the server reaches its storage (its caches,
+	// discovery) replace no probe.
+	h.c.ReportSuccess(busy.ep, false)
+	if got := h.dueRound(skips); got[busy.srv.URL].skipped != "" {
+		t.Fatalf("busy server's probe skipped %q after answers from its caches only", got[busy.srv.URL].skipped)
+	}
 
 	// Traffic every interval: probed every maxSkips+1 intervals all the same.
 	for i := range 2 * (maxSkips + 1) {
-		h.c.ReportSuccess(busy.ep)
+		h.c.ReportSuccess(busy.ep, true)
 		got := h.dueRound(skips)
 		if sent, want := got[busy.srv.URL].skipped == "", i%(maxSkips+1) == maxSkips; sent != want {
 			t.Fatalf("interval %d with traffic: probe sent %v, want %v", i, sent, want)
@@ -972,14 +978,14 @@ func TestTrafficSkipsProbes(t *testing.T) {
 
 	// A failed probe needs the next one, traffic or not; the server goes out.
 	busy.set(http.StatusInternalServerError)
-	h.c.ReportSuccess(busy.ep)
+	h.c.ReportSuccess(busy.ep, true)
 	if got := h.dueRound(skips); got[busy.srv.URL].skipped != SkipTraffic {
 		t.Fatalf("probe with traffic after a sent one: %+v, want skipped", got[busy.srv.URL])
 	}
 	if got := h.dueRound(skips); got[busy.srv.URL].skipped != "" || got[busy.srv.URL].ok {
 		t.Fatalf("probe without traffic: %+v, want sent and failed", got[busy.srv.URL])
 	}
-	h.c.ReportSuccess(busy.ep)
+	h.c.ReportSuccess(busy.ep, true)
 	if got := h.dueRound(skips); got[busy.srv.URL].skipped != "" || got[busy.srv.URL].ok {
 		t.Fatalf("probe after a failed one: %+v, want sent and failed", got[busy.srv.URL])
 	}
@@ -988,7 +994,7 @@ func TestTrafficSkipsProbes(t *testing.T) {
 	// Out: only probes bring it back, traffic (the fallback to all servers)
 	// does not spare them.
 	busy.set(http.StatusOK)
-	h.c.ReportSuccess(busy.ep)
+	h.c.ReportSuccess(busy.ep, true)
 	if got := h.dueRound(skips); got[busy.srv.URL].skipped != "" || !got[busy.srv.URL].ok {
 		t.Fatalf("probe of an unhealthy server with traffic: %+v, want sent", got[busy.srv.URL])
 	}
