@@ -163,7 +163,8 @@ func startCache(ctx context.Context, gvr schema.GroupVersionResource, src Source
 // queue this cache does not need.
 func (c *resourceCache) observe(src Source) Source {
 	lw := cache.ToListerWatcherWithContext(src)
-	return &cache.ListWatch{
+	// What src says of watch lists holds for the wrapper.
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			l, err := lw.ListWithContext(ctx, opts)
 			if err != nil && ctx.Err() == nil {
@@ -179,7 +180,7 @@ func (c *resourceCache) observe(src Source) Source {
 			}
 			return w, err
 		},
-	}
+	}, src)
 }
 
 // syncingStore marks the cache synced once a complete list (or the initial

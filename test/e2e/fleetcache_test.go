@@ -47,7 +47,9 @@ func TestFleetCacheFillsAndReports(t *testing.T) {
 	if _, err := member.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = member.CoreV1().ServiceAccounts(ns).Delete(context.Background(), sa, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = member.CoreV1().ServiceAccounts(ns).Delete(context.Background(), sa, metav1.DeleteOptions{})
+	})
 	if _, err := member.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: sa},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list", "watch"}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -58,7 +60,9 @@ func TestFleetCacheFillsAndReports(t *testing.T) {
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = member.RbacV1().ClusterRoleBindings().Delete(context.Background(), sa, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = member.RbacV1().ClusterRoleBindings().Delete(context.Background(), sa, metav1.DeleteOptions{})
+	})
 	tok, err := member.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))}}, metav1.CreateOptions{})
 	if err != nil {
@@ -99,7 +103,9 @@ func TestFleetCacheFillsAndReports(t *testing.T) {
 		Data: map[string]string{"k": "v"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = member.CoreV1().ConfigMaps(ns).Delete(context.Background(), "fleet-cache-e2e", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = member.CoreV1().ConfigMaps(ns).Delete(context.Background(), "fleet-cache-e2e", metav1.DeleteOptions{})
+	})
 	eventually(t, 2*time.Minute, func(ctx context.Context) error {
 		e, err := cacheEntry(ctx, t, cached.Name, cr.Name)
 		if err != nil {
@@ -165,4 +171,3 @@ func TestFleetCacheFillsAndReports(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
-
