@@ -1,7 +1,8 @@
 // Package status keeps the status of UpstreamClusters in line with what the data
 // plane observes: status.servers[] (each endpoint's health, reason and last
 // transition), status.observedGeneration, the Ready condition (False also when
-// the configuration cannot be used) and the InsecureTransport condition.
+// the configuration cannot be used), the InsecureTransport condition and
+// status.caches (as package fleetcache reports it).
 //
 // Every gateway replica observes (Writer.Observe and ObserveInvalid are cheap and
 // never block the data plane); only the replica that holds the hub Lease writes
