@@ -19,15 +19,20 @@ type Object struct {
 	JSON                             []byte
 }
 
-// objectOverhead approximates what an Object costs beside its strings and
-// JSON: the struct, its map entry and the labels map's header.
-const objectOverhead = 160
+// objectOverhead and labelOverhead approximate what an Object costs beside
+// its strings and JSON (the struct, its key and map entry, the labels map),
+// so that the counted bytes match the heap (BenchmarkStoreMemory,
+// docs/benchmark.md).
+const (
+	objectOverhead = 320
+	labelOverhead  = 48
+)
 
 // size is about how much memory o takes.
 func (o *Object) size() int64 {
 	n := objectOverhead + len(o.Namespace) + len(o.Name) + len(o.ResourceVersion) + len(o.JSON)
 	for k, v := range o.Labels {
-		n += len(k) + len(v) + 16
+		n += len(k) + len(v) + labelOverhead
 	}
 	return int64(n)
 }

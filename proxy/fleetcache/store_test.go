@@ -3,6 +3,10 @@ package fleetcache
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -116,5 +120,41 @@ func TestStoreMemoryLimit(t *testing.T) {
 	}
 	if mem.Used() != sizeOf(t, a) {
 		t.Fatalf("memory used %d after a refused Replace", mem.Used())
+	}
+}
+
+// BenchmarkStoreMemory measures what a cached object costs on the heap
+// against what the store counts for it (heap-B/obj vs counted-B/obj), for
+// ConfigMaps of about 1 KiB of JSON with a few labels.
+func BenchmarkStoreMemory(b *testing.B) {
+	const n = 20000
+	value := strings.Repeat("x", 900)
+	list := make([]any, 0, n)
+	for i := range n {
+		cm := configMap("namespace-1", fmt.Sprintf("configmap-%06d", i), strconv.Itoa(1000+i), value)
+		cm.SetLabels(map[string]string{"app": "bench", "tier": "backend", "index": strconv.Itoa(i)})
+		list = append(list, cm)
+	}
+	var jsonBytes int64
+	for _, o := range list {
+		raw, _ := o.(*unstructured.Unstructured).MarshalJSON()
+		jsonBytes += int64(len(raw))
+	}
+	b.ResetTimer()
+	for range b.N {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		s := NewStore(NewMemory(0), nil)
+		if err := s.Replace(list, "1"); err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		_, counted, _ := s.Counts()
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heap-B/obj")
+		b.ReportMetric(float64(counted)/n, "counted-B/obj")
+		b.ReportMetric(float64(jsonBytes)/n, "json-B/obj")
+		runtime.KeepAlive(s)
 	}
 }
