@@ -98,6 +98,25 @@ func TestFleetCacheFillsAndReports(t *testing.T) {
 		return nil
 	})
 
+	// The cache lists with the cache identity, not the gateway's own: a
+	// resource that identity may not list is refused to it, by name.
+	denied := newCachedResource("fleet-cache-e2e-serviceaccounts", "", "v1", "serviceaccounts")
+	denied.Spec.ClusterSelector = cr.Spec.ClusterSelector
+	createCachedResource(t, denied)
+	eventually(t, time.Minute, func(ctx context.Context) error {
+		e, err := cacheEntry(ctx, t, cached.Name, denied.Name)
+		if err != nil {
+			return err
+		}
+		if e.Synced || (e.Reason != "ListFailed" && e.Reason != "WatchFailed") || !strings.Contains(e.Message, "system:serviceaccount:"+ns+":"+sa) {
+			return errorf("entry of a resource the cache identity may not list: %+v", e)
+		}
+		return nil
+	})
+	if err := cachedResources(t).Delete(ctx, denied.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	// A new ConfigMap raises the count within the status period.
 	if _, err := member.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "fleet-cache-e2e"},
 		Data: map[string]string{"k": "v"}}, metav1.CreateOptions{}); err != nil {
