@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -79,9 +80,18 @@ type member struct {
 	// version is what access was opened from; a change restarts every cache.
 	version string
 	access  Access
-	// problem is why the member cannot be cached (reason, message), if so.
-	problem *[2]string
+	// problem is why the member cannot be cached, if so.
+	problem *problem
 	caches  map[string]*entryCache // by CachedResource name
+	// selected names the CachedResources that select the member, as of the
+	// last sync: when neither it nor version changes, a sync has nothing new
+	// to report (the cluster's own status writes come back as updates).
+	selected string
+}
+
+// problem is why a member cannot be cached: a CamelCase reason and a message.
+type problem struct {
+	reason, message string
 }
 
 // entryCache is one CachedResource's cache on a member.
@@ -270,9 +280,15 @@ func (m *Manager) sync(ctx context.Context, name string) {
 		}
 		return
 	}
-	if mb == nil {
+	slices.SortFunc(selected, func(a, b *gatewayv1alpha1.CachedResource) int { return strings.Compare(a.Name, b.Name) })
+	fresh := mb == nil
+	if fresh {
 		mb = &member{caches: map[string]*entryCache{}}
 		m.members[name] = mb
+	}
+	var shape strings.Builder
+	for _, cr := range selected {
+		fmt.Fprintf(&shape, "%s/%s/%s;", cr.Name, cr.UID, GVR(cr))
 	}
 
 	// What the connection is made of: a change restarts every cache.
@@ -287,17 +303,19 @@ func (m *Manager) sync(ctx context.Context, name string) {
 		spec, _ := json.Marshal([]any{uc.Spec.Servers, uc.Spec.ClientConfig})
 		version = fmt.Sprintf("%s/%s/%s/%s", uc.UID, spec, sv, tv)
 	}
+	changed := fresh || version != mb.version || shape.String() != mb.selected
+	mb.selected = shape.String()
 	if version != mb.version {
 		mb.stop()
 		mb.version, mb.problem = version, nil
 		switch {
 		case uc.Spec.ClientConfig.CacheSecretRef == nil:
-			mb.problem = &[2]string{ReasonNoCacheIdentity, "spec.clientConfig.cacheSecretRef is not set: " +
+			mb.problem = &problem{ReasonNoCacheIdentity, "spec.clientConfig.cacheSecretRef is not set: " +
 				"name a hub Secret with an identity that may list and watch the cached resources on the member"}
 		default:
 			access, err := m.cfg.Connect(uc, cacheSecret, tunnelSecret)
 			if err != nil {
-				mb.problem = &[2]string{cluster.ConfigErrorReason(err), err.Error()}
+				mb.problem = &problem{cluster.ConfigErrorReason(err), err.Error()}
 				logger.Info("Member cannot be cached", "reason", err.Error())
 			} else {
 				mb.access = access
@@ -326,7 +344,9 @@ func (m *Manager) sync(ctx context.Context, name string) {
 		}
 	}
 	m.mu.Unlock()
-	m.report(name)
+	if changed {
+		m.report(name)
+	}
 }
 
 // Caches returns the status.caches of cluster name, sorted by CachedResource;
@@ -339,10 +359,10 @@ func (m *Manager) Caches(name string) (_ []gatewayv1alpha1.UpstreamClusterCacheS
 	uc := obj.(*gatewayv1alpha1.UpstreamCluster)
 	m.mu.Lock()
 	mb := m.members[name]
-	var problem *[2]string
+	var p *problem
 	var caches map[string]*entryCache
 	if mb != nil {
-		problem, caches = mb.problem, maps.Clone(mb.caches)
+		p, caches = mb.problem, maps.Clone(mb.caches)
 	}
 	m.mu.Unlock()
 	var out []gatewayv1alpha1.UpstreamClusterCacheStatus
@@ -353,8 +373,8 @@ func (m *Manager) Caches(name string) (_ []gatewayv1alpha1.UpstreamClusterCacheS
 		}
 		var st gatewayv1alpha1.UpstreamClusterCacheStatus
 		switch e := caches[cr.Name]; {
-		case problem != nil:
-			st.Reason, st.Message = problem[0], truncate(problem[1])
+		case p != nil:
+			st.Reason, st.Message = p.reason, truncate(p.message)
 		case e != nil:
 			st = e.cache.status()
 		default:

@@ -69,6 +69,7 @@ type fakeMembers struct {
 	opened []string // the token of each Access opened
 	closed int
 	report map[string][]gatewayv1alpha1.UpstreamClusterCacheStatus
+	counts map[string]int // reports per cluster
 }
 
 func (f *fakeMembers) connect(uc *gatewayv1alpha1.UpstreamCluster, secret, _ *corev1.Secret) (Access, error) {
@@ -99,7 +100,7 @@ type managerTest struct {
 func newManagerTest(t *testing.T, limit int64) *managerTest {
 	mt := &managerTest{t: t, clusters: fcache.NewFakeControllerSource(), secrets: fcache.NewFakeControllerSource(),
 		resources: fcache.NewFakeControllerSource(), memory: NewMemory(limit),
-		members: &fakeMembers{objects: 3, data: "v", report: map[string][]gatewayv1alpha1.UpstreamClusterCacheStatus{}}}
+		members: &fakeMembers{objects: 3, data: "v", report: map[string][]gatewayv1alpha1.UpstreamClusterCacheStatus{}, counts: map[string]int{}}}
 	clusters := cache.NewSharedIndexInformer(mt.clusters, &gatewayv1alpha1.UpstreamCluster{}, 0, cache.Indexers{})
 	secrets := cache.NewSharedIndexInformer(mt.secrets, &corev1.Secret{}, 0, cache.Indexers{})
 	resources := cache.NewSharedIndexInformer(mt.resources, &gatewayv1alpha1.CachedResource{}, 0, cache.Indexers{})
@@ -107,6 +108,7 @@ func newManagerTest(t *testing.T, limit int64) *managerTest {
 		Report: func(cluster string, caches []gatewayv1alpha1.UpstreamClusterCacheStatus) {
 			mt.members.mu.Lock()
 			mt.members.report[cluster] = caches
+			mt.members.counts[cluster]++
 			mt.members.mu.Unlock()
 		}})
 	if err != nil {
@@ -188,6 +190,30 @@ func TestManagerStartsRestartsAndStopsCaches(t *testing.T) {
 	if used == 0 {
 		t.Fatal("no memory counted for the synced cache")
 	}
+
+	// A status write (the cluster's own, coming back as an update) changes
+	// nothing: no report, or the counts would be written on every write.
+	// One worker syncs in order: once "other" is reported, "a" was synced.
+	mt.members.mu.Lock()
+	reportsOfA, reportsOfOther := mt.members.counts["a"], mt.members.counts["other"]
+	mt.members.mu.Unlock()
+	withStatus := upstream("a", map[string]string{"cache": "yes"}, "s")
+	withStatus.Status.ObservedGeneration = 1
+	mt.clusters.Modify(withStatus)
+	mt.clusters.Modify(upstream("other", nil, "s"))
+	mt.until("the unselected cluster is reported after the status write", func() error {
+		mt.members.mu.Lock()
+		defer mt.members.mu.Unlock()
+		if mt.members.counts["other"] == reportsOfOther {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	mt.members.mu.Lock()
+	if n := mt.members.counts["a"]; n != reportsOfA {
+		t.Fatalf("a status write made %d reports", n-reportsOfA)
+	}
+	mt.members.mu.Unlock()
 
 	// A new credential restarts the cache with it.
 	mt.secrets.Modify(cacheSecret("s", "two"))
