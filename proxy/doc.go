@@ -41,5 +41,6 @@
 // swaps them in; status writes what health observes into the objects' status
 // and Events; replicas counts live gateway replicas so that flow-control
 // limits are split among them; served checks dispatch rules against what a
-// member serves.
+// member serves. fleetcache keeps a cache of each CachedResource's resource
+// per selected member, which status reports (reads do not use it yet).
 package proxy

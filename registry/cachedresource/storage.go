@@ -15,9 +15,11 @@ import (
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/registry/listwatch"
 )
 
 // Storage is everything served under cachedresources.
@@ -58,6 +60,9 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*
 	statusStore.UpdateStrategy, statusStore.ResetFieldsStrategy = status, status
 	return &Storage{CachedResource: &REST{store}, Status: &StatusREST{store: &statusStore}}, nil
 }
+
+// ListWatch lists and watches CachedResources straight from the store.
+func (r *REST) ListWatch() cache.ListerWatcher { return listwatch.For(r) }
 
 // StatusREST serves the status subresource.
 type StatusREST struct {

@@ -6,12 +6,10 @@ import (
 	"context"
 	"fmt"
 
-	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -21,6 +19,7 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1/validation"
+	"github.com/kubewharf/kube-gateway/registry/listwatch"
 )
 
 // Storage is everything served under upstreamclusters.
@@ -113,41 +112,5 @@ func attrs(obj runtime.Object) (labels.Set, fields.Set, error) {
 	return uc.Labels, generic.ObjectMetaFieldsSet(&uc.ObjectMeta, false), nil
 }
 
-// ListWatch lists and watches UpstreamClusters straight from the store, so the
-// data plane sees exactly what the API serves without a loopback client.
-func (r *REST) ListWatch() cache.ListerWatcher {
-	toInternal := func(opts metav1.ListOptions) (*metainternalversion.ListOptions, error) {
-		var internal metainternalversion.ListOptions
-		if err := metainternalversion.Convert_v1_ListOptions_To_internalversion_ListOptions(&opts, &internal, nil); err != nil {
-			return nil, err
-		}
-		return &internal, nil
-	}
-	return &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			internal, err := toInternal(opts)
-			if err != nil {
-				return nil, err
-			}
-			return r.List(ctx, internal)
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			internal, err := toInternal(opts)
-			if err != nil {
-				return nil, err
-			}
-			w, err := r.Watch(ctx, internal)
-			if err != nil {
-				return nil, err
-			}
-			// The watch cache wraps objects to share their serializations;
-			// informers want the objects themselves.
-			return watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
-				if co, ok := ev.Object.(runtime.CacheableObject); ok {
-					ev.Object = co.GetObject()
-				}
-				return ev, true
-			}), nil
-		},
-	}
-}
+// ListWatch lists and watches UpstreamClusters straight from the store.
+func (r *REST) ListWatch() cache.ListerWatcher { return listwatch.For(r) }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1apply "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -109,13 +110,17 @@ spec:
 	if header := strings.Join(strings.Fields(lines[0]), " "); header != "NAME GROUP VERSION RESOURCE SELECTED SYNCED OBJECTS READY AGE" {
 		t.Fatalf("columns: %q", header)
 	}
-	out, _, err = env.Kubectl(ctx, "hub-admin", "get", "cachedresource", "e2e-configmaps", "--no-headers", "-o", "wide")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f := strings.Fields(out); len(f) != 10 || strings.Join(f[:8], " ") != `e2e-configmaps "" v1 configmaps 0 0 0 Unknown` || f[9] != "0" {
-		t.Fatalf("row before any status: %q", out)
-	}
+	// The gateway writes the status: no cluster is labelled cache=yes.
+	eventually(t, 30*time.Second, func(ctx context.Context) error {
+		out, _, err := env.Kubectl(ctx, "hub-admin", "get", "cachedresource", "e2e-configmaps", "--no-headers", "-o", "wide")
+		if err != nil {
+			return err
+		}
+		if f := strings.Fields(out); len(f) != 10 || strings.Join(f[:8], " ") != `e2e-configmaps "" v1 configmaps 0 0 0 True` || f[9] != "0" {
+			return errorf("row: %q", out)
+		}
+		return nil
+	})
 	// The hub fetches the gateway's OpenAPI in the background.
 	eventually(t, time.Minute, func(ctx context.Context) error {
 		out, _, err := env.Kubectl(ctx, "hub-admin", "explain", "cachedresources.spec.resource")
@@ -189,20 +194,48 @@ func TestInvalidCachedResourceIsRejected(t *testing.T) {
 	}
 }
 
-// The status is written through its own endpoint, by update or by server-side
-// apply, and fills the kubectl columns; spec writes keep it.
+// The gateway writes the status (here of a CachedResource that selects no
+// cluster) and follows spec changes; the status endpoint takes the status
+// only, by update or by server-side apply, and refuses an impossible one;
+// spec writes keep it.
 func TestCachedResourceStatus(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	client := cachedResources(t)
-	createCachedResource(t, newCachedResource("e2e-deployments", "apps", "v1", "deployments"))
+	cr := newCachedResource("e2e-deployments", "apps", "v1", "deployments")
+	cr.Spec.ClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"e2e-status": "none"}}
+	createCachedResource(t, cr)
+	gatewayWrote := func(generation int64) {
+		t.Helper()
+		eventually(t, 30*time.Second, func(ctx context.Context) error {
+			cur, err := client.Get(ctx, "e2e-deployments", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			c := meta.FindStatusCondition(cur.Status.Conditions, gatewayv1alpha1.ConditionReady)
+			if st := cur.Status; st.ObservedGeneration != generation || st.SelectedClusters != 0 || c == nil || c.Status != metav1.ConditionTrue ||
+				c.Message != "0 of 0 selected clusters synced" {
+				return errorf("status %+v, want the gateway's for generation %d", st, generation)
+			}
+			return nil
+		})
+		out, _, err := env.Kubectl(ctx, "hub-admin", "get", "cachedresource", "e2e-deployments", "--no-headers")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := strings.Fields(out); len(f) != 9 || strings.Join(f[:8], " ") != "e2e-deployments apps v1 deployments 0 0 0 True" {
+			t.Fatalf("row: %q", out)
+		}
+	}
+	gatewayWrote(1)
 
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
 	ready := func(status metav1.ConditionStatus, reason, message string) *metav1apply.ConditionApplyConfiguration {
 		return metav1apply.Condition().WithType(gatewayv1alpha1.ConditionReady).WithStatus(status).
 			WithReason(reason).WithMessage(message).WithLastTransitionTime(now)
 	}
-	// Server-side apply of the status by the writer that owns it: an entry it
-	// no longer applies leaves status.notSynced.
+	// Server-side apply of the status: an entry no longer applied leaves
+	// status.notSynced (each answer is the apply's own; the gateway writes
+	// its view again after).
 	applied, err := client.ApplyStatus(ctx, applyv1alpha1.CachedResource("e2e-deployments").WithStatus(applyv1alpha1.CachedResourceStatus().
 		WithObservedGeneration(1).WithSelectedClusters(3).WithSyncedClusters(1).WithObjects(1000).
 		WithConditions(ready(metav1.ConditionFalse, "ClustersNotSynced", "2 of 3 selected clusters not synced")).
@@ -228,63 +261,68 @@ func TestCachedResourceStatus(t *testing.T) {
 	}
 
 	// An update of the status endpoint writes the status only.
-	cr, err := client.Get(ctx, "e2e-deployments", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cr.Spec.Resource = "replicasets" // ignored by the status endpoint
-	cr.Status = gatewayv1alpha1.CachedResourceStatus{
-		ObservedGeneration: 1,
-		Conditions: []metav1.Condition{{Type: gatewayv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Synced",
-			Message: "3 of 3 selected clusters synced", LastTransitionTime: now}},
-		SelectedClusters: 3, SyncedClusters: 3, Objects: 1234, Bytes: 5 << 20,
-	}
-	updated, err := client.UpdateStatus(ctx, cr, metav1.UpdateOptions{})
-	if err != nil {
+	var updated *gatewayv1alpha1.CachedResource
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := client.Get(ctx, "e2e-deployments", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Spec.Resource = "replicasets" // ignored by the status endpoint
+		cur.Status = gatewayv1alpha1.CachedResourceStatus{
+			ObservedGeneration: 1,
+			Conditions: []metav1.Condition{{Type: gatewayv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Synced",
+				Message: "3 of 3 selected clusters synced", LastTransitionTime: now}},
+			SelectedClusters: 3, SyncedClusters: 3, Objects: 1234, Bytes: 5 << 20,
+		}
+		updated, err = client.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if updated.Spec.Resource != "deployments" || updated.Generation != 1 || updated.Status.SyncedClusters != 3 || len(updated.Status.NotSynced) != 0 {
 		t.Fatalf("after status update: spec %+v generation %d status %+v", updated.Spec, updated.Generation, updated.Status)
 	}
-	out, _, err := env.Kubectl(ctx, "hub-admin", "get", "cachedresource", "e2e-deployments", "--no-headers")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f := strings.Fields(out); len(f) != 9 || strings.Join(f[:8], " ") != "e2e-deployments apps v1 deployments 3 3 1234 True" {
-		t.Fatalf("row: %q", out)
-	}
 
 	// A status the API refuses: more synced than selected.
-	updated.Status.SyncedClusters = 4
-	_, err = client.UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := client.Get(ctx, "e2e-deployments", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Status.SyncedClusters = cur.Status.SelectedClusters + 1
+		_, err = client.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
 	if _, ok := invalidCauses(t, err)["status.syncedClusters"]; !ok {
 		t.Fatalf("synced > selected: %v, want 422 at status.syncedClusters", err)
 	}
 
 	// A spec change bumps the generation and keeps the status; a status sent
-	// with it is ignored.
+	// with it is ignored. The gateway follows the new generation.
 	var specUpdated *gatewayv1alpha1.CachedResource
+	var stored int64
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cr, err := client.Get(ctx, "e2e-deployments", metav1.GetOptions{})
+		cur, err := client.Get(ctx, "e2e-deployments", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		cr.Spec.ClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}
-		cr.Status.Objects = 1
-		specUpdated, err = client.Update(ctx, cr, metav1.UpdateOptions{})
+		stored = cur.Status.Objects
+		cur.Spec.ClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"e2e-status": "still-none"}}
+		cur.Status.Objects = stored + 1
+		specUpdated, err = client.Update(ctx, cur, metav1.UpdateOptions{})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if specUpdated.Generation != 2 || specUpdated.Status.Objects != 1234 {
-		t.Fatalf("after a spec update: generation %d objects %d, want 2 and the stored 1234", specUpdated.Generation, specUpdated.Status.Objects)
+	if specUpdated.Generation != 2 || specUpdated.Status.Objects != stored {
+		t.Fatalf("after a spec update: generation %d objects %d, want 2 and the stored %d", specUpdated.Generation, specUpdated.Status.Objects, stored)
 	}
+	gatewayWrote(2)
 }
 
 // An UpstreamCluster names the cache's read-only identity in
-// spec.clientConfig.cacheSecretRef, validated like secretRef; status.caches
-// is written through the status endpoint and kept by the gateway's own
-// status writes.
+// spec.clientConfig.cacheSecretRef, validated like secretRef; the gateway
+// writes status.caches, and the API refuses duplicate entries in it.
 func TestUpstreamClusterCacheFields(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	client := upstreamClusters(t)
@@ -308,24 +346,37 @@ func TestUpstreamClusterCacheFields(t *testing.T) {
 		t.Fatalf("cacheSecretRef stored as %+v", ref)
 	}
 
-	now := metav1.NewTime(time.Now().Truncate(time.Second))
-	caches := []gatewayv1alpha1.UpstreamClusterCacheStatus{{
-		CachedResource: "e2e-configmaps", Version: "v1", Resource: "configmaps", Synced: true,
-		ResourceVersion: "4711", Objects: 12, Bytes: 40960, LastSyncTime: &now,
-	}}
+	// Selected by a CachedResource, the cluster gets an entry saying that
+	// its cache Secret is missing; a spec change makes the gateway write the
+	// status again (observedGeneration 2), the entry stays.
+	cr := newCachedResource("e2e-cache-fields", "", "v1", "endpoints")
+	cr.Spec.ClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"e2e-cache-fields": "yes"}}
+	createCachedResource(t, cr)
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur, err := client.Get(ctx, "cache-ok", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		cur.Status.Caches = caches
-		_, err = client.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		cur.Labels = map[string]string{"e2e-cache-fields": "yes"}
+		_, err = client.Update(ctx, cur, metav1.UpdateOptions{})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	// A spec change makes the gateway write the status again (observedGeneration
-	// 2): the caches stay.
+	missingSecret := func(cur *gatewayv1alpha1.UpstreamCluster) error {
+		if len(cur.Status.Caches) != 1 || cur.Status.Caches[0].CachedResource != cr.Name || cur.Status.Caches[0].Synced ||
+			cur.Status.Caches[0].Reason != "SecretNotFound" || !strings.Contains(cur.Status.Caches[0].Message, "cache-ok-reader") {
+			return errorf("status.caches %+v, want SecretNotFound naming cache-ok-reader", cur.Status.Caches)
+		}
+		return nil
+	}
+	eventually(t, 30*time.Second, func(ctx context.Context) error {
+		cur, err := client.Get(ctx, "cache-ok", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		return missingSecret(cur)
+	})
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur, err := client.Get(ctx, "cache-ok", metav1.GetOptions{})
 		if err != nil {
@@ -345,10 +396,7 @@ func TestUpstreamClusterCacheFields(t *testing.T) {
 		if cur.Status.ObservedGeneration != 2 {
 			return errorf("observedGeneration %d, want the gateway's write for generation 2", cur.Status.ObservedGeneration)
 		}
-		if len(cur.Status.Caches) != 1 || cur.Status.Caches[0].ResourceVersion != "4711" || !cur.Status.Caches[0].Synced {
-			t.Fatalf("status.caches after the gateway's status write: %+v", cur.Status.Caches)
-		}
-		return nil
+		return missingSecret(cur)
 	})
 
 	// Duplicate entries are refused.
@@ -357,7 +405,7 @@ func TestUpstreamClusterCacheFields(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		cur.Status.Caches = append(cur.Status.Caches, caches[0])
+		cur.Status.Caches = append(cur.Status.Caches, cur.Status.Caches...)
 		_, err = client.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 		return err
 	})

@@ -31,6 +31,7 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/chain"
 	"github.com/kubewharf/kube-gateway/proxy/controller/replicas"
 	"github.com/kubewharf/kube-gateway/proxy/fanout"
+	"github.com/kubewharf/kube-gateway/proxy/fleetcache"
 	"github.com/kubewharf/kube-gateway/proxy/forward"
 	"github.com/kubewharf/kube-gateway/proxy/frontproxy"
 	"github.com/kubewharf/kube-gateway/proxy/longrunning"
@@ -98,6 +99,9 @@ type Options struct {
 	// FanOutListMemory bounds the member answers that the fan-out lists in
 	// flight hold together; 0: no bound.
 	FanOutListMemory resource.QuantityValue
+	// FleetCacheMemory bounds what the caches of CachedResources hold
+	// together; 0: no bound.
+	FleetCacheMemory resource.QuantityValue
 	// MemberDoorPort serves the member door there (on the secure serving
 	// bind address); 0: no member door.
 	MemberDoorPort int
@@ -134,6 +138,7 @@ func NewOptions() *Options {
 		FanOutParallel:              fanout.DefaultParallel,
 		FanOutMemberTimeout:         fanout.DefaultMemberTimeout,
 		FanOutListMemory:            resource.QuantityValue{Quantity: resource.MustParse(fanout.DefaultListMemory)},
+		FleetCacheMemory:            resource.QuantityValue{Quantity: resource.MustParse(fleetcache.DefaultMemory)},
 		scheme:                      scheme,
 		codecs:                      codecs,
 	}
@@ -198,6 +203,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"How long a fan-out list waits for each member's complete answer, and a fan-out watch for each member's watch to open. A member that takes longer is left out with a warning (or fails the request with gateway.kubewharf.io/strict=true).")
 	gw.Var(&o.FanOutListMemory, "fan-out-list-memory",
 		"Most memory (a quantity: 256Mi, 1Gi) that the member answers of the fan-out lists in flight take together. A fan-out list holds every member's answer until it writes the merged list; one that would take more fails with 413 when it alone is larger (page it with limit: kubectl get --chunk-size, client-go's pager), with 429 when other fan-out lists hold the memory. Keep it well below the gateway's memory limit: the buffers holding the answers take up to twice this. 0 means no bound.")
+	gw.Var(&o.FleetCacheMemory, "fleet-cache-memory",
+		"Most memory (a quantity: 512Mi, 1Gi) that the caches of CachedResources take together: the objects of every cached resource of every selected member, kept as their JSON plus a little per object. A cache that would pass it drops its objects and stops, with reason MemoryLimit in its UpstreamCluster's status.caches, until its CachedResource or UpstreamCluster changes. Keep it well below the gateway's memory limit: decoding a list or an event takes a few times the object's size for a moment. 0 means no bound.")
 	gw.IntVar(&o.MemberDoorPort, MemberDoorPortFlag, o.MemberDoorPort,
 		"Serve the member door on this port of --bind-address: a member's own clients (kubelets, controllers, kubectl with the member's credentials) reach that member through the gateway by one of its UpstreamCluster's spec.secureServing.serverNames, with a client certificate of the member's CA. The member authorizes them, as their own identity, which the gateway impersonates. 0: no member door.")
 	o.Recommended.Etcd.AddFlags(fss.FlagSet("etcd"))
@@ -278,6 +285,9 @@ func (o *Options) validateFanOut() []error {
 	if o.FanOutListMemory.Sign() < 0 {
 		errs = append(errs, fmt.Errorf("--fan-out-list-memory %s: must be 0 (no bound) or more", o.FanOutListMemory.String()))
 	}
+	if o.FleetCacheMemory.Sign() < 0 {
+		errs = append(errs, fmt.Errorf("--fleet-cache-memory %s: must be 0 (no bound) or more", o.FleetCacheMemory.String()))
+	}
 	return errs
 }
 
@@ -338,6 +348,7 @@ func (o *Options) Config() (*Config, error) {
 			FanOutParallel:              o.FanOutParallel,
 			FanOutMemberTimeout:         o.FanOutMemberTimeout,
 			FanOutListMemory:            fanout.NewListMemory(o.FanOutListMemory.Value()),
+			FleetCacheMemory:            fleetcache.NewMemory(o.FleetCacheMemory.Value()),
 			MemberDoorAddress:           o.memberDoorAddress(),
 		},
 	}, nil

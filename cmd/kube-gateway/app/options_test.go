@@ -17,6 +17,8 @@ func TestValidateFanOut(t *testing.T) {
 		{Options{FanOutParallel: 1, FanOutMemberTimeout: 0}, "--fan-out-member-timeout 0s: must be positive"},
 		{Options{FanOutParallel: 1, FanOutMemberTimeout: time.Second, FanOutListMemory: resource.QuantityValue{Quantity: resource.MustParse("-1Mi")}},
 			"--fan-out-list-memory -1Mi: must be 0 (no bound) or more"},
+		{Options{FanOutParallel: 1, FanOutMemberTimeout: time.Second, FleetCacheMemory: resource.QuantityValue{Quantity: resource.MustParse("-1Gi")}},
+			"--fleet-cache-memory -1Gi: must be 0 (no bound) or more"},
 	} {
 		errs := c.o.validateFanOut()
 		if len(errs) != 1 || !strings.Contains(errs[0].Error(), c.want) {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	k8scache "k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/utils/clock"
 
@@ -29,6 +30,7 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/controller/status"
 	"github.com/kubewharf/kube-gateway/proxy/door"
 	"github.com/kubewharf/kube-gateway/proxy/fanout"
+	"github.com/kubewharf/kube-gateway/proxy/fleetcache"
 	"github.com/kubewharf/kube-gateway/proxy/flowcontrol"
 	"github.com/kubewharf/kube-gateway/proxy/forward"
 	"github.com/kubewharf/kube-gateway/proxy/frontproxy"
@@ -81,6 +83,9 @@ type ExtraConfig struct {
 	FanOutMemberTimeout time.Duration
 	// FanOutListMemory bounds what fan-out lists hold; nil: no bound.
 	FanOutListMemory *fanout.ListMemory
+	// FleetCacheMemory bounds what the caches of CachedResources hold; nil:
+	// no bound.
+	FleetCacheMemory *fleetcache.Memory
 	// ConnectAdmissionPlugins are the enabled admission plugins whose
 	// configuration objects decide whether CONNECT admission can refuse a proxy
 	// request (handler.ConnectAdmissionGate); nil: always run it.
@@ -153,6 +158,21 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	controller.ClusterOptions.ProbeOwnConnections = c.extra.ProbeWithNewConnections
+	// Every replica keeps the caches of CachedResources; the writer of a
+	// cluster's status reports them, the status Lease holder sums them up.
+	cachedResources := k8scache.NewSharedIndexInformer(cached.CachedResource.ListWatch(), &gatewayv1alpha1.CachedResource{}, 0, k8scache.Indexers{})
+	if err := cachedResources.SetTransform(clusterset.DropManagedFields); err != nil {
+		return nil, err
+	}
+	fleetCaches, err := fleetcache.NewManager(fleetcache.Config{Clusters: controller.Clusters(), Secrets: secrets, Resources: cachedResources,
+		Memory: c.extra.FleetCacheMemory, Report: statusWriter.ObserveCaches})
+	if err != nil {
+		return nil, err
+	}
+	cacheTotals, err := fleetcache.NewAggregator(controller.Clusters(), cachedResources, cached.Status, clock.RealClock{})
+	if err != nil {
+		return nil, err
+	}
 	controller.DoorOptions.Metrics = proxyMetrics
 	probes := &transport.ProbeCount{}
 	controller.ClusterOptions.ProbeCount = probes
@@ -290,7 +310,11 @@ func (c CompletedConfig) New() (*Server, error) {
 		if statusWriter.Owns != nil {
 			go statusWriter.Run(hookCtx)
 		}
-		go status.Lead(hookCtx, c.hub, c.extra.SecretNamespace, c.extra.StatusLeaseName, identity, writeStatus)
+		go fleetCaches.Run(hookCtx)
+		go status.Lead(hookCtx, c.hub, c.extra.SecretNamespace, c.extra.StatusLeaseName, identity, func(ctx context.Context) {
+			go cacheTotals.Run(ctx)
+			writeStatus(ctx)
+		})
 		if members != nil {
 			// Counted once ready: until then no load balancer sends this
 			// replica anything, and the others would enforce smaller

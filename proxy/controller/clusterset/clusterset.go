@@ -190,6 +190,10 @@ func (c *Controller) Run(ctx context.Context) {
 	<-ctx.Done()
 }
 
+// Clusters is the controller's UpstreamCluster informer, for others to
+// follow the same objects (add handlers and indexers before Run).
+func (c *Controller) Clusters() cache.SharedIndexInformer { return c.clusters }
+
 // HasSynced reports whether both informers have synced and every UpstreamCluster
 // they hold has been compiled (or found unusable) at least once.
 func (c *Controller) HasSynced() bool {

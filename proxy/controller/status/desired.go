@@ -32,6 +32,9 @@ func desiredStatus(old *gatewayv1alpha1.UpstreamClusterStatus, o observation, sp
 	if spec != nil {
 		meta.SetStatusCondition(&st.Conditions, insecureTransport(spec, o.generation, now))
 	}
+	if o.caches != nil {
+		st.Caches = *o.caches
+	}
 	if p := o.problem; p != nil {
 		// Nothing is served: status.servers keeps the last health seen.
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{

@@ -1,7 +1,8 @@
 // Package status keeps the status of UpstreamClusters in line with what the data
 // plane observes: status.servers[] (each endpoint's health, reason and last
 // transition), status.observedGeneration, the Ready condition (False also when
-// the configuration cannot be used) and the InsecureTransport condition.
+// the configuration cannot be used), the InsecureTransport condition and
+// status.caches (as package fleetcache reports it).
 //
 // Every gateway replica observes (Writer.Observe and ObserveInvalid are cheap and
 // never block the data plane); only the replica that holds the hub Lease writes
@@ -113,6 +114,8 @@ type observation struct {
 	// door, if set, is whether the member door of this generation serves:
 	// see ObserveDoor.
 	door *doorCheck
+	// caches, if set, is status.caches (see ObserveCaches).
+	caches *[]gatewayv1alpha1.UpstreamClusterCacheStatus
 }
 
 // doorCheck is the state of a cluster's member door.
@@ -142,6 +145,9 @@ type Writer struct {
 
 	mu       sync.Mutex
 	observed map[string]observation
+	// caches is status.caches of each cluster, as the fleet cache reports
+	// it (ObserveCaches); a cluster absent here keeps what it has.
+	caches map[string][]gatewayv1alpha1.UpstreamClusterCacheStatus
 	// queue is the queue of the running Run, nil while not leading.
 	queue workqueue.TypedRateLimitingInterface[string]
 
@@ -167,6 +173,23 @@ func NewWriter(statusStorage Storage, clk clock.PassiveClock) *Writer {
 		clock:    clk,
 		limiter:  flowcontrol.NewTokenBucketRateLimiter(writeQPS, writeBurst),
 		observed: map[string]observation{},
+		caches:   map[string][]gatewayv1alpha1.UpstreamClusterCacheStatus{},
+	}
+}
+
+// ObserveCaches records status.caches of cluster (package fleetcache
+// reports it on changes of state, and its counts periodically). Like
+// Observe, it is cheap and non-blocking; the write happens in Run, only when
+// the status differs.
+func (w *Writer) ObserveCaches(cluster string, caches []gatewayv1alpha1.UpstreamClusterCacheStatus) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(caches) == 0 {
+		caches = nil
+	}
+	w.caches[cluster] = slices.Clone(caches)
+	if _, ok := w.observed[cluster]; ok && w.queue != nil {
+		w.queue.Add(cluster)
 	}
 }
 
@@ -276,6 +299,7 @@ func (w *Writer) Forget(cluster string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.observed, cluster)
+	delete(w.caches, cluster)
 	if w.queue != nil {
 		w.queue.Forget(cluster)
 	}
@@ -285,6 +309,9 @@ func (w *Writer) observation(cluster string) (observation, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	o, ok := w.observed[cluster]
+	if caches, reported := w.caches[cluster]; reported {
+		o.caches = &caches
+	}
 	return o, ok
 }
 

@@ -638,3 +638,33 @@ func TestWriterOwnedClusters(t *testing.T) {
 		t.Fatalf("member-a written %d times, want once (before it moved)", n)
 	}
 }
+
+// status.caches is written as reported; a new health observation keeps it,
+// an empty report removes it, and an unchanged report writes nothing.
+func TestWriterCaches(t *testing.T) {
+	s := newFakeStorage("member-a")
+	clk := clocktesting.NewFakePassiveClock(t0)
+	w, events, _, _ := startWriter(t, s, clk)
+	servers := []health.ServerHealth{{Endpoint: epA, Healthy: true}}
+	w.Observe("member-a", 1, servers)
+	expectSync(t, events, "member-a", true)
+	caches := []gatewayv1alpha1.UpstreamClusterCacheStatus{{CachedResource: "cms", Version: "v1", Resource: "configmaps",
+		Synced: true, Objects: 3, Bytes: 300, ResourceVersion: "10"}}
+	w.ObserveCaches("member-a", caches)
+	expectSync(t, events, "member-a", true)
+	if got := s.stored("member-a").Status.Caches; len(got) != 1 || got[0] != caches[0] {
+		t.Fatalf("status.caches %+v, want %+v", got, caches)
+	}
+	w.ObserveCaches("member-a", caches)
+	expectSync(t, events, "member-a", false)
+	w.Observe("member-a", 1, []health.ServerHealth{{Endpoint: epA, Healthy: false, Reason: "ProbeFailed"}})
+	expectSync(t, events, "member-a", true)
+	if got := s.stored("member-a").Status.Caches; len(got) != 1 {
+		t.Fatalf("status.caches %+v lost by a health observation", got)
+	}
+	w.ObserveCaches("member-a", nil)
+	expectSync(t, events, "member-a", true)
+	if got := s.stored("member-a").Status.Caches; got != nil {
+		t.Fatalf("status.caches %+v after an empty report", got)
+	}
+}

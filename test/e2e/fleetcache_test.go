@@ -1,0 +1,192 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/test/harness"
+)
+
+// cacheEntry returns the status.caches entry of cluster for cachedResource.
+func cacheEntry(ctx context.Context, t *testing.T, cluster, cachedResource string) (*gatewayv1alpha1.UpstreamClusterCacheStatus, error) {
+	uc, err := upstreamClusters(t).Get(ctx, cluster, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for i := range uc.Status.Caches {
+		if uc.Status.Caches[i].CachedResource == cachedResource {
+			return &uc.Status.Caches[i], nil
+		}
+	}
+	return nil, errorf("no status.caches entry for %q: %+v", cachedResource, uc.Status.Caches)
+}
+
+// A CachedResource for configmaps selecting a cluster by label: the gateway
+// lists and watches member-b's configmaps with an identity that may only do
+// that, reports the cache in the cluster's status.caches and the totals in
+// the CachedResource's status; a selected cluster without cacheSecretRef says
+// what to set; deleting the CachedResource removes the entries.
+func TestFleetCacheFillsAndReports(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	member, err := kubernetes.NewForConfig(env.Members[harness.MemberB].Config(harness.UserAdmin, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The sync identity: a service account of member-b that may only list
+	// and watch configmaps.
+	const sa, ns = "fleet-cache-e2e", "default"
+	if _, err := member.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = member.CoreV1().ServiceAccounts(ns).Delete(context.Background(), sa, metav1.DeleteOptions{})
+	})
+	if _, err := member.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: sa},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list", "watch"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = member.RbacV1().ClusterRoles().Delete(context.Background(), sa, metav1.DeleteOptions{}) })
+	if _, err := member.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: sa},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: sa},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = member.RbacV1().ClusterRoleBindings().Delete(context.Background(), sa, metav1.DeleteOptions{})
+	})
+	tok, err := member.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := hubAdmin(t).CoreV1().Secrets(harness.GatewayNamespace)
+	cacheSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "fleet-cache-e2e"},
+		Data: map[string][]byte{"token": []byte(tok.Status.Token), "ca.crt": env.Members[harness.MemberB].CAData}}
+	if _, err := secrets.Create(ctx, cacheSecret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = secrets.Delete(context.Background(), cacheSecret.Name, metav1.DeleteOptions{}) })
+
+	const label = "fleet-cache-e2e"
+	cached := newCluster("fleet-cached", env.Members[harness.MemberB].Servers[0].URL)
+	cached.Labels = map[string]string{label: "yes"}
+	cached.Spec.ClientConfig.CacheSecretRef = &gatewayv1alpha1.SecretReference{Namespace: harness.GatewayNamespace, Name: cacheSecret.Name}
+	createCluster(t, cached)
+	cr := newCachedResource("fleet-cache-e2e-configmaps", "", "v1", "configmaps")
+	cr.Spec.ClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{label: "yes"}}
+	createCachedResource(t, cr)
+
+	var first *gatewayv1alpha1.UpstreamClusterCacheStatus
+	eventually(t, time.Minute, func(ctx context.Context) error {
+		e, err := cacheEntry(ctx, t, cached.Name, cr.Name)
+		if err != nil {
+			return err
+		}
+		if !e.Synced || e.Objects == 0 || e.ResourceVersion == "" || e.Bytes == 0 || e.LastSyncTime == nil {
+			return errorf("not synced with objects: %+v", e)
+		}
+		first = e
+		return nil
+	})
+
+	// The cache lists with the cache identity, not the gateway's own: a
+	// resource that identity may not list is refused to it, by name.
+	denied := newCachedResource("fleet-cache-e2e-serviceaccounts", "", "v1", "serviceaccounts")
+	denied.Spec.ClusterSelector = cr.Spec.ClusterSelector
+	createCachedResource(t, denied)
+	eventually(t, time.Minute, func(ctx context.Context) error {
+		e, err := cacheEntry(ctx, t, cached.Name, denied.Name)
+		if err != nil {
+			return err
+		}
+		if e.Synced || (e.Reason != "ListFailed" && e.Reason != "WatchFailed") || !strings.Contains(e.Message, "system:serviceaccount:"+ns+":"+sa) {
+			return errorf("entry of a resource the cache identity may not list: %+v", e)
+		}
+		return nil
+	})
+	if err := cachedResources(t).Delete(ctx, denied.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A new ConfigMap raises the count within the status period.
+	if _, err := member.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "fleet-cache-e2e"},
+		Data: map[string]string{"k": "v"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = member.CoreV1().ConfigMaps(ns).Delete(context.Background(), "fleet-cache-e2e", metav1.DeleteOptions{})
+	})
+	eventually(t, 2*time.Minute, func(ctx context.Context) error {
+		e, err := cacheEntry(ctx, t, cached.Name, cr.Name)
+		if err != nil {
+			return err
+		}
+		if e.Objects <= first.Objects {
+			return errorf("objects %d, want more than %d", e.Objects, first.Objects)
+		}
+		return nil
+	})
+
+	eventually(t, time.Minute, func(ctx context.Context) error {
+		got, err := cachedResources(t).Get(ctx, cr.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if st := got.Status; st.SelectedClusters != 1 || st.SyncedClusters != 1 || st.Objects == 0 || len(st.NotSynced) != 0 {
+			return errorf("CachedResource status: %+v", st)
+		}
+		return nil
+	})
+
+	// A selected cluster without a cache identity says which field to set.
+	bare := newCluster("fleet-uncached", env.Members[harness.MemberB].Servers[0].URL)
+	bare.Labels = map[string]string{label: "yes"}
+	createCluster(t, bare)
+	eventually(t, time.Minute, func(ctx context.Context) error {
+		e, err := cacheEntry(ctx, t, bare.Name, cr.Name)
+		if err != nil {
+			return err
+		}
+		if e.Synced || e.Reason != "NoCacheIdentity" || !strings.Contains(e.Message, "spec.clientConfig.cacheSecretRef") {
+			return errorf("entry of a cluster without cacheSecretRef: %+v", e)
+		}
+		return nil
+	})
+	eventually(t, time.Minute, func(ctx context.Context) error {
+		got, err := cachedResources(t).Get(ctx, cr.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if st := got.Status; st.SelectedClusters != 2 || st.SyncedClusters != 1 || len(st.NotSynced) != 1 || st.NotSynced[0].Cluster != bare.Name {
+			return errorf("CachedResource status: %+v", st)
+		}
+		return nil
+	})
+
+	if err := cachedResources(t).Delete(ctx, cr.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, func(ctx context.Context) error {
+		for _, name := range []string{cached.Name, bare.Name} {
+			uc, err := upstreamClusters(t).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if len(uc.Status.Caches) != 0 {
+				return errorf("%s still has status.caches %+v", name, uc.Status.Caches)
+			}
+		}
+		return nil
+	})
+}
+
+func ptrTo[T any](v T) *T { return &v }
