@@ -108,6 +108,11 @@ type Manager struct {
 
 	mu      sync.Mutex
 	members map[string]*member
+
+	// reporting orders reports: each is computed and handed on under it, so
+	// that one computed before a change never lands after one computed
+	// since (reports come from syncs, caches and the periodic count).
+	reporting sync.Mutex
 }
 
 const cacheSecretIndex = "cacheSecret"
@@ -399,6 +404,8 @@ func (m *Manager) report(name string) {
 	if m.cfg.Report == nil {
 		return
 	}
+	m.reporting.Lock()
+	defer m.reporting.Unlock()
 	if caches, ok := m.Caches(name); ok {
 		m.cfg.Report(name, caches)
 	}
