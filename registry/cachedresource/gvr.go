@@ -13,40 +13,21 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
+	"github.com/kubewharf/kube-gateway/registry/validate"
 )
 
 // Create refuses a CachedResource whose group, version and resource another
 // CachedResource already names, then creates it.
 func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
-	return r.Store.Create(ctx, obj, r.withUniqueResource(createValidation), options)
+	return r.Store.Create(ctx, obj, validate.Check(r.checkUniqueResource).OnCreate(createValidation), options)
 }
 
 // Update refuses a CachedResource whose group, version and resource another
 // CachedResource already names, then updates it.
 func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
 	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
-	update := func(ctx context.Context, obj, old runtime.Object) error {
-		if err := r.checkUniqueResource(ctx, obj); err != nil {
-			return err
-		}
-		if updateValidation == nil {
-			return nil
-		}
-		return updateValidation(ctx, obj, old)
-	}
-	return r.Store.Update(ctx, name, objInfo, r.withUniqueResource(createValidation), update, forceAllowCreate, options)
-}
-
-func (r *REST) withUniqueResource(validate rest.ValidateObjectFunc) rest.ValidateObjectFunc {
-	return func(ctx context.Context, obj runtime.Object) error {
-		if err := r.checkUniqueResource(ctx, obj); err != nil {
-			return err
-		}
-		if validate == nil {
-			return nil
-		}
-		return validate(ctx, obj)
-	}
+	check := validate.Check(r.checkUniqueResource)
+	return r.Store.Update(ctx, name, objInfo, check.OnCreate(createValidation), check.OnUpdate(updateValidation), forceAllowCreate, options)
 }
 
 // checkUniqueResource answers 422 naming the other CachedResource when it
