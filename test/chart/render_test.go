@@ -76,6 +76,7 @@ func TestRejectsInvalidValues(t *testing.T) {
 		{"kube-gateway", []string{"--set", "gateway.shutdownDelaySeconds=75"}, []string{"terminationGracePeriodSeconds must be longer than gateway.shutdownDelaySeconds"}},
 		{"kube-gateway", []string{"--set", "gateway.fanOutListMemory=lots"}, []string{schemaErr, "/gateway/fanOutListMemory"}},
 		{"kube-gateway", []string{"--set", "gateway.fanOutListMemory=-1"}, []string{schemaErr, "/gateway/fanOutListMemory"}},
+		{"kube-gateway", []string{"--set", "gateway.fleetCacheMemory=lots"}, []string{schemaErr, "/gateway/fleetCacheMemory"}},
 		{"kube-gateway", []string{"--set", "directAccess.enable=true"}, []string{schemaErr, "enable"}},
 		{"kube-gateway", []string{"--set", "directAccess.service.type=ExternalName"}, []string{schemaErr, "/directAccess/service/type"}},
 		{"kube-gateway", []string{"--set", "directAccess.audit.policy.kind=Config"}, []string{schemaErr, "/directAccess/audit/policy/kind"}},
@@ -299,7 +300,9 @@ func TestProbeWithNewConnections(t *testing.T) {
 	}
 }
 
-// gateway.fanOutListMemory passes --fan-out-list-memory, 256Mi by default.
+// gateway.fanOutListMemory passes --fan-out-list-memory, 256Mi by default;
+// gateway.fleetCacheMemory --fleet-cache-memory likewise;
+// gateway.shareHealthChecks --share-health-checks, true by default.
 func TestFanOutListMemory(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	helm := DefaultHelm(t)
@@ -308,6 +311,10 @@ func TestFanOutListMemory(t *testing.T) {
 		set  []string
 		want string
 	}{
+		{nil, "--fleet-cache-memory=256Mi"},
+		{[]string{"--set", "gateway.fleetCacheMemory=0"}, "--fleet-cache-memory=0"},
+		{nil, "--share-health-checks=true"},
+		{[]string{"--set", "gateway.shareHealthChecks=false"}, "--share-health-checks=false"},
 		{nil, "--fan-out-list-memory=256Mi"},
 		{[]string{"--set", "gateway.fanOutListMemory=1Gi"}, "--fan-out-list-memory=1Gi"},
 		{[]string{"--set", "gateway.fanOutListMemory=0"}, "--fan-out-list-memory=0"},
