@@ -95,7 +95,7 @@ const (
 )
 
 // Storage is the status subresource storage;
-// registry/upstreamcluster.StatusREST satisfies it.
+// registry/statusrest.REST satisfies it.
 type Storage = interface {
 	rest.Getter
 	rest.Updater
