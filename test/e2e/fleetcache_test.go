@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -85,7 +86,6 @@ func TestFleetCacheFillsAndReports(t *testing.T) {
 	cr.Spec.ClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{label: "yes"}}
 	createCachedResource(t, cr)
 
-	var first *gatewayv1alpha1.UpstreamClusterCacheStatus
 	eventually(t, time.Minute, func(ctx context.Context) error {
 		e, err := cacheEntry(ctx, t, cached.Name, cr.Name)
 		if err != nil {
@@ -94,7 +94,6 @@ func TestFleetCacheFillsAndReports(t *testing.T) {
 		if !e.Synced || e.Objects == 0 || e.ResourceVersion == "" || e.Bytes == 0 || e.LastSyncTime == nil {
 			return errorf("not synced with objects: %+v", e)
 		}
-		first = e
 		return nil
 	})
 
@@ -117,21 +116,30 @@ func TestFleetCacheFillsAndReports(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A new ConfigMap raises the count within the status period.
-	if _, err := member.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "fleet-cache-e2e"},
-		Data: map[string]string{"k": "v"}}, metav1.CreateOptions{}); err != nil {
+	// A new ConfigMap reaches the cache within the status period: the count
+	// matches member-b's ConfigMaps at a resourceVersion past the new one's
+	// (other tests' ConfigMaps come and go meanwhile: the count alone would
+	// not say).
+	created, err := member.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "fleet-cache-e2e"},
+		Data: map[string]string{"k": "v"}}, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = member.CoreV1().ConfigMaps(ns).Delete(context.Background(), "fleet-cache-e2e", metav1.DeleteOptions{})
 	})
+	createdRV, _ := strconv.ParseInt(created.ResourceVersion, 10, 64)
 	eventually(t, 2*time.Minute, func(ctx context.Context) error {
 		e, err := cacheEntry(ctx, t, cached.Name, cr.Name)
 		if err != nil {
 			return err
 		}
-		if e.Objects <= first.Objects {
-			return errorf("objects %d, want more than %d", e.Objects, first.Objects)
+		live, err := member.CoreV1().ConfigMaps(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if rv, _ := strconv.ParseInt(e.ResourceVersion, 10, 64); rv < createdRV || e.Objects != int64(len(live.Items)) {
+			return errorf("cache at resourceVersion %s with %d objects; member-b has %d ConfigMaps, the new one at %s", e.ResourceVersion, e.Objects, len(live.Items), created.ResourceVersion)
 		}
 		return nil
 	})
