@@ -19,6 +19,7 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/health"
 	"github.com/kubewharf/kube-gateway/proxy/impersonate"
 	"github.com/kubewharf/kube-gateway/proxy/konnectivity"
+	"github.com/kubewharf/kube-gateway/proxy/memberauthz"
 	"github.com/kubewharf/kube-gateway/proxy/request"
 	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
@@ -73,6 +74,9 @@ type Cluster struct {
 	Endpoints []*balance.Endpoint
 	// Impersonation maps the hub user to the member identity.
 	Impersonation *impersonate.Policy
+	// Authorizer asks the member what a user may do there, without sending
+	// it the request (the member door, reads from the fleet cache).
+	Authorizer *memberauthz.Authorizer
 
 	dispatch *dispatch.Matcher
 	// routes[i] serves the requests of spec.dispatchPolicies[i].
@@ -238,6 +242,7 @@ func compile(uc *gatewayv1alpha1.UpstreamCluster, secret, tunnelSecret *corev1.S
 	sameConnections = sameConnections && (prev.tunnel == c.tunnel)
 	if sameConnections {
 		c.builder = prev.builder
+		c.Authorizer = prev.Authorizer // same credential and servers: its answers hold
 	} else if c.builder, err = transport.NewBuilder(cfg); err != nil {
 		return nil, configError(ReasonInvalidSecret, "credential Secret %s/%s: %v", secret.Namespace, secret.Name, err)
 	}
@@ -319,6 +324,9 @@ func compile(uc *gatewayv1alpha1.UpstreamCluster, secret, tunnelSecret *corev1.S
 				onTransition(c, t)
 			}
 		})
+	if c.Authorizer == nil {
+		c.Authorizer = memberauthz.New(c.Name, c.Create)
+	}
 	return c, nil
 }
 

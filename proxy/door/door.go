@@ -25,6 +25,7 @@ import (
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/certcache"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
+	"github.com/kubewharf/kube-gateway/proxy/memberauthz"
 )
 
 // Keys of the door Secret.
@@ -63,7 +64,7 @@ type Door struct {
 	tokens authenticator.Token
 	// impersonation decides a client's own Impersonate-* headers by the
 	// member's SubjectAccessReviews.
-	impersonation *memberAuthorizer
+	impersonation *memberauthz.Authorizer
 }
 
 // Compile builds the door of uc, compiled as c, from secret (nil when the
@@ -99,9 +100,11 @@ func Compile(uc *gatewayv1alpha1.UpstreamCluster, secret *corev1.Secret, c *clus
 			Certificates: []tls.Certificate{cert},
 			ClientAuth:   tls.RequestClientCert,
 		},
-		verified:      certcache.New(verifiedConnections, clock.RealClock{}),
-		tokens:        newTokenAuthenticator(c, ss.TokenReview, o),
-		impersonation: newMemberAuthorizer(c),
+		verified: certcache.New(verifiedConnections, clock.RealClock{}),
+		tokens:   newTokenAuthenticator(c, ss.TokenReview, o),
+	}
+	if c != nil {
+		d.impersonation = c.Authorizer
 	}
 	if fromMember {
 		d.memberCA = &memberCA{cluster: c, secretCAs: secretCAs}

@@ -69,7 +69,7 @@ func (m *memberCA) run(ctx context.Context, pool *atomic.Pointer[x509.CertPool])
 
 func (m *memberCA) read(ctx context.Context, pool *atomic.Pointer[x509.CertPool]) error {
 	var cm corev1.ConfigMap
-	if err := get(ctx, m.cluster, memberCAPath, &cm); err != nil {
+	if err := m.cluster.Get(ctx, memberCAPath, &cm); err != nil {
 		return err
 	}
 	ca := []byte(cm.Data[memberCAKey])

@@ -123,7 +123,7 @@ type authorizeImpersonation struct{}
 
 func (authorizeImpersonation) Authorize(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
 	d, ok := ctx.Value(doorKey{}).(*Door)
-	if !ok {
+	if !ok || d.impersonation == nil {
 		return authorizer.DecisionNoOpinion, "not a member door request", nil
 	}
 	return d.impersonation.Authorize(ctx, a)

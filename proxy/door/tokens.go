@@ -47,7 +47,7 @@ func (m *memberTokens) AuthenticateToken(ctx context.Context, token string) (*au
 
 func (m *memberTokens) review(ctx context.Context, token string) (*authenticator.Response, bool, error) {
 	var review authenticationv1.TokenReview
-	err := create(ctx, m.cluster, "/apis/authentication.k8s.io/v1/tokenreviews", &authenticationv1.TokenReview{
+	err := m.cluster.Create(ctx, "/apis/authentication.k8s.io/v1/tokenreviews", &authenticationv1.TokenReview{
 		TypeMeta: metav1.TypeMeta{Kind: "TokenReview", APIVersion: authenticationv1.SchemeGroupVersion.String()},
 		Spec:     authenticationv1.TokenReviewSpec{Token: token},
 	}, &review)

@@ -1,4 +1,4 @@
-package door
+package cluster
 
 import (
 	"bytes"
@@ -9,40 +9,38 @@ import (
 	"io"
 	"net/http"
 	"time"
-
-	"github.com/kubewharf/kube-gateway/proxy/cluster"
 )
 
-// reviewTimeout bounds one request of the door to the member (a TokenReview,
-// a SubjectAccessReview, the member's client CA).
-const reviewTimeout = 10 * time.Second
+// CallTimeout bounds one of the gateway's own requests to the member (a
+// TokenReview, a SubjectAccessReview, the member's client CA).
+const CallTimeout = 10 * time.Second
 
-// errNoServer: the member has no enabled server to ask.
-var errNoServer = errors.New("it has no enabled server to ask")
+// ErrNoServer: the member has no enabled server to ask.
+var ErrNoServer = errors.New("it has no enabled server to ask")
 
-// create POSTs in to path on one of c's servers with the gateway's own
+// Create POSTs in to path on one of c's servers with the gateway's own
 // credential (no impersonation) and decodes the created object into out:
-// the door's reviews of the member's own clients.
-func create(ctx context.Context, c *cluster.Cluster, path string, in, out any) error {
+// the reviews the gateway asks the member for.
+func (c *Cluster) Create(ctx context.Context, path string, in, out any) error {
 	body, err := json.Marshal(in)
 	if err != nil {
 		return err
 	}
-	return do(ctx, c, http.MethodPost, path, body, out)
+	return c.call(ctx, http.MethodPost, path, body, out)
 }
 
-// get GETs path on one of c's servers with the gateway's own credential and
+// Get GETs path on one of c's servers with the gateway's own credential and
 // decodes the object into out.
-func get(ctx context.Context, c *cluster.Cluster, path string, out any) error {
-	return do(ctx, c, http.MethodGet, path, nil, out)
+func (c *Cluster) Get(ctx context.Context, path string, out any) error {
+	return c.call(ctx, http.MethodGet, path, nil, out)
 }
 
-func do(ctx context.Context, c *cluster.Cluster, method, path string, body []byte, out any) error {
+func (c *Cluster) call(ctx context.Context, method, path string, body []byte, out any) error {
 	e := c.PickServer()
 	if e == nil {
-		return errNoServer
+		return ErrNoServer
 	}
-	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
 	var rd io.Reader
 	if body != nil {
