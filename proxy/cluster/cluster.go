@@ -179,6 +179,9 @@ type Options struct {
 	// ProbeCount, when set, counts the cluster's health probes by the
 	// connection they went over.
 	ProbeCount *transport.ProbeCount
+	// AccessReviewed, when set, is told of each SubjectAccessReview sent to
+	// the member (see Cluster.Authorizer).
+	AccessReviewed func(cluster string)
 }
 
 // Compile builds the runtime form of uc with the credential in secret. prev, the
@@ -325,7 +328,7 @@ func compile(uc *gatewayv1alpha1.UpstreamCluster, secret, tunnelSecret *corev1.S
 			}
 		})
 	if c.Authorizer == nil {
-		c.Authorizer = memberauthz.New(c.Name, c.Create)
+		c.Authorizer = memberauthz.New(c.Name, c.Create, opts.AccessReviewed)
 	}
 	return c, nil
 }

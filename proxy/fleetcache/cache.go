@@ -170,6 +170,9 @@ func (c *resourceCache) observe(src Source) Source {
 			if err != nil && ctx.Err() == nil {
 				c.set(func(s *state) { c.unsync(s, ReasonListFailed, err.Error()) })
 			}
+			if err == nil {
+				c.store.SetListKind(l.GetObjectKind().GroupVersionKind().Kind)
+			}
 			return l, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
@@ -227,6 +230,13 @@ func (c *resourceCache) set(fn func(*state)) {
 	}
 }
 
+// current is the cache's state now.
+func (c *resourceCache) current() state {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state
+}
+
 // Stop stops filling the cache and frees its objects.
 func (c *resourceCache) Stop() {
 	c.stop()
@@ -236,9 +246,7 @@ func (c *resourceCache) Stop() {
 // status is the cache's entry in status.caches (without the CachedResource's
 // name and resource).
 func (c *resourceCache) status() gatewayv1alpha1.UpstreamClusterCacheStatus {
-	c.mu.Lock()
-	s := c.state
-	c.mu.Unlock()
+	s := c.current()
 	objects, bytes, rv := c.store.Counts()
 	st := gatewayv1alpha1.UpstreamClusterCacheStatus{Synced: s.synced, Reason: s.reason, Message: truncate(s.message),
 		Objects: objects, Bytes: bytes, ResourceVersion: rv}

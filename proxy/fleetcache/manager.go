@@ -416,3 +416,20 @@ func (m *Manager) reportAll() {
 		m.report(name)
 	}
 }
+
+// lookup returns the cache of gvr on cluster name and the member's Access,
+// nil when the gateway keeps none.
+func (m *Manager) lookup(name string, gvr schema.GroupVersionResource) (*resourceCache, Access) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mb := m.members[name]
+	if mb == nil {
+		return nil, nil
+	}
+	for _, e := range mb.caches {
+		if GVR(&e.resource) == gvr {
+			return e.cache, mb.access
+		}
+	}
+	return nil, nil
+}

@@ -1,6 +1,7 @@
 package fleetcache
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"sync"
@@ -8,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -87,6 +89,14 @@ type Store struct {
 	bytes   int64
 	rv      string
 	full    bool // the bound was hit: the store holds nothing more
+	// listKind is the kind of the member's lists (e.g. ConfigMapList).
+	listKind string
+	// history holds the last changes, complete after historyFrom (the
+	// resourceVersion of the first list, or of the last change let go);
+	// watchers are told every change.
+	history     []Event
+	historyFrom string
+	watchers    map[*Watcher]struct{}
 }
 
 // NewStore returns an empty store drawing on memory.
@@ -107,6 +117,9 @@ func toObject(obj any) (*Object, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The encoder ends the object with a newline: not part of it, and the
+	// end of an event in a watch stream.
+	raw = bytes.TrimRight(raw, "\n")
 	return &Object{Namespace: u.GetNamespace(), Name: u.GetName(), ResourceVersion: u.GetResourceVersion(),
 		Labels: u.GetLabels(), JSON: raw}, nil
 }
@@ -119,12 +132,12 @@ func key(namespace, name string) string {
 }
 
 // Add puts obj in the store.
-func (s *Store) Add(obj any) error { return s.put(obj) }
+func (s *Store) Add(obj any) error { return s.put(obj, watch.Added) }
 
 // Update replaces obj in the store.
-func (s *Store) Update(obj any) error { return s.put(obj) }
+func (s *Store) Update(obj any) error { return s.put(obj, watch.Modified) }
 
-func (s *Store) put(obj any) error {
+func (s *Store) put(obj any, kind watch.EventType) error {
 	o, err := toObject(obj)
 	if err != nil {
 		return err
@@ -136,7 +149,8 @@ func (s *Store) put(obj any) error {
 	}
 	k := key(o.Namespace, o.Name)
 	delta := o.size()
-	if old := s.objects[k]; old != nil {
+	old := s.objects[k]
+	if old != nil {
 		delta -= old.size()
 	}
 	if !s.memory.take(delta) {
@@ -145,6 +159,7 @@ func (s *Store) put(obj any) error {
 	s.objects[k] = o
 	s.bytes += delta
 	s.rv = o.ResourceVersion
+	s.publishLocked(Event{Type: kind, Object: o, Prev: old, ResourceVersion: o.ResourceVersion})
 	return nil
 }
 
@@ -160,13 +175,14 @@ func (s *Store) Delete(obj any) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := key(m.GetNamespace(), m.GetName())
+	if rv := m.GetResourceVersion(); rv != "" {
+		s.rv = rv
+	}
 	if old := s.objects[k]; old != nil {
 		delete(s.objects, k)
 		s.bytes -= old.size()
 		s.memory.take(-old.size())
-	}
-	if rv := m.GetResourceVersion(); rv != "" {
-		s.rv = rv
+		s.publishLocked(Event{Type: watch.Deleted, Object: old, Prev: old, ResourceVersion: s.rv})
 	}
 	return nil
 }
@@ -196,7 +212,27 @@ func (s *Store) Replace(list []any, resourceVersion string) error {
 	if !s.memory.take(bytes - s.bytes) {
 		return s.overflowLocked()
 	}
+	old := s.objects
 	s.objects, s.bytes, s.rv = objects, bytes, resourceVersion
+	if s.historyFrom == "" {
+		s.historyFrom = resourceVersion // the first list: nothing to tell
+		return nil
+	}
+	// A list again (the member's watch could not go on): watchers learn
+	// what changed in between as changes at the list's resourceVersion.
+	for k, o := range objects {
+		switch prev := old[k]; {
+		case prev == nil:
+			s.publishLocked(Event{Type: watch.Added, Object: o, ResourceVersion: resourceVersion})
+		case prev.ResourceVersion != o.ResourceVersion:
+			s.publishLocked(Event{Type: watch.Modified, Object: o, Prev: prev, ResourceVersion: resourceVersion})
+		}
+	}
+	for k, prev := range old {
+		if objects[k] == nil {
+			s.publishLocked(Event{Type: watch.Deleted, Object: prev, Prev: prev, ResourceVersion: resourceVersion})
+		}
+	}
 	return nil
 }
 
@@ -207,8 +243,9 @@ func (s *Store) Resync() error { return nil }
 // bookmarks included.
 func (s *Store) UpdateResourceVersion(rv string) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.rv = rv
-	s.mu.Unlock()
+	s.publishLocked(Event{Type: watch.Bookmark, ResourceVersion: rv})
 }
 
 // overflowLocked drops every object and refuses changes from now on.
@@ -224,6 +261,7 @@ func (s *Store) overflowLocked() error {
 func (s *Store) dropLocked() {
 	s.memory.take(-s.bytes)
 	s.objects, s.bytes = map[string]*Object{}, 0
+	s.endAllLocked()
 }
 
 // Drop frees every object; the store refuses changes from now on. Call it
@@ -243,6 +281,13 @@ func (s *Store) Counts() (objects, bytes int64, resourceVersion string) {
 	return int64(len(s.objects)), s.bytes, s.rv
 }
 
+// ResourceVersion is the resourceVersion the store reached.
+func (s *Store) ResourceVersion() string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.rv
+}
+
 // Get returns the object namespace/name, nil when the store has none.
 func (s *Store) Get(namespace, name string) *Object {
 	s.mu.RLock()
@@ -250,12 +295,29 @@ func (s *Store) Get(namespace, name string) *Object {
 	return s.objects[key(namespace, name)]
 }
 
-// List calls fn for every object, under the store's read lock. Objects are
-// never changed once stored: fn may keep them, and must not change them.
-func (s *Store) List(fn func(*Object)) {
+// List calls fn for every object, under the store's read lock, and returns
+// the resourceVersion they are at. Objects are never changed once stored:
+// fn may keep them, and must not change them.
+func (s *Store) List(fn func(*Object)) (resourceVersion string) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, o := range s.objects {
 		fn(o)
 	}
+	return s.rv
+}
+
+// SetListKind records the kind of the member's lists, which the objects do
+// not say (ConfigMapList for ConfigMaps).
+func (s *Store) SetListKind(kind string) {
+	s.mu.Lock()
+	s.listKind = kind
+	s.mu.Unlock()
+}
+
+// ListKind is the kind of the member's lists; "" until its first list.
+func (s *Store) ListKind() string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.listKind
 }

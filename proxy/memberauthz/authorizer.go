@@ -38,21 +38,17 @@ type CreateFunc func(ctx context.Context, path string, in, out any) error
 // Authorizer decides by the member's SubjectAccessReviews. Safe for
 // concurrent use.
 type Authorizer struct {
-	cluster string
-	create  CreateFunc
-	answers *cache.LRUExpireCache
-	// reviews is told of every review sent (see OnReview).
-	reviews func()
+	cluster  string
+	create   CreateFunc
+	answers  *cache.LRUExpireCache
+	reviewed func(cluster string)
 }
 
-// New returns the Authorizer of member cluster, asking it through create.
-func New(cluster string, create CreateFunc) *Authorizer {
-	return &Authorizer{cluster: cluster, create: create, answers: cache.NewLRUExpireCache(cacheSize)}
+// New returns the Authorizer of member cluster, asking it through create;
+// reviewed, when set, is told of every review sent (not of answers kept).
+func New(cluster string, create CreateFunc, reviewed func(cluster string)) *Authorizer {
+	return &Authorizer{cluster: cluster, create: create, reviewed: reviewed, answers: cache.NewLRUExpireCache(cacheSize)}
 }
-
-// OnReview calls fn for every SubjectAccessReview sent to the member (not
-// for answers from the cache). Call it before the Authorizer is used.
-func (m *Authorizer) OnReview(fn func()) { m.reviews = fn }
 
 type answer struct {
 	decision authorizer.Decision
@@ -111,8 +107,8 @@ func sarSpec(a authorizer.Attributes) authorizationv1.SubjectAccessReviewSpec {
 }
 
 func (m *Authorizer) review(ctx context.Context, spec authorizationv1.SubjectAccessReviewSpec) (*authorizationv1.SubjectAccessReviewStatus, error) {
-	if m.reviews != nil {
-		m.reviews()
+	if m.reviewed != nil {
+		m.reviewed(m.cluster)
 	}
 	var sar authorizationv1.SubjectAccessReview
 	err := m.create(ctx, "/apis/authorization.k8s.io/v1/subjectaccessreviews", &authorizationv1.SubjectAccessReview{

@@ -55,6 +55,8 @@ func registeredFamilies(t *testing.T) map[string]family {
 	m.Retried("member-a", "https://192.0.2.10:6443")
 	m.Aborted(Series{Cluster: "member-a", Door: DoorHub, Policy: "p", Schema: "s"}, "get", "pods")
 	m.TokenReviewed("member-a", TokenAuthenticated)
+	m.AccessReviewed("member-a")
+	m.CacheRead("member-a", "list", "cache")
 
 	out := map[string]family{}
 	for _, g := range []prometheus.Gatherer{reg, legacyregistry.DefaultGatherer} {
@@ -75,7 +77,7 @@ func registeredFamilies(t *testing.T) map[string]family {
 	// A vector without series is not gathered: every metric of m needs one above.
 	proxyFamilies := 0
 	for name := range out {
-		if strings.HasPrefix(name, namespace+"_"+subsystem+"_") || strings.HasPrefix(name, namespace+"_member_door_") {
+		if strings.HasPrefix(name, namespace+"_"+subsystem+"_") || strings.HasPrefix(name, namespace+"_member_door_") || strings.HasPrefix(name, namespace+"_fleet_cache_") {
 			proxyFamilies++
 		}
 	}

@@ -127,6 +127,12 @@ type Metrics struct {
 	aborts   *prometheus.CounterVec
 	// tokenReviews counts the member door's TokenReviews (cache misses).
 	tokenReviews *prometheus.CounterVec
+	// accessReviews counts the SubjectAccessReviews sent to members (cache
+	// misses of memberauthz).
+	accessReviews *prometheus.CounterVec
+	// cacheReads counts members' parts of fan-out reads by how they were
+	// answered (fleetcache.Reads).
+	cacheReads *prometheus.CounterVec
 
 	resources resourceLabels
 }
@@ -163,6 +169,14 @@ func New() *Metrics {
 			Namespace: namespace, Subsystem: "member_door", Name: "tokenreviews_total",
 			Help: "TokenReviews the member door sent to a member for bearer tokens it had no cached answer for, by result (authenticated, rejected, error).",
 		}, []string{"cluster", "result"}),
+		accessReviews: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem, Name: "access_reviews_total",
+			Help: "SubjectAccessReviews the gateway sent to a member for a question it had no cached answer for (the member door's impersonation, reads from the fleet cache).",
+		}, []string{"cluster"}),
+		cacheReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "fleet_cache", Name: "reads_total",
+			Help: "Members' parts of fan-out lists and watches, by how they were answered: cache, forbidden (the member's review denied it), or by the member because of not_cached, query (a Table, a selector the cache does not apply), behind (the cache has not reached the resourceVersion asked for), authz_error.",
+		}, []string{"cluster", "verb", "result"}),
 		resources: resourceLabels{byCluster: map[string]map[string]struct{}{}},
 	}
 }
@@ -179,8 +193,18 @@ func (m *Metrics) TokenReviewed(cluster, result string) {
 	m.tokenReviews.WithLabelValues(safe(cluster), result).Inc()
 }
 
+// AccessReviewed records a SubjectAccessReview sent to cluster.
+func (m *Metrics) AccessReviewed(cluster string) {
+	m.accessReviews.WithLabelValues(safe(cluster)).Inc()
+}
+
+// CacheRead records how a member's part of a fan-out read was answered.
+func (m *Metrics) CacheRead(cluster, verb, result string) {
+	m.cacheReads.WithLabelValues(safe(cluster), verb, result).Inc()
+}
+
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.duration, m.inflight, m.rejected, m.retries, m.aborts, m.tokenReviews}
+	return []prometheus.Collector{m.requests, m.duration, m.inflight, m.rejected, m.retries, m.aborts, m.tokenReviews, m.accessReviews, m.cacheReads}
 }
 
 // Register registers the metrics on reg, all or none: on error, those already
@@ -274,6 +298,9 @@ func (m *Metrics) ForgetCluster(cluster string) {
 	m.rejected.DeletePartialMatch(match)
 	m.retries.DeletePartialMatch(match)
 	m.aborts.DeletePartialMatch(match)
+	m.tokenReviews.DeletePartialMatch(match)
+	m.accessReviews.DeletePartialMatch(match)
+	m.cacheReads.DeletePartialMatch(match)
 	m.resources.forget(cluster)
 }
 

@@ -174,6 +174,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	controller.DoorOptions.Metrics = proxyMetrics
+	controller.ClusterOptions.AccessReviewed = proxyMetrics.AccessReviewed
 	probes := &transport.ProbeCount{}
 	controller.ClusterOptions.ProbeCount = probes
 	if err := legacyregistry.Registerer().Register(metrics.NewServerHealthCollector(controller.EachServer)); err != nil {
@@ -260,7 +261,8 @@ func (c CompletedConfig) New() (*Server, error) {
 			ViaHub:        c.extra.FrontProxy.Trusted,
 			// "*" and label selectors in the name segment fan out.
 			FanOut: &fanout.Handler{Clusters: storage.UpstreamCluster, Authorizer: gc.Authorization.Authorizer, Serializer: c.extra.Codecs,
-				Parallel: c.extra.FanOutParallel, MemberTimeout: c.extra.FanOutMemberTimeout, ListMemory: listMemory},
+				Parallel: c.extra.FanOutParallel, MemberTimeout: c.extra.FanOutMemberTimeout, ListMemory: listMemory,
+				Cache: &fleetcache.Reads{Manager: fleetCaches, Lookup: controller.Lookup, Served: proxyMetrics.CacheRead}},
 		})
 		if c.extra.MemberDoorAddress != "" {
 			doorServer = door.NewServer(controller, proxy.ServeDoor, c.extra.Codecs)

@@ -1,0 +1,447 @@
+package fleetcache
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/warning"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kubewharf/kube-gateway/proxy/cluster"
+	"github.com/kubewharf/kube-gateway/proxy/memberauthz"
+	"github.com/kubewharf/kube-gateway/proxy/request"
+)
+
+// Reads answers a member's part of a fan-out list or watch from its cache
+// when the cache can answer it as the member would (the fan-out's Cache):
+//   - the resource is cached for the member, and the cache listed it once;
+//   - the answer is JSON (Tables go to the member: their cells are the
+//     member's printers');
+//   - resourceVersion "0" (any state, what informers list with), a
+//     resourceVersion the cache has reached (not older than), or none (a
+//     consistent read): served once one small list of the member (limit=1,
+//     the cache identity) says the cache holds its current
+//     resourceVersion, else the member answers;
+//   - selectors on labels, and on metadata.name and metadata.namespace;
+//   - the member allows the user to list (or watch) the resource there: its
+//     SubjectAccessReview for the identity the gateway would impersonate,
+//     kept a short while (memberauthz); denied is the member's 403.
+//
+// A stale cache (its member's watch failing) still answers reads that take
+// any state, with a warning saying since when.
+type Reads struct {
+	Manager *Manager
+	// Lookup returns the compiled cluster of a member (its identity mapping
+	// and authorizer).
+	Lookup func(name string) (*cluster.Cluster, error)
+	// Served, when set, is told how each member read was answered: from the
+	// cache, or by the member (and why).
+	Served func(cluster, verb, result string)
+}
+
+// Results told to Reads.Served.
+const (
+	ServedFromCache = "cache"
+	ServedForbidden = "forbidden"
+	// Answered by the member: ...
+	ServedLiveNotCached  = "not_cached"  // no synced cache of the resource
+	ServedLiveQuery      = "query"       // Table, a selector or parameter the cache does not apply
+	ServedLiveBehind     = "behind"      // the cache has not reached the resourceVersion asked for
+	ServedLiveAuthFailed = "authz_error" // the member could not answer the review
+)
+
+// readQuery is a member read the cache may answer.
+type readQuery struct {
+	attrs         request.Attributes
+	gvr           schema.GroupVersionResource
+	watch         bool
+	rv            string
+	limit         int64
+	cont          *pageToken
+	labels        labels.Selector
+	fields        fields.Selector
+	bookmarks     bool
+	initialEvents bool
+}
+
+// cacheParams are the query parameters the cache applies; any other sends
+// the read to the member.
+var cacheParams = map[string]bool{
+	"resourceVersion": true, "resourceVersionMatch": true, "limit": true, "continue": true,
+	"labelSelector": true, "fieldSelector": true, "watch": true, "allowWatchBookmarks": true,
+	"sendInitialEvents": true, "timeoutSeconds": true, "timeout": true,
+}
+
+// parseRead tells whether req, a member's part of a fan-out read, is one the
+// cache can answer.
+func parseRead(req *http.Request, path string) (*readQuery, bool) {
+	if req.Method != http.MethodGet || strings.Contains(req.Header.Get("Accept"), "as=Table") {
+		return nil, false
+	}
+	q, err := url.ParseQuery(req.URL.RawQuery)
+	if err != nil {
+		return nil, false
+	}
+	for k := range q {
+		if !cacheParams[k] {
+			return nil, false
+		}
+	}
+	u, _ := genericapirequest.UserFrom(req.Context())
+	a, err := request.Parse(req.Method, path, req.URL.RawQuery, u)
+	if err != nil || !a.IsResourceRequest || a.Subresource != "" || (a.Verb != "list" && a.Verb != "watch") {
+		return nil, false
+	}
+	r := &readQuery{attrs: a, gvr: schema.GroupVersionResource{Group: a.APIGroup, Version: a.APIVersion, Resource: a.Resource},
+		watch: a.Verb == "watch", rv: q.Get("resourceVersion"), bookmarks: q.Get("allowWatchBookmarks") == "true",
+		initialEvents: q.Get("sendInitialEvents") == "true"}
+	switch q.Get("resourceVersionMatch") {
+	case "", string(metav1.ResourceVersionMatchNotOlderThan):
+	default: // Exact: a past state the cache does not keep
+		return nil, false
+	}
+	if l := q.Get("limit"); l != "" && !r.watch {
+		if r.limit, err = strconv.ParseInt(l, 10, 64); err != nil || r.limit < 0 {
+			return nil, false
+		}
+	}
+	if c := q.Get("continue"); c != "" {
+		if r.watch {
+			return nil, false
+		}
+		if r.cont, err = parsePageToken(c); err != nil {
+			return nil, false // not the cache's: the member's own
+		}
+	}
+	if r.labels, err = labels.Parse(q.Get("labelSelector")); err != nil {
+		return nil, false
+	}
+	if r.fields, err = fields.ParseSelector(q.Get("fieldSelector")); err != nil {
+		return nil, false
+	}
+	for _, f := range r.fields.Requirements() {
+		if (f.Field != "metadata.name" && f.Field != "metadata.namespace") || f.Operator == selection.In || f.Operator == selection.NotIn {
+			return nil, false
+		}
+	}
+	return r, true
+}
+
+// matches tells whether o is in the read: its namespace and selectors.
+func (r *readQuery) matches(o *Object) bool {
+	if o == nil || (r.attrs.Namespace != "" && o.Namespace != r.attrs.Namespace) {
+		return false
+	}
+	return r.labels.Matches(labels.Set(o.Labels)) &&
+		r.fields.Matches(fields.Set{"metadata.name": o.Name, "metadata.namespace": o.Namespace})
+}
+
+// ServeMember answers req for member name from the cache and reports true,
+// or reports false, having written nothing, when the member must answer.
+func (r *Reads) ServeMember(w http.ResponseWriter, req *http.Request, name, path string) bool {
+	served := func(result string) {
+		if r.Served != nil {
+			verb := "list"
+			if w := req.URL.Query().Get("watch"); w == "true" || w == "1" {
+				verb = "watch"
+			}
+			r.Served(name, verb, result)
+		}
+	}
+	q, ok := parseRead(req, path)
+	if !ok {
+		served(ServedLiveQuery)
+		return false
+	}
+	rc, access := r.Manager.lookup(name, q.gvr)
+	if rc == nil {
+		served(ServedLiveNotCached)
+		return false
+	}
+	st := rc.current()
+	if st.lastSyncTime.IsZero() || rc.store.ListKind() == "" {
+		served(ServedLiveNotCached)
+		return false
+	}
+	c, err := r.Lookup(name)
+	if err != nil {
+		served(ServedLiveAuthFailed)
+		return false
+	}
+	u, _ := genericapirequest.UserFrom(req.Context())
+	attrs := authorizer.AttributesRecord{User: memberauthz.Impersonated(c.Impersonation.Identity(u)), Verb: q.attrs.Verb,
+		APIGroup: q.gvr.Group, APIVersion: q.gvr.Version, Resource: q.gvr.Resource, Namespace: q.attrs.Namespace,
+		Name: q.attrs.Name, ResourceRequest: true}
+	decision, reason, err := c.Authorizer.Authorize(req.Context(), attrs)
+	switch {
+	case err != nil:
+		served(ServedLiveAuthFailed)
+		return false
+	case decision != authorizer.DecisionAllow:
+		served(ServedForbidden)
+		writeStatus(w, responsewriters.ForbiddenStatusError(attrs, reason).Status())
+		return true
+	}
+	// Freshness: what the read asks of the cache's resourceVersion.
+	switch {
+	case q.rv == "0", q.cont != nil:
+		// Any state; a page goes on from where the cache's first page was.
+	case q.rv == "":
+		// Consistent: a list, a watch from now, initial events of a watch.
+		if !r.caughtUp(req.Context(), rc, access, q.gvr) {
+			served(ServedLiveBehind)
+			return false
+		}
+	default: // not older than q.rv
+		if !Reached(rc.store.ResourceVersion(), q.rv) {
+			served(ServedLiveBehind)
+			return false
+		}
+	}
+	if !st.synced {
+		warning.AddWarning(req.Context(), "", staleWarning(st))
+	}
+	if q.watch {
+		if !r.watch(w, req, rc, q) {
+			served(ServedLiveBehind)
+			return false
+		}
+	} else {
+		r.list(w, rc, q)
+	}
+	served(ServedFromCache)
+	return true
+}
+
+// staleWarning says the answer comes from a cache that stopped following
+// its member, since when and why.
+func staleWarning(st state) string {
+	since := "for a moment"
+	if !st.staleSince.IsZero() {
+		since = "since " + st.staleSince.UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("served from the gateway's cache, which has not followed the member %s (%s: %s)", since, st.reason, st.message)
+}
+
+// caughtUp asks the member for its current resourceVersion (a list of one
+// object with the cache identity, as consistent) and tells whether the cache
+// has reached it.
+func (r *Reads) caughtUp(ctx context.Context, rc *resourceCache, access Access, gvr schema.GroupVersionResource) bool {
+	if access == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, cluster.CallTimeout)
+	defer cancel()
+	obj, err := cache.ToListerWatcherWithContext(access.Source(gvr)).ListWithContext(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return false
+	}
+	l, err := meta.ListAccessor(obj)
+	if err != nil {
+		return false
+	}
+	return Reached(rc.store.ResourceVersion(), l.GetResourceVersion())
+}
+
+// pageToken is where the next page of a cached list starts: after key, in
+// the cache at resourceVersion (told back in the page, as a member's is).
+type pageToken struct {
+	Key             string `json:"k"`
+	ResourceVersion string `json:"rv"`
+	// Cache marks the token as the cache's, never a member's.
+	Cache bool `json:"fleetCache"`
+}
+
+func (t *pageToken) encode() string {
+	b, _ := json.Marshal(t)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func parsePageToken(s string) (*pageToken, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, err
+	}
+	var t pageToken
+	if err := json.Unmarshal(b, &t); err != nil || !t.Cache {
+		return nil, fmt.Errorf("not a fleet cache token")
+	}
+	return &t, nil
+}
+
+// list writes the member's list from the cache: the objects in key order
+// (namespace/name, as kube-apiserver lists), a page of them with limit.
+func (r *Reads) list(w http.ResponseWriter, rc *resourceCache, q *readQuery) {
+	type item struct {
+		key string
+		o   *Object
+	}
+	var items []item
+	rv := rc.store.List(func(o *Object) {
+		if q.matches(o) {
+			items = append(items, item{key(o.Namespace, o.Name), o})
+		}
+	})
+	slices.SortFunc(items, func(a, b item) int { return strings.Compare(a.key, b.key) })
+	if q.cont != nil {
+		i, _ := slices.BinarySearchFunc(items, q.cont.Key, func(it item, k string) int { return strings.Compare(it.key, k) })
+		for i < len(items) && items[i].key <= q.cont.Key {
+			i++
+		}
+		items = items[i:]
+	}
+	meta := map[string]any{"resourceVersion": rv}
+	if q.limit > 0 && int64(len(items)) > q.limit {
+		rest := int64(len(items)) - q.limit
+		items = items[:q.limit]
+		meta["continue"] = (&pageToken{Key: items[len(items)-1].key, ResourceVersion: rv, Cache: true}).encode()
+		meta["remainingItemCount"] = rest
+	}
+	var b bytes.Buffer
+	head, _ := json.Marshal(map[string]any{"kind": rc.store.ListKind(), "apiVersion": q.gvr.GroupVersion().String(), "metadata": meta})
+	b.Write(head[:len(head)-1])
+	b.WriteString(`,"items":[`)
+	for i, it := range items {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(it.o.JSON)
+	}
+	b.WriteString("]}")
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b.Bytes())
+}
+
+// watchLifetime bounds a watch served from the cache, as kube-apiserver
+// bounds its own (--min-request-timeout, randomized): the fan-out opens it
+// again, and the member's authorization is asked again.
+func watchLifetime() time.Duration {
+	return memberauthz.AllowTTL + rand.N(memberauthz.AllowTTL)
+}
+
+// watch serves the member's watch from the cache; false, having written
+// nothing, when the cache cannot start from where it is asked.
+func (r *Reads) watch(w http.ResponseWriter, req *http.Request, rc *resourceCache, q *readQuery) bool {
+	from := q.rv
+	if from == "0" || q.initialEvents {
+		from = ""
+	}
+	objects, watcher, rv, ok := rc.store.Watch(from)
+	if !ok {
+		return false
+	}
+	defer watcher.Stop()
+	itemKind := strings.TrimSuffix(rc.store.ListKind(), "List")
+	apiVersion := q.gvr.GroupVersion().String()
+	flusher, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	var buf bytes.Buffer
+	send := func(typ watch.EventType, object []byte) bool {
+		buf.Reset()
+		buf.WriteString(`{"type":"`)
+		buf.WriteString(string(typ))
+		buf.WriteString(`","object":`)
+		buf.Write(object)
+		buf.WriteString("}\n")
+		_, err := w.Write(buf.Bytes())
+		return err == nil
+	}
+	bookmark := func(rv string, initialEnd bool) []byte {
+		md := map[string]any{"resourceVersion": rv}
+		if initialEnd {
+			md["annotations"] = map[string]string{metav1.InitialEventsAnnotationKey: "true"}
+		}
+		b, _ := json.Marshal(map[string]any{"kind": itemKind, "apiVersion": apiVersion, "metadata": md})
+		return b
+	}
+	if from == "" {
+		slices.SortFunc(objects, func(a, b *Object) int { return strings.Compare(key(a.Namespace, a.Name), key(b.Namespace, b.Name)) })
+		for _, o := range objects {
+			if q.matches(o) && !send(watch.Added, o.JSON) {
+				return true
+			}
+		}
+		if q.initialEvents && !send(watch.Bookmark, bookmark(rv, true)) {
+			return true
+		}
+	}
+	if flusher != nil {
+		flusher.Flush()
+	}
+	end := time.NewTimer(watchLifetime())
+	defer end.Stop()
+	for {
+		select {
+		case <-req.Context().Done():
+			return true
+		case <-end.C:
+			return true
+		case ev, open := <-watcher.Events():
+			if !open {
+				return true
+			}
+			var typ watch.EventType
+			var obj []byte
+			// As kube-apiserver's watch cache: a change that brings an
+			// object into the selection is ADDED, one that takes it out
+			// DELETED.
+			now, before := q.matches(ev.Object), q.matches(ev.Prev)
+			switch {
+			case ev.Type == watch.Bookmark:
+				if !q.bookmarks {
+					continue
+				}
+				typ, obj = watch.Bookmark, bookmark(ev.ResourceVersion, false)
+			case ev.Type == watch.Deleted:
+				if !before {
+					continue
+				}
+				typ, obj = watch.Deleted, ev.Object.JSON
+			case now && before:
+				typ, obj = watch.Modified, ev.Object.JSON
+			case now:
+				typ, obj = watch.Added, ev.Object.JSON
+			case before:
+				typ, obj = watch.Deleted, ev.Prev.JSON
+			default:
+				continue
+			}
+			if !send(typ, obj) {
+				return true
+			}
+			if flusher != nil && len(watcher.Events()) == 0 {
+				flusher.Flush()
+			}
+		}
+	}
+}
+
+func writeStatus(w http.ResponseWriter, st metav1.Status) {
+	st.Kind, st.APIVersion = "Status", "v1"
+	b, _ := json.Marshal(st)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(int(st.Code))
+	_, _ = w.Write(b)
+}

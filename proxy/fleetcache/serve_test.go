@@ -1,0 +1,211 @@
+package fleetcache
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apiserver/pkg/authentication/user"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+)
+
+func readRequest(ctx context.Context, path, query, accept string) *http.Request {
+	req := httptest.NewRequest(http.MethodGet, "https://gateway"+path+"?"+query, nil).WithContext(
+		genericapirequest.WithUser(ctx, &user.DefaultInfo{Name: "alice"}))
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	return req
+}
+
+// What the cache answers, and what it leaves to the member.
+func TestParseRead(t *testing.T) {
+	for _, tc := range []struct {
+		path, query, accept string
+		want                bool
+	}{
+		{"/api/v1/configmaps", "resourceVersion=0", "application/json", true},
+		{"/api/v1/namespaces/ns/configmaps", "limit=10&labelSelector=app%3Da&fieldSelector=metadata.name%3Da", "", true},
+		{"/api/v1/configmaps", "watch=true&resourceVersion=5&allowWatchBookmarks=true&timeoutSeconds=30", "", true},
+		{"/apis/apps/v1/deployments", "sendInitialEvents=true&resourceVersionMatch=NotOlderThan&watch=1", "", true},
+		// Tables: their cells are the member's printers'.
+		{"/api/v1/configmaps", "", "application/json;as=Table;v=v1;g=meta.k8s.io, application/json", false},
+		// Selectors the cache does not apply.
+		{"/api/v1/pods", "fieldSelector=spec.nodeName%3Dn1", "", false},
+		{"/api/v1/configmaps", "labelSelector=a+in+(", "", false},
+		// A past state.
+		{"/api/v1/configmaps", "resourceVersion=5&resourceVersionMatch=Exact", "", false},
+		// A member's own continue token, other parameters, objects, subresources.
+		{"/api/v1/configmaps", "continue=bWVtYmVy", "", false},
+		{"/api/v1/configmaps", "shardSelector=x", "", false},
+		{"/api/v1/namespaces/ns/configmaps/a", "", "", false},
+		{"/api/v1/namespaces/ns/pods/a/log", "", "", false},
+		{"/version", "", "", false},
+	} {
+		_, ok := parseRead(readRequest(context.Background(), tc.path, tc.query, tc.accept), tc.path)
+		if ok != tc.want {
+			t.Errorf("%s?%s (Accept %q): cache answers %v, want %v", tc.path, tc.query, tc.accept, ok, tc.want)
+		}
+	}
+}
+
+func labelled(ns, name, rv, app string) *unstructured.Unstructured {
+	u := configMap(ns, name, rv, "x")
+	u.SetLabels(map[string]string{"app": app})
+	return u
+}
+
+func filledCache(t *testing.T, objects ...any) *resourceCache {
+	t.Helper()
+	s := NewStore(NewMemory(0), nil)
+	s.SetListKind("ConfigMapList")
+	if err := s.Replace(objects, "100"); err != nil {
+		t.Fatal(err)
+	}
+	return &resourceCache{store: s}
+}
+
+func listFrom(t *testing.T, rc *resourceCache, path, query string) corev1.ConfigMapList {
+	t.Helper()
+	req := readRequest(context.Background(), path, query, "")
+	q, ok := parseRead(req, path)
+	if !ok {
+		t.Fatalf("%s?%s not for the cache", path, query)
+	}
+	rec := httptest.NewRecorder()
+	(&Reads{}).list(rec, rc, q)
+	var l corev1.ConfigMapList
+	if err := json.Unmarshal(rec.Body.Bytes(), &l); err != nil || rec.Code != http.StatusOK || l.Kind != "ConfigMapList" || l.APIVersion != "v1" {
+		t.Fatalf("list %s?%s: %d %v %s", path, query, rec.Code, err, rec.Body)
+	}
+	return l
+}
+
+func names(l corev1.ConfigMapList) string {
+	var n []string
+	for _, cm := range l.Items {
+		n = append(n, cm.Namespace+"/"+cm.Name)
+	}
+	return strings.Join(n, ",")
+}
+
+// Lists from the cache: in key order, filtered by namespace and selectors,
+// paged with tokens that go on where the last page ended.
+func TestListFromCache(t *testing.T) {
+	rc := filledCache(t, labelled("b", "x", "1", "web"), labelled("a", "y", "2", "db"), labelled("a", "x", "3", "web"), labelled("c", "z", "4", "web"))
+	for _, tc := range []struct{ path, query, want string }{
+		{"/api/v1/configmaps", "resourceVersion=0", "a/x,a/y,b/x,c/z"},
+		{"/api/v1/namespaces/a/configmaps", "", "a/x,a/y"},
+		{"/api/v1/configmaps", "labelSelector=app%3Dweb", "a/x,b/x,c/z"},
+		{"/api/v1/configmaps", "fieldSelector=metadata.name%3Dx", "a/x,b/x"},
+		{"/api/v1/configmaps", "fieldSelector=metadata.namespace!%3Da", "b/x,c/z"},
+	} {
+		l := listFrom(t, rc, tc.path, tc.query)
+		if got := names(l); got != tc.want || l.ResourceVersion != "100" {
+			t.Errorf("%s?%s: %s at %q, want %s at 100", tc.path, tc.query, got, l.ResourceVersion, tc.want)
+		}
+	}
+	var pages []string
+	query := "limit=3"
+	for i := 0; ; i++ {
+		l := listFrom(t, rc, "/api/v1/configmaps", query)
+		pages = append(pages, names(l))
+		if l.Continue == "" {
+			break
+		}
+		if l.RemainingItemCount == nil || *l.RemainingItemCount != 1 || i > 0 {
+			t.Fatalf("page %d: remaining %v, continue %q", i, l.RemainingItemCount, l.Continue)
+		}
+		query = "limit=3&continue=" + url.QueryEscape(l.Continue)
+	}
+	if got := strings.Join(pages, " | "); got != "a/x,a/y,b/x | c/z" {
+		t.Errorf("pages %s, want a/x,a/y,b/x | c/z", got)
+	}
+}
+
+// lines reads a watch's events as the handler writes them.
+type lines struct {
+	header http.Header
+	w      *io.PipeWriter
+}
+
+func (l *lines) Header() http.Header         { return l.header }
+func (l *lines) WriteHeader(int)             {}
+func (l *lines) Write(b []byte) (int, error) { return l.w.Write(b) }
+
+type watchEvent struct {
+	Type   string           `json:"type"`
+	Object corev1.ConfigMap `json:"object"`
+}
+
+// Watches from the cache: the current objects first (from "0"), then the
+// changes as the selection sees them: an object that leaves it is DELETED,
+// one that comes into it ADDED; bookmarks only when asked for.
+func TestWatchFromCache(t *testing.T) {
+	rc := filledCache(t, labelled("a", "x", "1", "web"), labelled("a", "y", "2", "db"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	path := "/api/v1/configmaps"
+	req := readRequest(ctx, path, "watch=true&resourceVersion=0&labelSelector=app%3Dweb&allowWatchBookmarks=true", "")
+	q, ok := parseRead(req, path)
+	if !ok {
+		t.Fatal("watch not for the cache")
+	}
+	pr, pw := io.Pipe()
+	done := make(chan bool)
+	go func() {
+		done <- (&Reads{}).watch(&lines{header: http.Header{}, w: pw}, req, rc, q)
+		pw.Close()
+	}()
+	events := bufio.NewScanner(pr)
+	expect := func(typ, name, rv string) {
+		t.Helper()
+		if !events.Scan() {
+			t.Fatalf("no event, want %s %s", typ, name)
+		}
+		var ev watchEvent
+		if err := json.Unmarshal(events.Bytes(), &ev); err != nil {
+			t.Fatalf("event %s: %v", events.Bytes(), err)
+		}
+		if ev.Type != typ || ev.Object.Name != name || ev.Object.ResourceVersion != rv {
+			t.Fatalf("event %s %s at %s, want %s %s at %s", ev.Type, ev.Object.Name, ev.Object.ResourceVersion, typ, name, rv)
+		}
+	}
+	expect("ADDED", "x", "1")
+	s := rc.store
+	steps := []func() error{
+		func() error { return s.Update(labelled("a", "y", "3", "web")) }, // into the selection
+		func() error { return s.Update(labelled("a", "x", "4", "db")) },  // out of it
+		func() error { return s.Update(labelled("a", "y", "5", "web")) }, // within it
+		func() error { s.UpdateResourceVersion("6"); return nil },
+		func() error { return s.Delete(labelled("a", "y", "7", "web")) },
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect("ADDED", "y", "3")
+	expect("DELETED", "x", "1") // the object as the watch last saw it
+	expect("MODIFIED", "y", "5")
+	expect("BOOKMARK", "", "6")
+	expect("DELETED", "y", "5")
+	cancel()
+	select {
+	case ok := <-done:
+		if !ok {
+			t.Error("watch reported it could not start")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch did not end with its request")
+	}
+}

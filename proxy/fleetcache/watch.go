@@ -1,0 +1,135 @@
+package fleetcache
+
+import (
+	"strconv"
+
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// Event is one change of a Store, as a watch of the member reported it (or as
+// a relist found it).
+type Event struct {
+	Type watch.EventType
+	// Object is the object after the change; for Deleted, the last state the
+	// store held. Prev is the state before a Modified or Deleted change, for
+	// watches with selectors. Neither is set for a Bookmark.
+	Object, Prev    *Object
+	ResourceVersion string
+}
+
+// historySize is how many events a Store keeps for watches that start from a
+// resourceVersion behind its own (a client's watch after its list, a merged
+// watch reopened): as kube-apiserver's watch cache, an older start is
+// answered by the member itself.
+const historySize = 256
+
+// watcherBuffer is how many events a Watcher holds for a client that reads
+// slower than the member changes; past it, the Watcher ends (the client
+// watches again from its last resourceVersion), as kube-apiserver ends a slow
+// watcher rather than holding events for it without bound.
+const watcherBuffer = 256
+
+// Watcher receives a Store's events until the store ends it (a slow reader,
+// the cache dropped) or Stop.
+type Watcher struct {
+	s      *Store
+	events chan Event
+}
+
+// Events are the store's changes, in order; closed when the watcher ends.
+func (w *Watcher) Events() <-chan Event { return w.events }
+
+// Stop ends the watcher.
+func (w *Watcher) Stop() {
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	w.s.endLocked(w)
+}
+
+func (s *Store) endLocked(w *Watcher) {
+	if _, ok := s.watchers[w]; ok {
+		delete(s.watchers, w)
+		close(w.events)
+	}
+}
+
+// publishLocked records ev in the history and hands it to every watcher.
+func (s *Store) publishLocked(ev Event) {
+	if ev.Type != watch.Bookmark {
+		if len(s.history) == historySize {
+			s.historyFrom = s.history[0].ResourceVersion
+			s.history = append(s.history[:0], s.history[1:]...)
+		}
+		s.history = append(s.history, ev)
+	}
+	for w := range s.watchers {
+		select {
+		case w.events <- ev:
+		default:
+			s.endLocked(w) // a slow reader: it watches again
+		}
+	}
+}
+
+// endAllLocked ends every watcher and forgets the history: the store's
+// objects were dropped.
+func (s *Store) endAllLocked() {
+	for w := range s.watchers {
+		s.endLocked(w)
+	}
+	s.history, s.historyFrom = nil, ""
+}
+
+// Watch follows the store. With from "" it returns every object the store
+// holds and a Watcher of the changes after them, atomically. Otherwise it
+// returns a Watcher that first replays the changes after resourceVersion
+// from; ok is false when from is not one the store can start from (older
+// than its history, newer than the store, or not a number), and the caller
+// asks the member instead.
+func (s *Store) Watch(from string) (objects []*Object, w *Watcher, resourceVersion string, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.full {
+		return nil, nil, "", false
+	}
+	var replay []Event
+	if from != "" {
+		n, err := strconv.ParseUint(from, 10, 64)
+		if err != nil || !Reached(s.rv, from) || !Reached(from, s.historyFrom) {
+			return nil, nil, "", false
+		}
+		for _, ev := range s.history {
+			if v, _ := strconv.ParseUint(ev.ResourceVersion, 10, 64); v > n {
+				replay = append(replay, ev)
+			}
+		}
+	} else {
+		objects = make([]*Object, 0, len(s.objects))
+		for _, o := range s.objects {
+			objects = append(objects, o)
+		}
+	}
+	if len(replay) > watcherBuffer {
+		return nil, nil, "", false
+	}
+	w = &Watcher{s: s, events: make(chan Event, watcherBuffer)}
+	for _, ev := range replay {
+		w.events <- ev
+	}
+	if s.watchers == nil {
+		s.watchers = map[*Watcher]struct{}{}
+	}
+	s.watchers[w] = struct{}{}
+	return objects, w, s.rv, true
+}
+
+// Reached tells whether resourceVersion rv is at or past want, both
+// kube-apiserver's (decimal numbers); false when either is not.
+func Reached(rv, want string) bool {
+	a, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		return false
+	}
+	b, err := strconv.ParseUint(want, 10, 64)
+	return err == nil && a >= b
+}
