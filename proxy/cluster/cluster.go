@@ -179,9 +179,8 @@ type Options struct {
 	// ProbeCount, when set, counts the cluster's health probes by the
 	// connection they went over.
 	ProbeCount *transport.ProbeCount
-	// AccessReviewed, when set, is told of each SubjectAccessReview sent to
-	// the member (see Cluster.Authorizer).
-	AccessReviewed func(cluster string)
+	// Authorization tunes the cluster's Authorizer.
+	Authorization memberauthz.Options
 }
 
 // Compile builds the runtime form of uc with the credential in secret. prev, the
@@ -328,7 +327,7 @@ func compile(uc *gatewayv1alpha1.UpstreamCluster, secret, tunnelSecret *corev1.S
 			}
 		})
 	if c.Authorizer == nil {
-		c.Authorizer = memberauthz.New(c.Name, c.Create, opts.AccessReviewed)
+		c.Authorizer = memberauthz.New(c.Name, c.Create, opts.Authorization)
 	}
 	return c, nil
 }

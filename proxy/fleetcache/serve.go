@@ -222,7 +222,7 @@ func (r *Reads) ServeMember(w http.ResponseWriter, req *http.Request, name, path
 		warning.AddWarning(req.Context(), "", staleWarning(st))
 	}
 	if q.watch {
-		if !r.watch(w, req, rc, q) {
+		if !r.watch(w, req, rc, q, watchLifetime(c.Authorizer.AllowTTL())) {
 			served(ServedLiveBehind)
 			return false
 		}
@@ -335,14 +335,15 @@ func (r *Reads) list(w http.ResponseWriter, rc *resourceCache, q *readQuery) {
 
 // watchLifetime bounds a watch served from the cache, as kube-apiserver
 // bounds its own (--min-request-timeout, randomized): the fan-out opens it
-// again, and the member's authorization is asked again.
-func watchLifetime() time.Duration {
-	return memberauthz.AllowTTL + rand.N(memberauthz.AllowTTL)
+// again, and the member's authorization is asked again once the answer that
+// allowed it expired.
+func watchLifetime(allowed time.Duration) time.Duration {
+	return allowed + rand.N(allowed)
 }
 
 // watch serves the member's watch from the cache; false, having written
 // nothing, when the cache cannot start from where it is asked.
-func (r *Reads) watch(w http.ResponseWriter, req *http.Request, rc *resourceCache, q *readQuery) bool {
+func (r *Reads) watch(w http.ResponseWriter, req *http.Request, rc *resourceCache, q *readQuery, lifetime time.Duration) bool {
 	from := q.rv
 	if from == "0" || q.initialEvents {
 		from = ""
@@ -390,7 +391,7 @@ func (r *Reads) watch(w http.ResponseWriter, req *http.Request, rc *resourceCach
 	if flusher != nil {
 		flusher.Flush()
 	}
-	end := time.NewTimer(watchLifetime())
+	end := time.NewTimer(lifetime)
 	defer end.Stop()
 	for {
 		select {

@@ -163,7 +163,7 @@ func TestWatchFromCache(t *testing.T) {
 	pr, pw := io.Pipe()
 	done := make(chan bool)
 	go func() {
-		done <- (&Reads{}).watch(&lines{header: http.Header{}, w: pw}, req, rc, q)
+		done <- (&Reads{}).watch(&lines{header: http.Header{}, w: pw}, req, rc, q, time.Hour)
 		pw.Close()
 	}()
 	events := bufio.NewScanner(pr)

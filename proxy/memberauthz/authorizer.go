@@ -22,14 +22,23 @@ import (
 	"k8s.io/client-go/transport"
 )
 
-// Lifetimes of a member's SubjectAccessReview answers, as kube-apiserver's
-// webhook authorizer keeps them by default.
+// Default lifetimes of a member's SubjectAccessReview answers, as
+// kube-apiserver's webhook authorizer keeps them by default.
 const (
-	AllowTTL = 5 * time.Minute
-	DenyTTL  = 30 * time.Second
+	DefaultAllowTTL = 5 * time.Minute
+	DefaultDenyTTL  = 30 * time.Second
 	// cacheSize bounds the answers kept per member.
 	cacheSize = 4096
 )
+
+// Options tune an Authorizer; the zero value is the defaults.
+type Options struct {
+	// AllowTTL keeps an allowed answer (0: DefaultAllowTTL); a denied one is
+	// kept DefaultDenyTTL, or AllowTTL when shorter.
+	AllowTTL time.Duration
+	// Reviewed, when set, is told of every review sent (not of answers kept).
+	Reviewed func(cluster string)
+}
 
 // CreateFunc POSTs in to path on the member with the gateway's own credential
 // and decodes the created object into out (cluster.Cluster.Create).
@@ -40,15 +49,25 @@ type CreateFunc func(ctx context.Context, path string, in, out any) error
 type Authorizer struct {
 	cluster  string
 	create   CreateFunc
-	answers  *cache.LRUExpireCache
-	reviewed func(cluster string)
+	answers           *cache.LRUExpireCache
+	allowTTL, denyTTL time.Duration
+	reviewed          func(cluster string)
 }
 
-// New returns the Authorizer of member cluster, asking it through create;
-// reviewed, when set, is told of every review sent (not of answers kept).
-func New(cluster string, create CreateFunc, reviewed func(cluster string)) *Authorizer {
-	return &Authorizer{cluster: cluster, create: create, reviewed: reviewed, answers: cache.NewLRUExpireCache(cacheSize)}
+// New returns the Authorizer of member cluster, asking it through create.
+func New(cluster string, create CreateFunc, o Options) *Authorizer {
+	a := &Authorizer{cluster: cluster, create: create, reviewed: o.Reviewed, answers: cache.NewLRUExpireCache(cacheSize),
+		allowTTL: o.AllowTTL, denyTTL: DefaultDenyTTL}
+	if a.allowTTL <= 0 {
+		a.allowTTL = DefaultAllowTTL
+	}
+	a.denyTTL = min(a.denyTTL, a.allowTTL)
+	return a
 }
+
+// AllowTTL is how long an allowed answer is kept: a user whose access the
+// member takes away may go on for that long.
+func (m *Authorizer) AllowTTL() time.Duration { return m.allowTTL }
 
 type answer struct {
 	decision authorizer.Decision
@@ -73,10 +92,10 @@ func (m *Authorizer) Authorize(ctx context.Context, a authorizer.Attributes) (au
 		return authorizer.DecisionNoOpinion, err.Error(), err
 	}
 	ans := answer{decision: authorizer.DecisionNoOpinion, reason: st.Reason}
-	ttl := DenyTTL
+	ttl := m.denyTTL
 	switch {
 	case st.Allowed:
-		ans.decision, ttl = authorizer.DecisionAllow, AllowTTL
+		ans.decision, ttl = authorizer.DecisionAllow, m.allowTTL
 	case st.Denied:
 		ans.decision = authorizer.DecisionDeny
 	}

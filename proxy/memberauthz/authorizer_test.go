@@ -41,7 +41,7 @@ func attrs(u user.Info, ns string) authorizer.AttributesRecord {
 // Answers are asked once and kept: a user's second question costs no review.
 func TestAnswersAreKept(t *testing.T) {
 	m := &member{}
-	a := New("member-a", m.create, nil)
+	a := New("member-a", m.create, Options{})
 	alice := Impersonated(transport.ImpersonationConfig{UserName: "alice"})
 	for range 3 {
 		if d, _, err := a.Authorize(context.Background(), attrs(alice, "alice")); d != authorizer.DecisionAllow || err != nil {
@@ -59,7 +59,7 @@ func TestAnswersAreKept(t *testing.T) {
 // A member that cannot answer decides nothing, says why, and is asked again.
 func TestMemberDown(t *testing.T) {
 	m := &member{down: true}
-	a := New("member-a", m.create, nil)
+	a := New("member-a", m.create, Options{})
 	alice := Impersonated(transport.ImpersonationConfig{UserName: "alice"})
 	for range 2 {
 		d, reason, err := a.Authorize(context.Background(), attrs(alice, "alice"))

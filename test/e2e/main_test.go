@@ -31,6 +31,11 @@ const longRunningCap = 30
 // test's fan-out list.
 const fanOutListMemory = 2 << 20
 
+// memberAccessReviewTTL is the gateway's --member-access-review-ttl: how long
+// a member's allowed answer is kept, short for TestFleetCacheReads to see a
+// RoleBinding's removal take effect.
+const memberAccessReviewTTL = 15 * time.Second
+
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
@@ -51,7 +56,9 @@ func run(m *testing.M) int {
 		// so that TestLongRunningRequestsOutliveTheGatewayTimeout can prove in
 		// seconds that proxied streams are not subject to it.
 		GatewayArgs: []string{"--request-timeout=" + gatewayRequestTimeout.String(), "--" + longrunning.Flag + "=" + strconv.Itoa(longRunningCap),
-			"--fan-out-list-memory=" + strconv.Itoa(fanOutListMemory)},
+			"--fan-out-list-memory=" + strconv.Itoa(fanOutListMemory),
+			// TestFleetCacheReads sees a RoleBinding's removal take effect.
+			"--member-access-review-ttl=" + memberAccessReviewTTL.String()},
 		// The tests' extra gateways share the suite gateway's replica group:
 		// none may divide its flow-control limits. TestLimitsSplitAcrossReplicas
 		// grants the rest for itself.

@@ -35,6 +35,7 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/forward"
 	"github.com/kubewharf/kube-gateway/proxy/frontproxy"
 	"github.com/kubewharf/kube-gateway/proxy/longrunning"
+	"github.com/kubewharf/kube-gateway/proxy/memberauthz"
 	"github.com/kubewharf/kube-gateway/registry/upstreamcluster"
 	gatewayopenapi "github.com/kubewharf/kube-gateway/registry/upstreamcluster/openapi"
 )
@@ -102,6 +103,9 @@ type Options struct {
 	// FleetCacheMemory bounds what the caches of CachedResources hold
 	// together; 0: no bound.
 	FleetCacheMemory resource.QuantityValue
+	// MemberAccessReviewTTL keeps members' allowed SubjectAccessReview
+	// answers.
+	MemberAccessReviewTTL time.Duration
 	// MemberDoorPort serves the member door there (on the secure serving
 	// bind address); 0: no member door.
 	MemberDoorPort int
@@ -139,6 +143,7 @@ func NewOptions() *Options {
 		FanOutMemberTimeout:         fanout.DefaultMemberTimeout,
 		FanOutListMemory:            resource.QuantityValue{Quantity: resource.MustParse(fanout.DefaultListMemory)},
 		FleetCacheMemory:            resource.QuantityValue{Quantity: resource.MustParse(fleetcache.DefaultMemory)},
+		MemberAccessReviewTTL:       memberauthz.DefaultAllowTTL,
 		scheme:                      scheme,
 		codecs:                      codecs,
 	}
@@ -205,6 +210,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"Most memory (a quantity: 256Mi, 1Gi) that the member answers of the fan-out lists in flight take together. A fan-out list holds every member's answer until it writes the merged list; one that would take more fails with 413 when it alone is larger (page it with limit: kubectl get --chunk-size, client-go's pager), with 429 when other fan-out lists hold the memory. Keep it well below the gateway's memory limit: the buffers holding the answers take up to twice this. 0 means no bound.")
 	gw.Var(&o.FleetCacheMemory, "fleet-cache-memory",
 		"Most memory (a quantity: 512Mi, 1Gi) that the caches of CachedResources take together: the objects of every cached resource of every selected member, kept as their JSON plus a little per object. A cache that would pass it drops its objects and stops, with reason MemoryLimit in its UpstreamCluster's status.caches, until its CachedResource or UpstreamCluster changes. Keep it well below the gateway's memory limit: decoding a list or an event takes a few times the object's size for a moment. 0 means no bound.")
+	gw.DurationVar(&o.MemberAccessReviewTTL, "member-access-review-ttl", o.MemberAccessReviewTTL,
+		"How long the gateway keeps a member's answer that a user may do something there (a SubjectAccessReview: reads served from the fleet cache, a client's impersonation at the member door); denied answers are kept 30s, or this when shorter. A user whose access the member takes away keeps it through the gateway for up to this long, and a watch served from the cache lasts between this and twice this before it is opened (and authorized) again. Shorter costs members more reviews.")
 	gw.IntVar(&o.MemberDoorPort, MemberDoorPortFlag, o.MemberDoorPort,
 		"Serve the member door on this port of --bind-address: a member's own clients (kubelets, controllers, kubectl with the member's credentials) reach that member through the gateway by one of its UpstreamCluster's spec.secureServing.serverNames, with a client certificate of the member's CA. The member authorizes them, as their own identity, which the gateway impersonates. 0: no member door.")
 	o.Recommended.Etcd.AddFlags(fss.FlagSet("etcd"))
@@ -285,6 +292,9 @@ func (o *Options) validateFanOut() []error {
 	if o.FanOutListMemory.Sign() < 0 {
 		errs = append(errs, fmt.Errorf("--fan-out-list-memory %s: must be 0 (no bound) or more", o.FanOutListMemory.String()))
 	}
+	if o.MemberAccessReviewTTL <= 0 {
+		errs = append(errs, fmt.Errorf("--member-access-review-ttl %s: must be more than 0", o.MemberAccessReviewTTL))
+	}
 	if o.FleetCacheMemory.Sign() < 0 {
 		errs = append(errs, fmt.Errorf("--fleet-cache-memory %s: must be 0 (no bound) or more", o.FleetCacheMemory.String()))
 	}
@@ -349,6 +359,7 @@ func (o *Options) Config() (*Config, error) {
 			FanOutMemberTimeout:         o.FanOutMemberTimeout,
 			FanOutListMemory:            fanout.NewListMemory(o.FanOutListMemory.Value()),
 			FleetCacheMemory:            fleetcache.NewMemory(o.FleetCacheMemory.Value()),
+			MemberAccessReviewTTL:       o.MemberAccessReviewTTL,
 			MemberDoorAddress:           o.memberDoorAddress(),
 		},
 	}, nil

@@ -36,6 +36,7 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/frontproxy"
 	"github.com/kubewharf/kube-gateway/proxy/handler"
 	"github.com/kubewharf/kube-gateway/proxy/longrunning"
+	"github.com/kubewharf/kube-gateway/proxy/memberauthz"
 	"github.com/kubewharf/kube-gateway/proxy/metrics"
 	"github.com/kubewharf/kube-gateway/proxy/transport"
 	"github.com/kubewharf/kube-gateway/registry/cachedresource"
@@ -77,6 +78,9 @@ type ExtraConfig struct {
 	// SplitLimitsAcrossReplicas and ShareHealthChecks: see Options.
 	SplitLimitsAcrossReplicas bool
 	ShareHealthChecks         bool
+	// MemberAccessReviewTTL keeps members' allowed SubjectAccessReview
+	// answers (memberauthz.Options.AllowTTL).
+	MemberAccessReviewTTL time.Duration
 	// FanOutParallel and FanOutMemberTimeout: see Options; 0 takes
 	// package fanout's defaults.
 	FanOutParallel      int
@@ -174,7 +178,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	controller.DoorOptions.Metrics = proxyMetrics
-	controller.ClusterOptions.AccessReviewed = proxyMetrics.AccessReviewed
+	controller.ClusterOptions.Authorization = memberauthz.Options{AllowTTL: c.extra.MemberAccessReviewTTL, Reviewed: proxyMetrics.AccessReviewed}
 	probes := &transport.ProbeCount{}
 	controller.ClusterOptions.ProbeCount = probes
 	if err := legacyregistry.Registerer().Register(metrics.NewServerHealthCollector(controller.EachServer)); err != nil {
