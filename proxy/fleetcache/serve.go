@@ -179,7 +179,7 @@ func (r *Reads) ServeMember(w http.ResponseWriter, req *http.Request, name, path
 		return false
 	}
 	st := rc.current()
-	if st.lastSyncTime.IsZero() || rc.store.ListKind() == "" {
+	if _, listKind := rc.store.Kinds(); st.lastSyncTime.IsZero() || listKind == "" {
 		served(ServedLiveNotCached)
 		return false
 	}
@@ -318,7 +318,8 @@ func (r *Reads) list(w http.ResponseWriter, rc *resourceCache, q *readQuery) {
 		meta["remainingItemCount"] = rest
 	}
 	var b bytes.Buffer
-	head, _ := json.Marshal(map[string]any{"kind": rc.store.ListKind(), "apiVersion": q.gvr.GroupVersion().String(), "metadata": meta})
+	_, listKind := rc.store.Kinds()
+	head, _ := json.Marshal(map[string]any{"kind": listKind, "apiVersion": q.gvr.GroupVersion().String(), "metadata": meta})
 	b.Write(head[:len(head)-1])
 	b.WriteString(`,"items":[`)
 	for i, it := range items {
@@ -353,7 +354,7 @@ func (r *Reads) watch(w http.ResponseWriter, req *http.Request, rc *resourceCach
 		return false
 	}
 	defer watcher.Stop()
-	itemKind := strings.TrimSuffix(rc.store.ListKind(), "List")
+	itemKind, _ := rc.store.Kinds()
 	apiVersion := q.gvr.GroupVersion().String()
 	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "application/json")

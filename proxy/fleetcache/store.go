@@ -19,6 +19,7 @@ type Object struct {
 	Namespace, Name, ResourceVersion string
 	Labels                           map[string]string
 	JSON                             []byte
+	kind                             string // not counted: a constant string
 }
 
 // objectOverhead and labelOverhead approximate what an Object costs beside
@@ -89,8 +90,9 @@ type Store struct {
 	bytes   int64
 	rv      string
 	full    bool // the bound was hit: the store holds nothing more
-	// listKind is the kind of the member's lists (e.g. ConfigMapList).
-	listKind string
+	// listKind is the kind of the member's lists (e.g. ConfigMapList),
+	// kind that of its objects (ConfigMap).
+	listKind, kind string
 	// history holds the last changes, complete after historyFrom (the
 	// resourceVersion of the first list, or of the last change let go);
 	// watchers are told every change.
@@ -121,7 +123,7 @@ func toObject(obj any) (*Object, error) {
 	// end of an event in a watch stream.
 	raw = bytes.TrimRight(raw, "\n")
 	return &Object{Namespace: u.GetNamespace(), Name: u.GetName(), ResourceVersion: u.GetResourceVersion(),
-		Labels: u.GetLabels(), JSON: raw}, nil
+		Labels: u.GetLabels(), JSON: raw, kind: u.GetKind()}, nil
 }
 
 func key(namespace, name string) string {
@@ -159,6 +161,7 @@ func (s *Store) put(obj any, kind watch.EventType) error {
 	s.objects[k] = o
 	s.bytes += delta
 	s.rv = o.ResourceVersion
+	s.kind = o.kind
 	s.publishLocked(Event{Type: kind, Object: o, Prev: old, ResourceVersion: o.ResourceVersion})
 	return nil
 }
@@ -214,6 +217,10 @@ func (s *Store) Replace(list []any, resourceVersion string) error {
 	}
 	old := s.objects
 	s.objects, s.bytes, s.rv = objects, bytes, resourceVersion
+	for _, o := range objects {
+		s.kind = o.kind
+		break
+	}
 	if s.historyFrom == "" {
 		s.historyFrom = resourceVersion // the first list: nothing to tell
 		return nil
@@ -308,16 +315,25 @@ func (s *Store) List(fn func(*Object)) (resourceVersion string) {
 }
 
 // SetListKind records the kind of the member's lists, which the objects do
-// not say (ConfigMapList for ConfigMaps).
+// not say (ConfigMapList for ConfigMaps), when the reflector lists (not
+// when it watches with initial events).
 func (s *Store) SetListKind(kind string) {
 	s.mu.Lock()
 	s.listKind = kind
 	s.mu.Unlock()
 }
 
-// ListKind is the kind of the member's lists; "" until its first list.
-func (s *Store) ListKind() string {
+// Kinds are the kind of the member's objects and of its lists; "" while the
+// store has seen no object. The list kind is the one the member's list said,
+// else the objects' with "List", as Kubernetes names lists.
+func (s *Store) Kinds() (kind, listKind string) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.listKind
+	if s.kind == "" {
+		return "", ""
+	}
+	if s.listKind != "" {
+		return s.kind, s.listKind
+	}
+	return s.kind, s.kind + "List"
 }

@@ -42,45 +42,13 @@ func TestFleetCacheFillsAndReports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The sync identity: a service account of member-b that may only list
-	// and watch configmaps.
 	const sa, ns = "fleet-cache-e2e", "default"
-	if _, err := member.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = member.CoreV1().ServiceAccounts(ns).Delete(context.Background(), sa, metav1.DeleteOptions{})
-	})
-	if _, err := member.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: sa},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list", "watch"}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = member.RbacV1().ClusterRoles().Delete(context.Background(), sa, metav1.DeleteOptions{}) })
-	if _, err := member.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: sa},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: sa},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = member.RbacV1().ClusterRoleBindings().Delete(context.Background(), sa, metav1.DeleteOptions{})
-	})
-	tok, err := member.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	secrets := hubAdmin(t).CoreV1().Secrets(harness.GatewayNamespace)
-	cacheSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "fleet-cache-e2e"},
-		Data: map[string][]byte{"token": []byte(tok.Status.Token), "ca.crt": env.Members[harness.MemberB].CAData}}
-	if _, err := secrets.Create(ctx, cacheSecret, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = secrets.Delete(context.Background(), cacheSecret.Name, metav1.DeleteOptions{}) })
+	cacheSecret := grantCacheIdentity(ctx, t, env.Members[harness.MemberB], sa)
 
 	const label = "fleet-cache-e2e"
 	cached := newCluster("fleet-cached", env.Members[harness.MemberB].Servers[0].URL)
 	cached.Labels = map[string]string{label: "yes"}
-	cached.Spec.ClientConfig.CacheSecretRef = &gatewayv1alpha1.SecretReference{Namespace: harness.GatewayNamespace, Name: cacheSecret.Name}
+	cached.Spec.ClientConfig.CacheSecretRef = &gatewayv1alpha1.SecretReference{Namespace: harness.GatewayNamespace, Name: cacheSecret}
 	createCluster(t, cached)
 	cr := newCachedResource("fleet-cache-e2e-configmaps", "", "v1", "configmaps")
 	cr.Spec.ClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{label: "yes"}}
@@ -195,6 +163,50 @@ func TestFleetCacheFillsAndReports(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// grantCacheIdentity creates on member m a ServiceAccount default/name that
+// may only list and watch configmaps, and on the hub a Secret of the same
+// name with its token and the member's CA (a cacheSecretRef's); both go when
+// the test ends. It returns the Secret's name.
+func grantCacheIdentity(ctx context.Context, t *testing.T, m *harness.Cluster, name string) string {
+	t.Helper()
+	member, err := kubernetes.NewForConfig(m.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "default"
+	if _, err := member.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = member.CoreV1().ServiceAccounts(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	if _, err := member.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list", "watch"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = member.RbacV1().ClusterRoles().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	if _, err := member.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = member.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	tok, err := member.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := hubAdmin(t).CoreV1().Secrets(harness.GatewayNamespace)
+	if _, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Data: map[string][]byte{"token": []byte(tok.Status.Token), "ca.crt": m.CAData}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = secrets.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	return name
 }
 
 func ptrTo[T any](v T) *T { return &v }
