@@ -47,8 +47,8 @@ type CreateFunc func(ctx context.Context, path string, in, out any) error
 // Authorizer decides by the member's SubjectAccessReviews. Safe for
 // concurrent use.
 type Authorizer struct {
-	cluster  string
-	create   CreateFunc
+	cluster           string
+	create            CreateFunc
 	answers           *cache.LRUExpireCache
 	allowTTL, denyTTL time.Duration
 	reviewed          func(cluster string)
