@@ -72,9 +72,9 @@ IDENTITY-cache, ClusterRole and ClusterRoleBinding IDENTITY:cache-reader, which
 let it get, list and watch exactly those resources in every namespace and do
 nothing else (no impersonation), a token of it like the gateway's, hub Secret
 NAME-cache with that token, and spec.clientConfig.cacheSecretRef naming it.
-The member must serve each resource; secrets are refused (never cached). Run
-again with another list, join changes the ClusterRole; without the flag, it
-removes a cache identity an earlier join created.
+The member must serve each resource; secrets are refused (never cached).
+Running join again with another list changes the ClusterRole; without the
+flag, join removes a cache identity an earlier join created.
 
 On the hub (with --kubeconfig, loaded like kubectl does), it creates Secret NAME
 in --secret-namespace with keys token and ca.crt (the CA of the member
@@ -98,7 +98,11 @@ prints what would be created or changed, and changes nothing.
 
   # Several apiservers behind one member, checked first without changing anything.
   kube-gateway join member-a --member-kubeconfig member-a.kubeconfig \
-    --server https://10.0.0.1:6443 --server https://10.0.0.2:6443 --dry-run`,
+    --server https://10.0.0.1:6443 --server https://10.0.0.2:6443 --dry-run
+
+  # With a read-only identity for the gateway's caches of configmaps and deployments.
+  kube-gateway join member-a --member-kubeconfig member-a.kubeconfig \
+    --cache-resources=configmaps,deployments.apps`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			verflag.PrintAndExitIfRequested()
