@@ -16,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -39,7 +40,8 @@ func testContext(t *testing.T, timeout time.Duration) context.Context {
 func TestMemberLint(t *testing.T) {
 	ctx := testContext(t, 5*time.Minute)
 	helm := DefaultHelm(t)
-	for _, set := range [][]string{nil, {"--set", "identity.type=user", "--set", "identity.user.name=gateway.example"}} {
+	for _, set := range [][]string{nil, {"--set", "identity.type=user", "--set", "identity.user.name=gateway.example"},
+		{"--set", "cache.enabled=true", "--set", "cache.resources={configmaps,deployments.apps}"}} {
 		args := append([]string{"lint", "--strict", Path(t, "kube-gateway-member"), "--namespace", "kube-gateway"}, set...)
 		if out, err := helm.Run(ctx, t, args...); err != nil {
 			t.Fatalf("member chart %v: %v\n%s", set, err, out)
@@ -89,6 +91,14 @@ func TestRejectsInvalidValues(t *testing.T) {
 		{"kube-gateway-member", []string{"--set", "identity.type=token"}, []string{schemaErr, "/identity/type"}},
 		{"kube-gateway-member", []string{"--set", "identity.user.nam=x"}, []string{schemaErr, "nam"}},
 		{"kube-gateway-member", []string{"--set", "name=Not_A_Name"}, []string{schemaErr, "/name"}},
+		{"kube-gateway-member", []string{"--set", "cache.enabled=true", "--set", "cache.resources={pods/log}"}, []string{schemaErr, "/cache/resources/0"}},
+		{"kube-gateway-member", []string{"--set", "cache.enabled=true", "--set", "cache.resources={*}"}, []string{schemaErr, "/cache/resources/0"}},
+		{"kube-gateway-member", []string{"--set", "cache.enabled=true", "--set", "cache.resources={ConfigMaps}"}, []string{schemaErr, "/cache/resources/0"}},
+		{"kube-gateway-member", []string{"--set", "cache.resourcs={configmaps}"}, []string{schemaErr, "resourcs"}},
+		// Past the schema, the member chart's templates:
+		{"kube-gateway-member", []string{"--set", "cache.enabled=true"}, []string{"cache.resources is required with cache.enabled"}},
+		{"kube-gateway-member", []string{"--set", "cache.enabled=true", "--set", "cache.resources={configmaps,secrets}"}, []string{"cache.resources: secrets are never cached"}},
+		{"kube-gateway-member", []string{"--set", "cache.enabled=true", "--set", "cache.resources={configmaps,configmaps}"}, []string{"cache.resources: configmaps given twice"}},
 	} {
 		args := append([]string{"template", Release, Path(t, c.chart), "--namespace", "kube-gateway"}, c.args...)
 		out, err := helm.Run(ctx, t, args...)
@@ -362,4 +372,49 @@ func gatewayArgs(ctx context.Context, t *testing.T, helm Helm, extra ...string) 
 	t.Helper()
 	m := helm.Render(ctx, t, "kube-gateway", "kube-gateway", extra...)
 	return Convert[appsv1.Deployment](t, m.One(t, "Deployment")).Spec.Template.Spec.Containers[0].Args
+}
+
+// cache.enabled renders the cache identity: a ServiceAccount <name>-cache and
+// its token Secret (or, for identity.type user, a user), bound to a
+// ClusterRole that may get, list and watch exactly cache.resources, one rule
+// per group, sorted (as kube-gateway join writes it; test/e2e compares both
+// on a member). Off, nothing of it.
+func TestMemberCacheIdentity(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	helm := DefaultHelm(t)
+	off := helm.Render(ctx, t, "kube-gateway-member", "kube-gateway", "--set", "cache.resources={configmaps}")
+	if r := off.Find("ClusterRole", "", "kube-gateway:cache-reader"); r != nil || off.Find("ServiceAccount", "kube-gateway", "kube-gateway-cache") != nil {
+		t.Fatal("cache.enabled false renders the cache identity")
+	}
+	on := helm.Render(ctx, t, "kube-gateway-member", "kube-gateway", "--set", "cache.enabled=true",
+		"--set", "cache.resources={statefulsets.apps,pods,widgets.example.com,configmaps,deployments.apps}")
+	on.Get(t, "ServiceAccount", "kube-gateway", "kube-gateway-cache")
+	token := Convert[corev1.Secret](t, on.Get(t, "Secret", "kube-gateway", "kube-gateway-cache-token"))
+	if token.Type != corev1.SecretTypeServiceAccountToken || token.Annotations[corev1.ServiceAccountNameKey] != "kube-gateway-cache" {
+		t.Errorf("cache token Secret: %s for %q", token.Type, token.Annotations[corev1.ServiceAccountNameKey])
+	}
+	role := Convert[rbacv1.ClusterRole](t, on.Get(t, "ClusterRole", "", "kube-gateway:cache-reader"))
+	read := []string{"get", "list", "watch"}
+	want := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps", "pods"}, Verbs: read},
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments", "statefulsets"}, Verbs: read},
+		{APIGroups: []string{"example.com"}, Resources: []string{"widgets"}, Verbs: read},
+	}
+	if !reflect.DeepEqual(role.Rules, want) {
+		t.Errorf("cache role rules %+v, want %+v", role.Rules, want)
+	}
+	binding := Convert[rbacv1.ClusterRoleBinding](t, on.Get(t, "ClusterRoleBinding", "", "kube-gateway:cache-reader"))
+	if s := binding.Subjects; binding.RoleRef.Name != role.Name || len(s) != 1 || s[0].Kind != "ServiceAccount" || s[0].Name != "kube-gateway-cache" || s[0].Namespace != "kube-gateway" {
+		t.Errorf("cache binding to %s for %+v", binding.RoleRef.Name, s)
+	}
+
+	user := helm.Render(ctx, t, "kube-gateway-member", "kube-gateway", "--set", "cache.enabled=true", "--set", "cache.resources={configmaps}",
+		"--set", "identity.type=user", "--set", "cache.user.name=cache.example")
+	if user.Find("ServiceAccount", "kube-gateway", "kube-gateway-cache") != nil || user.Find("Secret", "kube-gateway", "kube-gateway-cache-token") != nil {
+		t.Error("identity.type user renders a cache ServiceAccount or token")
+	}
+	binding = Convert[rbacv1.ClusterRoleBinding](t, user.Get(t, "ClusterRoleBinding", "", "kube-gateway:cache-reader"))
+	if s := binding.Subjects; len(s) != 1 || s[0].Kind != "User" || s[0].Name != "cache.example" {
+		t.Errorf("cache binding with identity.type user: %+v", s)
+	}
 }

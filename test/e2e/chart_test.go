@@ -1073,7 +1073,8 @@ func writeTestKubeconfig(t *testing.T, server string, caPEM []byte, token string
 }
 
 // The member chart, installed with helm on member-b, gives the gateway an
-// identity whose token may impersonate there and nothing else; registered on the
+// identity whose token may impersonate there and nothing else, and a cache
+// identity whose token may read configmaps and nothing else; registered on the
 // hub with the commands of docs/install.md, it carries hub users to member-b.
 func TestChartMemberIdentityImpersonates(t *testing.T) {
 	ctx := testContext(t, 5*time.Minute)
@@ -1083,7 +1084,8 @@ func TestChartMemberIdentityImpersonates(t *testing.T) {
 	member := env.Members[harness.MemberB]
 	memberKC := env.Kubeconfig(harness.MemberB + "-admin")
 	if _, err := helm().Run(ctx, t, "install", "kube-gateway-member", chart.Path(t, "kube-gateway-member"),
-		"--kubeconfig", memberKC, "--namespace", ns, "--create-namespace", "--set", "name="+name); err != nil {
+		"--kubeconfig", memberKC, "--namespace", ns, "--create-namespace", "--set", "name="+name,
+		"--set", "cache.enabled=true", "--set", "cache.resources={configmaps}"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -1105,20 +1107,24 @@ func TestChartMemberIdentityImpersonates(t *testing.T) {
 
 	// docs/install.md: read the token and CA from the member, once the member's
 	// token controller filled them in...
-	read := func(ctx context.Context, key string) ([]byte, error) {
-		out, _, err := env.Kubectl(ctx, memberKC, "-n", ns, "get", "secret", name+"-token", "-o", "jsonpath={.data."+strings.ReplaceAll(key, ".", `\.`)+"}")
+	readSecret := func(ctx context.Context, secret, key string) ([]byte, error) {
+		out, _, err := env.Kubectl(ctx, memberKC, "-n", ns, "get", "secret", secret, "-o", "jsonpath={.data."+strings.ReplaceAll(key, ".", `\.`)+"}")
 		if err != nil {
 			return nil, err
 		}
 		b, err := base64.StdEncoding.DecodeString(out)
 		if err != nil || len(b) == 0 {
-			return nil, errorf("%s of the token Secret: %q %v", key, out, err)
+			return nil, errorf("%s of Secret %s: %q %v", key, secret, out, err)
 		}
 		return b, nil
 	}
-	var token, caPEM []byte
+	read := func(ctx context.Context, key string) ([]byte, error) { return readSecret(ctx, name+"-token", key) }
+	var token, caPEM, cacheToken []byte
 	eventually(t, time.Minute, func(ctx context.Context) (err error) {
 		if token, err = read(ctx, "token"); err != nil {
+			return err
+		}
+		if cacheToken, err = readSecret(ctx, name+"-cache-token", "token"); err != nil {
 			return err
 		}
 		caPEM, err = read(ctx, "ca.crt")
@@ -1160,6 +1166,33 @@ func TestChartMemberIdentityImpersonates(t *testing.T) {
 			t.Fatalf("the chart's identity may %+v: %v, want %v", c.attrs, r.Status.Allowed, c.want)
 		}
 	}
+	// The cache identity reads configmaps, in every namespace, and nothing else.
+	cacheClient, err := kubernetes.NewForConfig(&rest.Config{Host: member.Servers[0].URL, BearerToken: string(cacheToken), TLSClientConfig: rest.TLSClientConfig{CAData: caPEM}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		attrs authorizationv1.ResourceAttributes
+		want  bool
+	}{
+		{authorizationv1.ResourceAttributes{Verb: "list", Resource: "configmaps"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "watch", Resource: "configmaps", Namespace: "kube-system"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "configmaps", Namespace: "default", Name: "x"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "create", Resource: "configmaps", Namespace: "default"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "list", Resource: "secrets"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "list", Resource: "pods"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "impersonate", Resource: "users", Name: "alice"}, false},
+	} {
+		r, err := cacheClient.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx,
+			&authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &c.attrs}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status.Allowed != c.want {
+			t.Fatalf("the chart's cache identity may %+v: %v, want %v", c.attrs, r.Status.Allowed, c.want)
+		}
+	}
+
 	out, _, err := env.Kubectl(ctx, gw, "auth", "whoami", "--as=alice", "--as-group=dev-team", "--as-uid=alice-uid",
 		"-o", "jsonpath={.status.userInfo.username} {.status.userInfo.uid} {.status.userInfo.groups}")
 	if err != nil {
@@ -1181,6 +1214,13 @@ func TestChartMemberIdentityImpersonates(t *testing.T) {
 	t.Cleanup(func() {
 		_ = hubAdmin(t).CoreV1().Secrets(harness.GatewayNamespace).Delete(context.Background(), cluster, metav1.DeleteOptions{})
 	})
+	if _, _, err := env.Kubectl(ctx, "hub-admin", "-n", harness.GatewayNamespace, "create", "secret", "generic", cluster+"-cache",
+		"--from-literal=token="+string(cacheToken), "--from-file=ca.crt="+caFile); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = hubAdmin(t).CoreV1().Secrets(harness.GatewayNamespace).Delete(context.Background(), cluster+"-cache", metav1.DeleteOptions{})
+	})
 	ucFile := filepath.Join(t.TempDir(), "uc.yaml")
 	uc := fmt.Sprintf(`apiVersion: gateway.kubewharf.io/v1alpha1
 kind: UpstreamCluster
@@ -1191,7 +1231,8 @@ spec:
   - endpoint: %s
   clientConfig:
     secretRef: {namespace: %s, name: %s}
-`, cluster, member.Servers[0].URL, harness.GatewayNamespace, cluster)
+    cacheSecretRef: {namespace: %s, name: %s-cache}
+`, cluster, member.Servers[0].URL, harness.GatewayNamespace, cluster, harness.GatewayNamespace, cluster)
 	if err := os.WriteFile(ucFile, []byte(uc), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -280,8 +280,9 @@ func hasRow(table, name string, cells ...string) bool {
 
 // With --long-lived-token, join waits for member-b's token controller
 // (kube-controller-manager) to fill the token Secret it creates and registers
-// that token; join without the flag then replaces it with a bound token and
-// deletes the Secret.
+// that token, and likewise the cache identity's (--cache-resources); join
+// without the flags then replaces it with a bound token and deletes the
+// Secrets and the cache identity.
 func TestJoinLongLivedToken(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
 	bin, ok := harness.GatewayBinary(env.BinDir)
@@ -297,9 +298,11 @@ func TestJoinLongLivedToken(t *testing.T) {
 	})
 	member := memberB(t)
 
-	out := runGatewayCLI(ctx, t, t.TempDir(), append([]string{bin, "join", name, "--long-lived-token", "--timeout", "90s"}, flags...)...)
-	if !strings.Contains(out, "member: secret/"+ns+"/"+identity+"-token created") {
-		t.Errorf("join --long-lived-token does not create the token Secret:\n%s", out)
+	out := runGatewayCLI(ctx, t, t.TempDir(), append([]string{bin, "join", name, "--long-lived-token", "--cache-resources=configmaps", "--timeout", "90s"}, flags...)...)
+	for _, s := range []string{identity + "-token", identity + "-cache-token"} {
+		if !strings.Contains(out, "member: secret/"+ns+"/"+s+" created") {
+			t.Errorf("join --long-lived-token does not create the token Secret %s:\n%s", s, out)
+		}
 	}
 	tokenSecret, err := member.CoreV1().Secrets(ns).Get(ctx, identity+"-token", metav1.GetOptions{})
 	if err != nil {
@@ -309,7 +312,7 @@ func TestJoinLongLivedToken(t *testing.T) {
 	if len(token) == 0 {
 		t.Fatal("join --long-lived-token returned before the token Secret had a token")
 	}
-	sameAsMemberChart(ctx, t, identity, ns, true)
+	sameAsMemberChart(ctx, t, identity, ns, true, "configmaps")
 	hubSecret, err := hubAdmin(t).CoreV1().Secrets(harness.GatewayNamespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -317,17 +320,31 @@ func TestJoinLongLivedToken(t *testing.T) {
 	if !bytes.Equal(hubSecret.Data["token"], token) {
 		t.Fatalf("the hub Secret's token is not the long-lived token of the member Secret")
 	}
+	cacheToken, err := member.CoreV1().Secrets(ns).Get(ctx, identity+"-cache-token", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hubCacheSecret, err := hubAdmin(t).CoreV1().Secrets(harness.GatewayNamespace).Get(ctx, name+"-cache", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if t1, t2 := hubCacheSecret.Data["token"], cacheToken.Data[corev1.ServiceAccountTokenKey]; len(t1) == 0 || !bytes.Equal(t1, t2) {
+		t.Fatalf("the hub cache Secret's token is not the long-lived token of the member's cache token Secret")
+	}
 	waitUsable(t, name)
 	// Again: nothing changes.
-	out = runGatewayCLI(ctx, t, t.TempDir(), append([]string{bin, "join", name, "--long-lived-token"}, flags...)...)
+	out = runGatewayCLI(ctx, t, t.TempDir(), append([]string{bin, "join", name, "--long-lived-token", "--cache-resources=configmaps"}, flags...)...)
 	if strings.Contains(out, "created") || strings.Contains(out, "configured") || strings.Contains(out, "deleted") {
 		t.Errorf("join --long-lived-token run again changes something:\n%s", out)
 	}
 
-	// Without the flag: a bound token, and the long-lived one goes.
+	// Without the flags: a bound token, and the long-lived one goes, the
+	// cache identity's with it.
 	out = runGatewayCLI(ctx, t, t.TempDir(), append([]string{bin, "join", name}, flags...)...)
 	for _, want := range []string{
 		"member: secret/" + ns + "/" + identity + "-token deleted",
+		"member: secret/" + ns + "/" + identity + "-cache-token deleted",
+		"member: serviceaccount/" + ns + "/" + identity + "-cache deleted",
 		"member: token of serviceaccount " + ns + "/" + identity + " requested",
 		"hub: secret/" + harness.GatewayNamespace + "/" + name + " configured",
 	} {
@@ -408,12 +425,18 @@ func TestJoinErrorsNameWhatToFix(t *testing.T) {
 }
 
 // sameAsMemberChart checks that join created on member-b what the member
-// chart renders for the same name and namespace (but the token Secret unless
-// withToken): same objects, names, rules, subjects; labels and what the
-// apiserver adds aside. join and the chart can then replace each other.
-func sameAsMemberChart(ctx context.Context, t *testing.T, identity, ns string, withToken bool) {
+// chart renders for the same name and namespace (but the token Secrets unless
+// withToken), and for the cache resources if any (join's --cache-resources,
+// the chart's cache.resources): same objects, names, rules, subjects; labels
+// and what the apiserver adds aside. join and the chart can then replace each
+// other.
+func sameAsMemberChart(ctx context.Context, t *testing.T, identity, ns string, withToken bool, cache ...string) {
 	t.Helper()
-	rendered := helm().Render(ctx, t, "kube-gateway-member", ns, "--set", "name="+identity)
+	args := []string{"--set", "name=" + identity}
+	if len(cache) > 0 {
+		args = append(args, "--set", "cache.enabled=true", "--set", "cache.resources={"+strings.Join(cache, ",")+"}")
+	}
+	rendered := helm().Render(ctx, t, "kube-gateway-member", ns, args...)
 	cs := memberB(t)
 	for _, want := range rendered.Objs {
 		var live runtime.Object

@@ -7,12 +7,16 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/component-base/version/verflag"
 
 	"github.com/kubewharf/kube-gateway/apis/client/multicluster"
@@ -28,6 +32,7 @@ type joinOptions struct {
 	renewToken      bool
 	proxy           egressProxy
 	tunnel          tunnel
+	cacheResources  []string // --cache-resources as given: parseCacheResources
 }
 
 func newJoinCommand() *cobra.Command {
@@ -60,6 +65,17 @@ example to apply a new --token-expiration), and otherwise changes nothing. With 
 kubernetes.io/service-account-token Secret IDENTITY-token, which the member's
 token controller (part of kube-controller-manager) fills and which never expires.
 
+With --cache-resources (resource[.group] as kubectl names them, such as
+configmaps,deployments.apps), it also creates the cache identity that fills
+the gateway's fleet caches (CachedResources) of the member: ServiceAccount
+IDENTITY-cache, ClusterRole and ClusterRoleBinding IDENTITY:cache-reader, which
+let it get, list and watch exactly those resources in every namespace and do
+nothing else (no impersonation), a token of it like the gateway's, hub Secret
+NAME-cache with that token, and spec.clientConfig.cacheSecretRef naming it.
+The member must serve each resource; secrets are refused (never cached).
+Running join again with another list changes the ClusterRole; without the
+flag, join removes a cache identity an earlier join created.
+
 On the hub (with --kubeconfig, loaded like kubectl does), it creates Secret NAME
 in --secret-namespace with keys token and ca.crt (the CA of the member
 kubeconfig), and UpstreamCluster NAME whose servers are --server, by default
@@ -82,7 +98,11 @@ prints what would be created or changed, and changes nothing.
 
   # Several apiservers behind one member, checked first without changing anything.
   kube-gateway join member-a --member-kubeconfig member-a.kubeconfig \
-    --server https://10.0.0.1:6443 --server https://10.0.0.2:6443 --dry-run`,
+    --server https://10.0.0.1:6443 --server https://10.0.0.2:6443 --dry-run
+
+  # With a read-only identity for the gateway's caches of configmaps and deployments.
+  kube-gateway join member-a --member-kubeconfig member-a.kubeconfig \
+    --cache-resources=configmaps,deployments.apps`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			verflag.PrintAndExitIfRequested()
@@ -104,6 +124,7 @@ prints what would be created or changed, and changes nothing.
 	fs.StringVar(&o.tunnel.secret, "konnectivity-secret", "", "hub Secret, in --secret-namespace, with the gateway's client certificate toward the konnectivity server (keys tls.crt, tls.key, ca.crt); join checks that it exists")
 	fs.StringVar(&o.tunnel.serverName, "konnectivity-server-name", "", "name verified in the konnectivity server's certificate (default: the host of --konnectivity-address)")
 	fs.StringVar(&o.proxy.caFile, "proxy-ca-file", "", "PEM CA bundle that signed an https:// proxy's certificate, if the host's roots do not (key proxy-ca.crt of the credential Secret)")
+	fs.StringSliceVar(&o.cacheResources, "cache-resources", nil, "resources the gateway's fleet caches may read on the member, as resource[.group] like kubectl names them (configmaps,deployments.apps; comma-separated or repeated): creates the read-only cache identity IDENTITY-cache with get, list and watch on exactly these in every namespace, hub Secret NAME-cache and spec.clientConfig.cacheSecretRef. Never secrets. Without it, join removes a cache identity an earlier join created")
 	return cmd
 }
 
@@ -140,6 +161,10 @@ func (o *joinOptions) join(ctx context.Context, c *clients, out io.Writer) error
 	if tunnel != nil && o.proxy.url != "" {
 		return errors.New("--proxy-url and --konnectivity-address exclude each other: the gateway reaches a member either way, not both")
 	}
+	cache, err := parseCacheResources(o.cacheResources)
+	if err != nil {
+		return err
+	}
 	r := &reporter{out: out, dryRun: o.dryRun}
 	m := o.identity
 	apply := metav1.ApplyOptions{FieldManager: joinFieldManager, Force: o.forceConflicts}
@@ -153,13 +178,22 @@ func (o *joinOptions) join(ctx context.Context, c *clients, out io.Writer) error
 	if err := checkHub(ctx, c, o.secretNamespace); err != nil {
 		return err
 	}
+	if err := o.checkSecretNames(ctx, c, len(cache) > 0); err != nil {
+		return err
+	}
+	if len(cache) > 0 {
+		if err := checkServed(c.member.Discovery(), cache); err != nil {
+			return err
+		}
+	}
 	hubSecrets := c.hub.CoreV1().Secrets(o.secretNamespace)
-	current, err := hubSecrets.Get(ctx, o.name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		current = nil
-	case err != nil:
-		return hubError(err, o.secretNamespace)
+	current, err := currentSecret(ctx, hubSecrets, o.name, o.secretNamespace)
+	if err != nil {
+		return err
+	}
+	currentCache, err := currentSecret(ctx, hubSecrets, cacheSecretName(o.name), o.secretNamespace)
+	if err != nil {
+		return err
 	}
 	if tunnel != nil {
 		if _, err := hubSecrets.Get(ctx, o.tunnel.secret, metav1.GetOptions{}); err != nil {
@@ -205,10 +239,25 @@ func (o *joinOptions) join(ctx context.Context, c *clients, out io.Writer) error
 		}); err != nil {
 		return memberError(err, m)
 	}
+	if len(cache) > 0 {
+		if err := applyCacheIdentity(ctx, c, r, m, cache, apply); err != nil {
+			return err
+		}
+	}
 
-	token, expires, err := o.token(ctx, c, r, current, apply)
+	token, expires, err := o.token(ctx, c, r, m, current, apply)
 	if err != nil {
 		return err
+	}
+	var cacheToken []byte
+	if len(cache) > 0 {
+		var cacheExpires time.Time
+		if cacheToken, cacheExpires, err = o.token(ctx, c, r, m.cache(), currentCache, apply); err != nil {
+			return err
+		}
+		if !cacheExpires.IsZero() && (expires.IsZero() || cacheExpires.Before(expires)) {
+			expires = cacheExpires
+		}
 	}
 
 	if err := r.apply(ctx, "hub", "secret", o.secretNamespace+"/"+o.name,
@@ -220,13 +269,35 @@ func (o *joinOptions) join(ctx context.Context, c *clients, out io.Writer) error
 		}); err != nil {
 		return hubError(err, o.secretNamespace)
 	}
+	cacheSecret := ""
+	if len(cache) > 0 {
+		cacheSecret = cacheSecretName(o.name)
+		if err := r.apply(ctx, "hub", "secret", o.secretNamespace+"/"+cacheSecret,
+			func(ctx context.Context) (runtime.Object, error) {
+				return hubSecrets.Get(ctx, cacheSecret, metav1.GetOptions{})
+			},
+			func(ctx context.Context) (runtime.Object, error) {
+				// The cache reaches the member as requests do: through the
+				// same proxy, with the same proxy credential.
+				return hubSecrets.Apply(ctx, hubSecret(cacheSecret, o.secretNamespace, cacheToken, access.caPEM, proxyData), apply)
+			}); err != nil {
+			return hubError(err, o.secretNamespace)
+		}
+	}
 	ucs := c.gateway.GatewayV1alpha1().UpstreamClusters()
 	if err := r.apply(ctx, "hub", "upstreamcluster", o.name,
 		func(ctx context.Context) (runtime.Object, error) { return ucs.Get(ctx, o.name, metav1.GetOptions{}) },
 		func(ctx context.Context) (runtime.Object, error) {
-			return ucs.Apply(ctx, upstreamCluster(o.name, o.secretNamespace, access, o.proxy.url, tunnel), apply)
+			return ucs.Apply(ctx, upstreamCluster(o.name, o.secretNamespace, access, o.proxy.url, tunnel, cacheSecret), apply)
 		}); err != nil {
 		return hubError(err, o.secretNamespace)
+	}
+	if len(cache) == 0 {
+		// The UpstreamCluster no longer names it: what an earlier join
+		// with --cache-resources made goes, read rights first.
+		if err := o.deleteCacheIdentity(ctx, c, r); err != nil {
+			return err
+		}
 	}
 	if o.dryRun {
 		return nil
@@ -235,19 +306,39 @@ func (o *joinOptions) join(ctx context.Context, c *clients, out io.Writer) error
 	if err := waitReady(ctx, c.gateway, o.name, o.timeout); err != nil {
 		return err
 	}
-	o.printReady(out, expires)
+	o.printReady(out, expires, cache)
 	return nil
+}
+
+// currentSecret returns hub Secret namespace/name, nil if there is none.
+func currentSecret(ctx context.Context, secrets corev1client.SecretInterface, name, namespace string) (*corev1.Secret, error) {
+	s, err := secrets.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, hubError(err, namespace)
+	}
+	return s, nil
 }
 
 // printReady says that the UpstreamCluster is Ready, when its token expires
 // (zero: never), and how to use it, with commands that work from where the
 // user runs join: this binary as the user started it (o.self), with the hub
 // kubeconfig and context join was given.
-func (o *joinOptions) printReady(out io.Writer, expires time.Time) {
+func (o *joinOptions) printReady(out io.Writer, expires time.Time, cache []schema.GroupResource) {
 	fmt.Fprintf(out, "\nupstreamcluster %s is Ready.\n", o.name)
 	if !expires.IsZero() {
-		fmt.Fprintf(out, "The gateway's token on the member expires at %s: run this join again before then to renew it (it renews once half of the token's lifetime has passed, or with --renew-token).\n",
+		fmt.Fprintf(out, "The gateway's token on the member expires at %s: run this join again, with the same flags, before then to renew it (it renews once half of the token's lifetime has passed, or with --renew-token).\n",
 			expires.UTC().Format(time.RFC3339))
+	}
+	if len(cache) > 0 {
+		names := make([]string, len(cache))
+		for i, gr := range cache {
+			names[i] = gr.String()
+		}
+		fmt.Fprintf(out, "Its cache identity %s may read %s on the member: CachedResources for them can fill the gateway's caches of %s.\n",
+			o.identity.cache().username(), strings.Join(names, ", "), o.name)
 	}
 	hub := ""
 	if o.hubRules.ExplicitPath != "" {

@@ -158,11 +158,14 @@ func hubSecret(name, namespace string, token, caPEM []byte, extra map[string][]b
 
 // upstreamCluster is UpstreamCluster name reaching the member's servers with
 // the credential of Secret secretNamespace/name, through proxyURL or tunnel if
-// set.
-func upstreamCluster(name, secretNamespace string, access *memberAccess, proxyURL string, tunnel *gatewayac.KonnectivityConfigApplyConfiguration) *gatewayac.UpstreamClusterApplyConfiguration {
+// set, and filling its caches with the credential of Secret cacheSecret if set.
+func upstreamCluster(name, secretNamespace string, access *memberAccess, proxyURL string, tunnel *gatewayac.KonnectivityConfigApplyConfiguration, cacheSecret string) *gatewayac.UpstreamClusterApplyConfiguration {
 	spec := gatewayac.UpstreamClusterSpec().
 		WithClientConfig(gatewayac.ClientConfig().
 			WithSecretRef(gatewayac.SecretReference().WithNamespace(secretNamespace).WithName(name)))
+	if cacheSecret != "" {
+		spec.ClientConfig.WithCacheSecretRef(gatewayac.SecretReference().WithNamespace(secretNamespace).WithName(cacheSecret))
+	}
 	if access.serverName != "" {
 		spec.ClientConfig.WithServerName(access.serverName)
 	}

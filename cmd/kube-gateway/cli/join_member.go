@@ -54,12 +54,11 @@ func memberAccessFrom(cfg *rest.Config, servers []string) (*memberAccess, error)
 	return &memberAccess{servers: servers, caPEM: cfg.CAData, serverName: cfg.ServerName}, nil
 }
 
-// token returns the token to put into the hub Secret and when it expires
-// (zero: never). A bound token already in current Secret is kept while it
-// still authenticates as the identity on the member and has more than half of
+// token returns the token of identity m to put into the hub Secret and when
+// it expires (zero: never). A bound token already in current Secret is kept
+// while it still authenticates as m on the member and has more than half of
 // its lifetime left, so that running join again changes nothing.
-func (o *joinOptions) token(ctx context.Context, c *clients, r *reporter, current *corev1.Secret, apply metav1.ApplyOptions) ([]byte, time.Time, error) {
-	m := o.identity
+func (o *joinOptions) token(ctx context.Context, c *clients, r *reporter, m memberIdentity, current *corev1.Secret, apply metav1.ApplyOptions) ([]byte, time.Time, error) {
 	secrets := c.member.CoreV1().Secrets(m.namespace)
 	if o.longLivedToken {
 		if err := r.apply(ctx, "member", "secret", m.namespace+"/"+m.tokenSecretName(),

@@ -88,7 +88,7 @@ func TestMemberAccess(t *testing.T) {
 
 func TestHubObjects(t *testing.T) {
 	access := &memberAccess{servers: []string{"https://10.0.0.1:6443", "https://10.0.0.2:6443/"}, caPEM: []byte("CA"), serverName: "member.internal"}
-	uc := typed[gatewayv1alpha1.UpstreamCluster](t, upstreamCluster("member-a", "gw", access, "", nil))
+	uc := typed[gatewayv1alpha1.UpstreamCluster](t, upstreamCluster("member-a", "gw", access, "", nil, ""))
 	want := gatewayv1alpha1.UpstreamClusterSpec{
 		Servers: []gatewayv1alpha1.UpstreamServer{{Endpoint: "https://10.0.0.1:6443"}, {Endpoint: "https://10.0.0.2:6443"}},
 		ClientConfig: gatewayv1alpha1.ClientConfig{
@@ -119,7 +119,7 @@ func TestHubObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	uc = typed[gatewayv1alpha1.UpstreamCluster](t, upstreamCluster("member-a", "gw", access, proxy.url, nil))
+	uc = typed[gatewayv1alpha1.UpstreamCluster](t, upstreamCluster("member-a", "gw", access, proxy.url, nil, ""))
 	if uc.Spec.ClientConfig.ProxyURL != proxy.url {
 		t.Fatalf("proxyURL %q, want %q", uc.Spec.ClientConfig.ProxyURL, proxy.url)
 	}
@@ -137,7 +137,7 @@ func TestHubObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	uc = typed[gatewayv1alpha1.UpstreamCluster](t, upstreamCluster("member-a", "gw", access, "", k))
+	uc = typed[gatewayv1alpha1.UpstreamCluster](t, upstreamCluster("member-a", "gw", access, "", k, ""))
 	wantTunnel := &gatewayv1alpha1.KonnectivityConfig{Address: "konnectivity.gw.svc:8090",
 		SecretRef: gatewayv1alpha1.SecretReference{Namespace: "gw", Name: "konnectivity-client"}, ServerName: "konnectivity"}
 	if !reflect.DeepEqual(uc.Spec.ClientConfig.Konnectivity, wantTunnel) {
@@ -148,7 +148,7 @@ func TestHubObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	uc = typed[gatewayv1alpha1.UpstreamCluster](t, upstreamCluster("member-a", "gw", access, "", k))
+	uc = typed[gatewayv1alpha1.UpstreamCluster](t, upstreamCluster("member-a", "gw", access, "", k, ""))
 	wantTunnel = &gatewayv1alpha1.KonnectivityConfig{Addresses: []string{"k-0.k.gw.svc:8090", "k-1.k.gw.svc:8090"},
 		SecretRef: gatewayv1alpha1.SecretReference{Namespace: "gw", Name: "konnectivity-client"}}
 	if !reflect.DeepEqual(uc.Spec.ClientConfig.Konnectivity, wantTunnel) {
@@ -227,7 +227,7 @@ func TestLongLivedTokenNeverFilled(t *testing.T) {
 	o.timeout = time.Second
 	member := fake.NewClientset()
 	var out bytes.Buffer
-	_, _, err := o.token(context.Background(), &clients{member: member}, &reporter{out: &out}, nil,
+	_, _, err := o.token(context.Background(), &clients{member: member}, &reporter{out: &out}, o.identity, nil,
 		metav1.ApplyOptions{FieldManager: joinFieldManager, Force: true})
 	if err == nil || !strings.Contains(err.Error(), "member Secret kube-system/kube-gateway-token still has no token after 1s") ||
 		!strings.Contains(err.Error(), "leave out --long-lived-token") {
@@ -380,7 +380,7 @@ func TestJoinReadyHint(t *testing.T) {
 	o := &joinOptions{clusterOptions: newClusterOptions(), self: "_output/bin/kube-gateway"}
 	o.name = "member-c"
 	var out bytes.Buffer
-	o.printReady(&out, time.Time{})
+	o.printReady(&out, time.Time{}, nil)
 	want := `
 upstreamcluster member-c is Ready.
 Reach it through the hub at /apis/gateway.kubewharf.io/v1alpha1/upstreamclusters/member-c/proxy/..., for example:
@@ -396,9 +396,9 @@ Hub users need a role with verbs on upstreamclusters/proxy (resource name "membe
 	o.hubRules.ExplicitPath = "_output/local-up/hub admin.kubeconfig"
 	o.hubOverrides.CurrentContext = "hub"
 	out.Reset()
-	o.printReady(&out, time.Date(2027, 11, 27, 12, 0, 0, 0, time.UTC))
+	o.printReady(&out, time.Date(2027, 11, 27, 12, 0, 0, 0, time.UTC), nil)
 	for _, w := range []string{
-		"expires at 2027-11-27T12:00:00Z: run this join again",
+		"expires at 2027-11-27T12:00:00Z: run this join again, with the same flags,",
 		"\n  kubectl gateway kubeconfig --cluster member-c --kubeconfig '_output/local-up/hub admin.kubeconfig' --context hub > member-c.kubeconfig\n",
 	} {
 		if !strings.Contains(out.String(), w) {

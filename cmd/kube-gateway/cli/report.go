@@ -27,7 +27,7 @@ func memberError(err error, m memberIdentity) error {
 	case apierrors.IsConflict(err):
 		return fmt.Errorf("the member has it already, with other values set by another tool (%w): choose another --identity-name, or pass --force-conflicts to take it over (which changes it for whatever uses it now)", err)
 	case apierrors.IsForbidden(err):
-		return fmt.Errorf("the member refused (%w): the user of --member-kubeconfig must be allowed to create ServiceAccounts and Secrets in namespace %s, ClusterRoles, ClusterRoleBindings and RoleBindings in kube-system, and to grant the impersonate verb (cluster-admin can)", err, m.namespace)
+		return fmt.Errorf("the member refused (%w): the user of --member-kubeconfig must be allowed to create ServiceAccounts and Secrets in namespace %s, ClusterRoles, ClusterRoleBindings and RoleBindings in kube-system, and to grant the impersonate verb (and get, list and watch on the --cache-resources: RBAC lets a user grant only what they hold; cluster-admin can)", err, m.namespace)
 	case apierrors.IsNotFound(err) && strings.Contains(err.Error(), "namespaces"):
 		return fmt.Errorf("the member has no namespace %s (%w): create it or pass --member-namespace", m.namespace, err)
 	}

@@ -17,11 +17,15 @@ func newUnjoinCommand() *cobra.Command {
 	*o = newClusterOptions()
 	cmd := &cobra.Command{
 		Use:   "unjoin NAME --member-kubeconfig FILE",
-		Short: "Remove what join created: UpstreamCluster NAME and its Secret on the hub, the gateway's identity on the member",
+		Short: "Remove what join created: UpstreamCluster NAME and its Secrets on the hub, the gateway's identities on the member",
 		Long: `Remove what "kube-gateway join NAME" created, hub first so that the gateway stops
 using the credential before it goes:
 
 On the hub: UpstreamCluster NAME and Secret NAME in --secret-namespace.
+The cache identity, if join made one (--cache-resources): hub Secret
+NAME-cache, then on the member ClusterRoleBinding IDENTITY:cache-reader,
+ServiceAccount IDENTITY-cache, its long-lived token Secret if there is one,
+and ClusterRole IDENTITY:cache-reader unless another binding refers to it.
 On the member: ClusterRoleBinding IDENTITY:impersonator, RoleBinding
 kube-system/IDENTITY:authentication-reader, ServiceAccount
 --identity-name in --member-namespace (which invalidates its bound tokens), the
@@ -72,6 +76,9 @@ func (o *clusterOptions) unjoin(ctx context.Context, out io.Writer) error {
 			return hubSecrets.Delete(ctx, o.name, opts)
 		}); err != nil {
 		return hubError(err, o.secretNamespace)
+	}
+	if err := o.deleteCacheIdentity(ctx, c, r); err != nil {
+		return err
 	}
 
 	bindings := c.member.RbacV1().ClusterRoleBindings()

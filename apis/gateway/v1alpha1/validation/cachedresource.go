@@ -50,7 +50,7 @@ func validateCachedResourceSpec(spec *gatewayv1alpha1.CachedResourceSpec, fldPat
 	case !kubeVersion.MatchString(spec.Version):
 		allErrs = append(allErrs, field.Invalid(versionPath, spec.Version, "must be an API version such as v1, v1beta1 or v2alpha1"))
 	}
-	allErrs = append(allErrs, validateCachedResourceName(spec.Group, spec.Resource, fldPath.Child("resource"))...)
+	allErrs = append(allErrs, ValidateCachedResourceName(spec.Group, spec.Resource, fldPath.Child("resource"))...)
 	if spec.ClusterSelector != nil {
 		allErrs = append(allErrs, metav1validation.ValidateLabelSelector(spec.ClusterSelector,
 			metav1validation.LabelSelectorValidationOptions{}, fldPath.Child("clusterSelector"))...)
@@ -58,9 +58,10 @@ func validateCachedResourceSpec(spec *gatewayv1alpha1.CachedResourceSpec, fldPat
 	return allErrs
 }
 
-// validateCachedResourceName refuses what must never be cached with the reason,
-// and anything that is not a resource's plural name as in its URL.
-func validateCachedResourceName(group, resource string, fldPath *field.Path) field.ErrorList {
+// ValidateCachedResourceName refuses what must never be cached with the reason,
+// and anything that is not a resource's plural name as in its URL. `kube-gateway
+// join --cache-resources` applies it too, to what it grants the cache identity.
+func ValidateCachedResourceName(group, resource string, fldPath *field.Path) field.ErrorList {
 	switch {
 	case resource == "":
 		return field.ErrorList{field.Required(fldPath, "the resource's lower-case plural name as in its URL, such as configmaps or deployments")}
