@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -352,4 +353,103 @@ func TestFleetCacheReads(t *testing.T) {
 		eventually(t, time.Minute, aliceSees(false))
 		t.Logf("access taken away after %s (review TTL %s)", time.Since(start).Round(time.Second), memberAccessReviewTTL)
 	})
+}
+
+// A member whose apiserver is killed: its cache is reported stale (since when,
+// why), reads that take any state still come from it with a warning saying
+// so; once the apiserver runs again, the cache is synced again and follows
+// the member's changes.
+func TestFleetCacheStaleMember(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	const cluster = "member-cache-stale"
+	m, err := env.StartMember(ctx, cluster)
+	t.Cleanup(func() {
+		_ = upstreamClusters(t).Delete(context.Background(), cluster, metav1.DeleteOptions{})
+		_ = hubAdmin(t).CoreV1().Secrets(harness.GatewayNamespace).Delete(context.Background(), cluster, metav1.DeleteOptions{})
+		if m != nil {
+			if err := m.Stop(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	member := kubernetes.NewForConfigOrDie(m.AdminConfig)
+	create := func(name string) {
+		t.Helper()
+		if _, err := member.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create("before-the-stop")
+	label := "fleet-cache-stale-" + utilrand.String(5)
+	secret := grantCacheIdentity(ctx, t, m, "fleet-cache-stale")
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"yes"}},"spec":{"clientConfig":{"cacheSecretRef":{"namespace":%q,"name":%q}}}}`, label, harness.GatewayNamespace, secret)
+	if _, err := upstreamClusters(t).Patch(ctx, cluster, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cr := newCachedResource("fleet-cache-stale", "", "v1", "configmaps")
+	cr.Spec.ClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{label: "yes"}}
+	createCachedResource(t, cr)
+	synced := func(ctx context.Context) error {
+		e, err := cacheEntry(ctx, t, cluster, cr.Name)
+		if err != nil {
+			return err
+		}
+		if !e.Synced || e.StaleSince != nil {
+			return errorf("not synced: %+v", e)
+		}
+		return nil
+	}
+	eventually(t, time.Minute, synced)
+	path := fanOutPath(label+"=yes") + "/api/v1/namespaces/default/configmaps"
+	// reads waits until a resourceVersion=0 list holds name, and returns
+	// its warnings.
+	reads := func(name string) []string {
+		t.Helper()
+		var warnings []string
+		eventually(t, time.Minute, func(ctx context.Context) error {
+			body, code, w := fanOutGet(ctx, t, harness.UserAdmin, path, map[string]string{"resourceVersion": "0"})
+			if code != http.StatusOK {
+				return errorf("%d %s", code, body)
+			}
+			if got := fanOutClusters(t, body); got[name] != cluster {
+				return errorf("items %v, want %s from %s", got, name, cluster)
+			}
+			warnings = w
+			return nil
+		})
+		return warnings
+	}
+	if w := reads("before-the-stop"); len(w) != 0 {
+		t.Errorf("warnings from a synced cache: %q", w)
+	}
+
+	if err := m.Servers[0].Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, func(ctx context.Context) error {
+		e, err := cacheEntry(ctx, t, cluster, cr.Name)
+		if err != nil {
+			return err
+		}
+		if e.Synced || e.StaleSince == nil || (e.Reason != "WatchFailed" && e.Reason != "ListFailed") || e.Message == "" {
+			return errorf("entry of a stopped member: %+v", e)
+		}
+		return nil
+	})
+	w := reads("before-the-stop")
+	if !hasWarningAbout(w, cluster) || !strings.Contains(strings.Join(w, " "), "served from the gateway's cache") {
+		t.Errorf("warnings %q, want one saying %s's answer came from a stale cache", w, cluster)
+	}
+
+	if err := m.Servers[0].Process.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, synced)
+	create("after-the-restart")
+	if w := reads("after-the-restart"); len(w) != 0 {
+		t.Errorf("warnings once synced again: %q", w)
+	}
 }
