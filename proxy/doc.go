@@ -10,7 +10,10 @@
 //   - handler: the data plane's entry: a name that selects many clusters goes
 //     to fanout, any other name is one member (CONNECT admission, the compiled
 //     cluster, forward);
-//   - fanout: one list or watch over many members, each asked through handler;
+//   - fanout: one list or watch over many members, each answered by
+//     fleetcache when it can, else asked through handler;
+//   - memberauthz: a member's SubjectAccessReviews, kept a short while: what a
+//     user may do there, for fleetcache's answers and door's impersonation;
 //   - door: the member door, a listener of its own where a member's own
 //     clients come in by host name, authenticated against that member only,
 //     then served by handler as their own identity;
@@ -42,5 +45,5 @@
 // and Events; replicas counts live gateway replicas so that flow-control
 // limits are split among them; served checks dispatch rules against what a
 // member serves. fleetcache keeps a cache of each CachedResource's resource
-// per selected member, which status reports (reads do not use it yet).
+// per selected member, which status reports and fanout reads.
 package proxy
