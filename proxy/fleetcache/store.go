@@ -96,9 +96,10 @@ type Store struct {
 	// history holds the last changes, complete after historyFrom (the
 	// resourceVersion of the first list, or of the last change let go);
 	// watchers are told every change.
-	history     []Event
-	historyFrom string
-	watchers    map[*Watcher]struct{}
+	history      []Event
+	historyFrom  string
+	historyBytes int64 // of objects only the history holds
+	watchers     map[*Watcher]struct{}
 }
 
 // NewStore returns an empty store drawing on memory.
@@ -155,7 +156,7 @@ func (s *Store) put(obj any, kind watch.EventType) error {
 	if old != nil {
 		delta -= old.size()
 	}
-	if !s.memory.take(delta) {
+	if !s.takeLocked(delta) {
 		return s.overflowLocked()
 	}
 	s.objects[k] = o
@@ -212,7 +213,7 @@ func (s *Store) Replace(list []any, resourceVersion string) error {
 	if s.full {
 		return ErrMemoryLimit
 	}
-	if !s.memory.take(bytes - s.bytes) {
+	if !s.takeLocked(bytes - s.bytes) {
 		return s.overflowLocked()
 	}
 	old := s.objects

@@ -64,8 +64,10 @@ func TestStoreKeepsJSONAndCounts(t *testing.T) {
 	}
 	s.UpdateResourceVersion("9") // a bookmark
 	objects, bytes, rv = s.Counts()
-	if want := sizeOf(t, bigger) + sizeOf(t, c); objects != 2 || bytes != want || mem.Used() != want || rv != "9" {
-		t.Fatalf("after update, add, delete: %d objects, %d bytes (memory %d, want %d), rv %q", objects, bytes, mem.Used(), want, rv)
+	// The history keeps a's state before the update and the deleted b.
+	history := sizeOf(t, a) + sizeOf(t, b)
+	if want := sizeOf(t, bigger) + sizeOf(t, c); objects != 2 || bytes != want || mem.Used() != want+history || rv != "9" {
+		t.Fatalf("after update, add, delete: %d objects, %d bytes (memory %d, want %d and %d of history), rv %q", objects, bytes, mem.Used(), want, history, rv)
 	}
 	if s.Get("ns", "b") != nil {
 		t.Fatal("deleted object still there")
@@ -74,7 +76,8 @@ func TestStoreKeepsJSONAndCounts(t *testing.T) {
 	if err := s.Replace([]any{c}, "10"); err != nil {
 		t.Fatal(err)
 	}
-	if objects, bytes, _ := s.Counts(); objects != 1 || bytes != sizeOf(t, c) || mem.Used() != bytes {
+	history += sizeOf(t, bigger) // deleted by the Replace
+	if objects, bytes, _ := s.Counts(); objects != 1 || bytes != sizeOf(t, c) || mem.Used() != bytes+history {
 		t.Fatalf("after a smaller Replace: %d objects, %d bytes, memory %d", objects, bytes, mem.Used())
 	}
 	s.Drop()
@@ -120,6 +123,47 @@ func TestStoreMemoryLimit(t *testing.T) {
 	}
 	if mem.Used() != sizeOf(t, a) {
 		t.Fatalf("memory used %d after a refused Replace", mem.Used())
+	}
+}
+
+// The history's old states count against the bound and give way to objects:
+// updates past the bound trim the history, never the objects.
+func TestStoreHistoryGivesWayToObjects(t *testing.T) {
+	a := configMap("ns", "a", "1", "x")
+	mem := NewMemory(3*sizeOf(t, a) + sizeOf(t, a)/2)
+	over := make(chan struct{}, 1)
+	s := NewStore(mem, func() { over <- struct{}{} })
+	if err := s.Replace([]any{a}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 2; i < 10; i++ {
+		if err := s.Update(configMap("ns", "a", fmt.Sprint(i), "x")); err != nil {
+			t.Fatalf("update %d: %v", i, err)
+		}
+		if mem.Used() > mem.Limit() {
+			t.Fatalf("memory %d past the bound %d", mem.Used(), mem.Limit())
+		}
+	}
+	// Two more objects take the history's room.
+	for _, name := range []string{"b", "c"} {
+		if err := s.Add(configMap("ns", name, "20", "x")); err != nil {
+			t.Fatalf("add %s: %v", name, err)
+		}
+	}
+	if len(over) != 0 {
+		t.Fatal("the store dropped its objects for its history")
+	}
+	if _, _, _, ok := s.Watch("2"); ok {
+		t.Error("a watch from a change the history let go was accepted")
+	}
+	if _, w, _, ok := s.Watch("9"); !ok {
+		t.Error("a watch from the store's last update refused")
+	} else if ev := next(t, w); ev.Object.Name != "b" {
+		t.Errorf("replay from 9: %+v, want b ADDED", ev)
+	}
+	s.Drop()
+	if mem.Used() != 0 {
+		t.Errorf("memory %d after Drop", mem.Used())
 	}
 }
 

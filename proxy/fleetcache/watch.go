@@ -20,8 +20,41 @@ type Event struct {
 // historySize is how many events a Store keeps for watches that start from a
 // resourceVersion behind its own (a client's watch after its list, a merged
 // watch reopened): as kube-apiserver's watch cache, an older start is
-// answered by the member itself.
+// answered by the member itself. The objects only the history holds (the
+// states before changes) count against the Memory bound, and the history
+// gives way to the objects when the bound is reached.
 const historySize = 256
+
+// retained is what ev keeps alive that the store no longer holds: the state
+// before a change or a deletion.
+func retained(ev Event) int64 {
+	if ev.Prev == nil {
+		return 0
+	}
+	return ev.Prev.size()
+}
+
+// forgetOldestLocked lets the oldest change of the history go.
+func (s *Store) forgetOldestLocked() {
+	old := s.history[0]
+	s.historyFrom = old.ResourceVersion
+	s.memory.take(-retained(old))
+	s.historyBytes -= retained(old)
+	s.history[0] = Event{}
+	s.history = s.history[1:]
+}
+
+// takeLocked reserves delta bytes for objects, letting the history go as far
+// as needed; false when even without history they would pass the bound.
+func (s *Store) takeLocked(delta int64) bool {
+	for !s.memory.take(delta) {
+		if len(s.history) == 0 {
+			return false
+		}
+		s.forgetOldestLocked()
+	}
+	return true
+}
 
 // watcherBuffer is how many events a Watcher holds for a client that reads
 // slower than the member changes; past it, the Watcher ends (the client
@@ -56,11 +89,7 @@ func (s *Store) endLocked(w *Watcher) {
 // publishLocked records ev in the history and hands it to every watcher.
 func (s *Store) publishLocked(ev Event) {
 	if ev.Type != watch.Bookmark {
-		if len(s.history) == historySize {
-			s.historyFrom = s.history[0].ResourceVersion
-			s.history = append(s.history[:0], s.history[1:]...)
-		}
-		s.history = append(s.history, ev)
+		s.recordLocked(ev)
 	}
 	for w := range s.watchers {
 		select {
@@ -71,13 +100,32 @@ func (s *Store) publishLocked(ev Event) {
 	}
 }
 
+// recordLocked adds ev to the history, within historySize and the Memory
+// bound; when the bound leaves no room for it, the history starts after it.
+func (s *Store) recordLocked(ev Event) {
+	cost := retained(ev)
+	for len(s.history) >= historySize || (cost > 0 && !s.memory.take(cost)) {
+		if len(s.history) == 0 {
+			s.historyFrom = ev.ResourceVersion
+			return
+		}
+		s.forgetOldestLocked()
+	}
+	if len(s.history) == cap(s.history) && len(s.history) > 0 {
+		s.history = append(make([]Event, 0, historySize), s.history...) // let the slice's freed front go
+	}
+	s.history = append(s.history, ev)
+	s.historyBytes += cost
+}
+
 // endAllLocked ends every watcher and forgets the history: the store's
 // objects were dropped.
 func (s *Store) endAllLocked() {
 	for w := range s.watchers {
 		s.endLocked(w)
 	}
-	s.history, s.historyFrom = nil, ""
+	s.memory.take(-s.historyBytes)
+	s.history, s.historyFrom, s.historyBytes = nil, "", 0
 }
 
 // Watch follows the store. With from "" it returns every object the store
