@@ -94,16 +94,6 @@ type Handler struct {
 	// ListMemory bounds the member answers that fan-out lists hold; nil: no
 	// bound.
 	ListMemory *ListMemory
-	// Cache, when set, answers a member's part of a list or watch from the
-	// gateway's fleet cache when it can; the member answers otherwise.
-	Cache Cache
-}
-
-// Cache answers members' parts of fan-out lists and watches (the fleet cache).
-type Cache interface {
-	// ServeMember answers req, a list or watch of path on member name, and
-	// reports true, or reports false having written nothing.
-	ServeMember(w http.ResponseWriter, req *http.Request, name, path string) bool
 }
 
 // IsFanOut tells whether a name segment selects many clusters: "*", or a
@@ -466,9 +456,6 @@ func (h *Handler) serveMember(w http.ResponseWriter, req *http.Request, name, pa
 			aborted = true
 		}
 	}()
-	if h.Cache != nil && h.Cache.ServeMember(w, req, name, path) {
-		return false
-	}
 	h.Member(w, req, name, path)
 	return false
 }

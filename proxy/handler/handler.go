@@ -57,6 +57,17 @@ type Config struct {
 	// FanOut serves names that select many clusters; its Member is set by
 	// New. Nil: such names are looked up like any other (and not found).
 	FanOut *fanout.Handler
+	// Cache, if set, answers a fan-out's member reads from the fleet cache
+	// when it can, once they are admitted as requests naming the member.
+	Cache MemberCache
+}
+
+// MemberCache answers a fan-out's request to one member (a list or watch)
+// from a cache; fleetcache.Reads is one.
+type MemberCache interface {
+	// ServeMember answers req, for path on member name, and reports true,
+	// or reports false having written nothing.
+	ServeMember(w http.ResponseWriter, req *http.Request, name, path string) bool
 }
 
 // Handler serves proxy subresource requests.
@@ -71,11 +82,12 @@ type Handler struct {
 	serializer runtime.NegotiatedSerializer
 	viaHub     func(*http.Request) bool
 	fanOut     *fanout.Handler
+	cache      MemberCache
 }
 
 // New returns the entry of the data plane.
 func New(c Config) *Handler {
-	h := &Handler{clusters: c.Clusters, objects: c.Objects, forwarder: c.Forwarder, serializer: c.Serializer, viaHub: c.ViaHub, fanOut: c.FanOut}
+	h := &Handler{clusters: c.Clusters, objects: c.Objects, forwarder: c.Forwarder, serializer: c.Serializer, viaHub: c.ViaHub, fanOut: c.FanOut, cache: c.Cache}
 	if c.Admission != nil {
 		h.admit = admission.WithAudit(c.Admission)
 		h.interfaces = admission.NewObjectInterfacesFromScheme(c.Scheme)
@@ -84,7 +96,9 @@ func New(c Config) *Handler {
 		h.gate = c.AdmissionGate
 	}
 	if h.fanOut != nil {
-		h.fanOut.Member = h.serveMember
+		h.fanOut.Member = func(w http.ResponseWriter, req *http.Request, name, path string) {
+			h.serve(w, req, name, path, h.cache)
+		}
 	}
 	return h
 }
@@ -94,17 +108,18 @@ func New(c Config) *Handler {
 func (h *Handler) Serve(w http.ResponseWriter, req *http.Request, name, path string) {
 	if h.fanOut != nil && fanout.IsFanOut(name) {
 		if h.viaHub != nil && h.viaHub(req) {
-			forward.DropHubHeaders(w.Header()) // as serveMember does
+			forward.DropHubHeaders(w.Header()) // as serve does
 		}
 		h.fanOut.Serve(w, req, name, path)
 		return
 	}
-	h.serveMember(w, req, name, path)
+	h.serve(w, req, name, path, nil)
 }
 
-// serveMember serves a request for the one member cluster name: a request
-// that names it, or the fan-out's request to it.
-func (h *Handler) serveMember(w http.ResponseWriter, req *http.Request, name, path string) {
+// serve serves a request for the one member cluster name: a request that
+// names it, or the fan-out's request to it, which cache (if set) may answer
+// once it is admitted.
+func (h *Handler) serve(w http.ResponseWriter, req *http.Request, name, path string, cache MemberCache) {
 	// The hub sets Audit-ID and Cache-Control on the response it passes on:
 	// the gateway's chain set them too, and the member sends its own.
 	viaHub := h.viaHub != nil && h.viaHub(req)
@@ -114,6 +129,9 @@ func (h *Handler) serveMember(w http.ResponseWriter, req *http.Request, name, pa
 	errs := &statusWriter{w: w, req: req, serializer: h.serializer}
 	if err := h.admitConnect(req.Context(), name, path); err != nil {
 		errs.Error(err)
+		return
+	}
+	if cache != nil && cache.ServeMember(w, req, name, path) {
 		return
 	}
 	h.forward(w, req, errs, forward.Request{Path: path, RawQuery: req.URL.RawQuery, ViaHub: viaHub}, name)

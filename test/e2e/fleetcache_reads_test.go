@@ -290,6 +290,26 @@ func TestFleetCacheReads(t *testing.T) {
 		}
 	})
 
+	t.Run("CONNECT admission decides cached reads as live ones", func(t *testing.T) {
+		policy, binding := proxyPolicy("e2e-fleet-reads-"+suffix, "request.name != '"+clusterA+"'", "closed to the fleet cache e2e")
+		createProxyPolicy(ctx, t, hubAdmin(t), policy, binding)
+		eventually(t, time.Minute, func(ctx context.Context) error {
+			body, code, warnings := fanOutGet(ctx, t, harness.UserAdmin, configMaps, map[string]string{"resourceVersion": "0"})
+			if code != http.StatusOK {
+				return errorf("%d %s", code, body)
+			}
+			for name, c := range fanOutClusters(t, body) {
+				if c == clusterA {
+					return errorf("%s from %s, which the policy closes", name, c)
+				}
+			}
+			if !hasWarningAbout(warnings, clusterA) || !strings.Contains(strings.Join(warnings, " "), "closed to the fleet cache e2e") {
+				return errorf("warnings %q, want the policy's refusal of %s", warnings, clusterA)
+			}
+			return nil
+		})
+	})
+
 	t.Run("alice reads what each member lets her read", func(t *testing.T) {
 		forbidden := cacheReads(t, clusterB, "list", "forbidden")
 		aliceCMs := fanOutPath(segment) + "/api/v1/namespaces/" + harness.AliceNamespace + "/configmaps"

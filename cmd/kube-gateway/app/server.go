@@ -265,8 +265,9 @@ func (c CompletedConfig) New() (*Server, error) {
 			ViaHub:        c.extra.FrontProxy.Trusted,
 			// "*" and label selectors in the name segment fan out.
 			FanOut: &fanout.Handler{Clusters: storage.UpstreamCluster, Authorizer: gc.Authorization.Authorizer, Serializer: c.extra.Codecs,
-				Parallel: c.extra.FanOutParallel, MemberTimeout: c.extra.FanOutMemberTimeout, ListMemory: listMemory,
-				Cache: &fleetcache.Reads{Manager: fleetCaches, Lookup: controller.Lookup, Served: proxyMetrics.CacheRead}},
+				Parallel: c.extra.FanOutParallel, MemberTimeout: c.extra.FanOutMemberTimeout, ListMemory: listMemory},
+			// Fan-out reads of cached resources, once admitted.
+			Cache: &fleetcache.Reads{Manager: fleetCaches, Lookup: controller.Lookup, Served: proxyMetrics.CacheRead},
 		})
 		if c.extra.MemberDoorAddress != "" {
 			doorServer = door.NewServer(controller, proxy.ServeDoor, c.extra.Codecs)
