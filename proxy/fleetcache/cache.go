@@ -134,6 +134,9 @@ type resourceCache struct {
 
 	mu    sync.Mutex
 	state state
+	// memberRV is the member's resourceVersion a consistent read last
+	// found (see Reads.caughtUp).
+	memberRV atomic.Pointer[string]
 }
 
 // startCache starts filling a cache of gvr from src until Stop.

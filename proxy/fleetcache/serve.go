@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -173,20 +174,28 @@ func (r *Reads) ServeMember(w http.ResponseWriter, req *http.Request, name, path
 		served(ServedLiveQuery)
 		return false
 	}
+	// live leaves the read to the member; a page of a list the cache began
+	// cannot go on there (its continue token is the cache's): 410, as an
+	// expired token, and the client lists again.
+	live := func(result string) bool {
+		served(result)
+		if q.cont == nil {
+			return false
+		}
+		writeStatus(w, apierrors.NewResourceExpired("the gateway's cache that answered the first page of this list can no longer answer the next: list again from the start").Status())
+		return true
+	}
 	rc, access := r.Manager.lookup(name, q.gvr)
 	if rc == nil {
-		served(ServedLiveNotCached)
-		return false
+		return live(ServedLiveNotCached)
 	}
 	st := rc.current()
 	if _, listKind := rc.store.Kinds(); st.lastSyncTime.IsZero() || listKind == "" {
-		served(ServedLiveNotCached)
-		return false
+		return live(ServedLiveNotCached)
 	}
 	c, err := r.Lookup(name)
 	if err != nil {
-		served(ServedLiveAuthFailed)
-		return false
+		return live(ServedLiveAuthFailed)
 	}
 	u, _ := genericapirequest.UserFrom(req.Context())
 	attrs := authorizer.AttributesRecord{User: memberauthz.Impersonated(c.Impersonation.Identity(u)), Verb: q.attrs.Verb,
@@ -195,8 +204,7 @@ func (r *Reads) ServeMember(w http.ResponseWriter, req *http.Request, name, path
 	decision, reason, err := c.Authorizer.Authorize(req.Context(), attrs)
 	switch {
 	case err != nil:
-		served(ServedLiveAuthFailed)
-		return false
+		return live(ServedLiveAuthFailed)
 	case decision != authorizer.DecisionAllow:
 		served(ServedForbidden)
 		writeStatus(w, responsewriters.ForbiddenStatusError(attrs, reason).Status())
@@ -209,13 +217,11 @@ func (r *Reads) ServeMember(w http.ResponseWriter, req *http.Request, name, path
 	case q.rv == "":
 		// Consistent: a list, a watch from now, initial events of a watch.
 		if !r.caughtUp(req.Context(), rc, access, q.gvr) {
-			served(ServedLiveBehind)
-			return false
+			return live(ServedLiveBehind)
 		}
 	default: // not older than q.rv
 		if !Reached(rc.store.ResourceVersion(), q.rv) {
-			served(ServedLiveBehind)
-			return false
+			return live(ServedLiveBehind)
 		}
 	}
 	if !st.synced {
@@ -223,8 +229,7 @@ func (r *Reads) ServeMember(w http.ResponseWriter, req *http.Request, name, path
 	}
 	if q.watch {
 		if !r.watch(w, req, rc, q, watchLifetime(c.Authorizer.AllowTTL())) {
-			served(ServedLiveBehind)
-			return false
+			return live(ServedLiveBehind)
 		}
 	} else {
 		r.list(w, rc, q)
@@ -243,11 +248,16 @@ func staleWarning(st state) string {
 	return fmt.Sprintf("served from the gateway's cache, which has not followed the member %s (%s: %s)", since, st.reason, st.message)
 }
 
-// caughtUp asks the member for its current resourceVersion (a list of one
-// object with the cache identity, as consistent) and tells whether the cache
-// has reached it.
+// caughtUp tells whether the cache holds the member's current
+// resourceVersion: asked of the member (a list of one object with the cache
+// identity, consistent), unless the cache has not reached what the member
+// said last time, which it then still has not (a member's resourceVersion
+// only grows): a busy member's consistent reads cost it no extra request.
 func (r *Reads) caughtUp(ctx context.Context, rc *resourceCache, access Access, gvr schema.GroupVersionResource) bool {
 	if access == nil {
+		return false
+	}
+	if last := rc.memberRV.Load(); last != nil && !Reached(rc.store.ResourceVersion(), *last) {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, cluster.CallTimeout)
@@ -260,7 +270,9 @@ func (r *Reads) caughtUp(ctx context.Context, rc *resourceCache, access Access, 
 	if err != nil {
 		return false
 	}
-	return Reached(rc.store.ResourceVersion(), l.GetResourceVersion())
+	current := l.GetResourceVersion()
+	rc.memberRV.Store(&current)
+	return Reached(rc.store.ResourceVersion(), current)
 }
 
 // pageToken is where the next page of a cached list starts: after key, in

@@ -13,9 +13,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authentication/user"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/tools/cache"
 )
 
 func readRequest(ctx context.Context, path, query, accept string) *http.Request {
@@ -207,5 +211,64 @@ func TestWatchFromCache(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the watch did not end with its request")
+	}
+}
+
+// memberSource answers lists of one object at the member's resourceVersion,
+// counting them.
+type memberSource struct {
+	rv    string
+	lists int
+}
+
+func (m *memberSource) Source(schema.GroupVersionResource) Source {
+	return &cache.ListWatch{ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+		m.lists++
+		l := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMapList"}}
+		l.SetResourceVersion(m.rv)
+		return l, nil
+	}}
+}
+
+func (m *memberSource) Close() {}
+
+// A consistent read asks the member for its resourceVersion, unless the
+// cache has not reached what the member said last time.
+func TestConsistentReadAsksOncePerAdvance(t *testing.T) {
+	rc := filledCache(t) // at 100
+	member := &memberSource{rv: "105"}
+	r := &Reads{}
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	for range 3 {
+		if r.caughtUp(context.Background(), rc, member, gvr) {
+			t.Fatal("a cache at 100 caught up with a member at 105")
+		}
+	}
+	if member.lists != 1 {
+		t.Errorf("%d lists of the member while the cache stayed behind, want 1", member.lists)
+	}
+	rc.store.UpdateResourceVersion("105")
+	if !r.caughtUp(context.Background(), rc, member, gvr) || member.lists != 2 {
+		t.Errorf("a cache at the member's 105: not caught up, or not asked again (%d lists)", member.lists)
+	}
+}
+
+// A page of a list the cache began that the cache cannot answer any more is
+// 410, not the member's (which would not know the token).
+func TestCachePageWithoutCacheIsExpired(t *testing.T) {
+	r := &Reads{Manager: &Manager{members: map[string]*member{}}}
+	path := "/api/v1/configmaps"
+	token := (&pageToken{Key: "a/x", ResourceVersion: "100", Cache: true}).encode()
+	rec := httptest.NewRecorder()
+	if !r.ServeMember(rec, readRequest(context.Background(), path, "limit=1&continue="+url.QueryEscape(token), ""), "member-a", path) {
+		t.Fatal("left to the member")
+	}
+	var st metav1.Status
+	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || rec.Code != http.StatusGone || st.Reason != metav1.StatusReasonExpired {
+		t.Fatalf("%d %s, want a 410 Expired Status", rec.Code, rec.Body)
+	}
+	rec = httptest.NewRecorder()
+	if r.ServeMember(rec, readRequest(context.Background(), path, "limit=1", ""), "member-a", path) {
+		t.Fatalf("a first page without a cache answered: %d %s", rec.Code, rec.Body)
 	}
 }
