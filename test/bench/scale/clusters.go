@@ -56,14 +56,14 @@ type clusterResult struct {
 	Compiled      int
 	Ready         int
 	// With the K clusters.
-	After     snapshot
+	After snapshot
 	// HeapFile is the gateway's heap profile with the K clusters
 	// registered, HeapBaseFile the one before them, HeapTop the top sites
 	// by bytes in use of the difference.
 	HeapFile, HeapBaseFile string
 	HeapTop                string
-	AfterIdle idle
-	Gets      measure.Run
+	AfterIdle              idle
+	Gets                   measure.Run
 	// LIST and WATCH through the hub.
 	UpstreamClusters, ConfigMaps listStat
 	Series                       []point

@@ -125,14 +125,14 @@ type snapshot struct {
 	ToMemberB, ToMemberA []int
 	// ToFleet are those to the cluster phase's servers, by slot (see
 	// fleet), and FleetRSSKB their processes' RSS, once they exist.
-	ToFleet    []int
-	FleetRSSKB int64
-	HubToGateway         int
-	BenchToGateway       int
-	BenchToHub           int
-	BenchToDoor          int
-	IntoGateway          int
-	IntoDoor             int
+	ToFleet        []int
+	FleetRSSKB     int64
+	HubToGateway   int
+	BenchToGateway int
+	BenchToHub     int
+	BenchToDoor    int
+	IntoGateway    int
+	IntoDoor       int
 	// Hub is the hub's own state, read only with a forced collection.
 	Hub hubState
 	Err string // what could not be read
