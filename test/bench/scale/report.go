@@ -262,8 +262,8 @@ func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
 	p("| TCP gateway → the servers (per slot) | %s | %s | %s |\n", ints(b.ToFleet), ints(a.ToFleet), per(float64(sum(b.ToFleet)), float64(sum(a.ToFleet)), k, func(x float64) string { return fmt.Sprintf("%.2f", x) }))
 	p("| health probes the servers serve | %.1f /s | %.1f /s | %s |\n", c.BaselineIdle.Probes, c.AfterIdle.Probes, per(c.BaselineIdle.Probes, c.AfterIdle.Probes, k, func(x float64) string { return fmt.Sprintf("%.3f /s", x) }))
 	p("| gateway CPU, idle | %.1f ms/s | %.1f ms/s | %s |\n", 1e3*c.BaselineIdle.GatewayCPU, 1e3*c.AfterIdle.GatewayCPU, per(1e6*c.BaselineIdle.GatewayCPU, 1e6*c.AfterIdle.GatewayCPU, k, func(x float64) string { return fmt.Sprintf("%.1f µs/s", x) }))
-	if c.AfterIdle.Probes > 0 {
-		p("| gateway CPU per probe served, idle | | %.0f µs | |\n", 1e6*c.AfterIdle.GatewayCPU/c.AfterIdle.Probes)
+	if sent := c.AfterIdle.ProbesPooled + c.AfterIdle.ProbesNew; sent > 0 {
+		p("| gateway CPU per probe it sent, idle (all its idle CPU, divided) | | %.0f µs | |\n", 1e6*c.AfterIdle.GatewayCPU/sent)
 	}
 	p("| the servers' CPU (all together), idle | %.1f ms/s | %.1f ms/s | %s |\n", 1e3*c.BaselineIdle.ServersCPU, 1e3*c.AfterIdle.ServersCPU, per(1e6*c.BaselineIdle.ServersCPU, 1e6*c.AfterIdle.ServersCPU, k, func(x float64) string { return fmt.Sprintf("%.1f µs/s", x) }))
 	p("| the servers' RSS (all together) | %s | %s | |\n", measure.MB(float64(b.FleetRSSKB)), measure.MB(float64(a.FleetRSSKB)))
@@ -271,6 +271,9 @@ func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
 	p("| status writes, idle | – | %d in %s (%.2f /s) | |\n", c.AfterIdle.StatusWrites, c.AfterIdle.For.Round(time.Second), float64(c.AfterIdle.StatusWrites)/c.AfterIdle.For.Seconds())
 	p("| proxy GET p50, c=1, gateway alone | %s | %s | ×%.2f |\n", measure.Dur(c.BaselineGets.Pct(50)), measure.Dur(c.Gets.Pct(50)), ratio(c.Gets.Pct(50), c.BaselineGets.Pct(50)))
 	p("| proxy GET p99, c=1, gateway alone | %s | %s | ×%.2f |\n\n", measure.Dur(c.BaselineGets.Pct(99)), measure.Dur(c.Gets.Pct(99)), ratio(c.Gets.Pct(99), c.BaselineGets.Pct(99)))
+	if lim := r.GatewayFDLimit; lim > 0 && uint64(a.OpenFiles)+16 >= lim {
+		p("**The gateway ran out of file descriptors**: it held %d, its limit (RLIMIT_NOFILE) is %d. It keeps a connection open to every server of every cluster that its probes keep alive, so it needs more than one descriptor per server; past the limit it can neither dial the servers that are left, nor its etcd, nor accept connections. Give it a higher limit, or spread the clusters over replicas (`-replicas`).\n\n", a.OpenFiles, lim)
+	}
 	if c.HeapFile != "" {
 		if c.HeapBaseFile != "" {
 			p("What the gateway's heap holds with the %d clusters registered beyond what it held before them, by allocation site (`go tool pprof -sample_index=inuse_space -top -base %s %s`):\n\n```\n%s```\n\n", k, c.HeapBaseFile, c.HeapFile, measure.TrimPprof(c.HeapTop))
@@ -292,6 +295,9 @@ func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
 	}
 	p("); from its start, **the gateway held a connection to every server of every cluster after %s; all compiled per status after %s, all Ready after %s** (%d compiled, %d Ready at the end). ",
 		connected, fmtTook(c.CompiledTook, c.Compiled, k), fmtTook(c.ReadyTook, c.Ready, k), c.Compiled, c.Ready)
+	if c.ReadyTook > 0 {
+		p("All Ready %s after the last apply. ", (c.ReadyTook - c.ApplyTook).Round(100*time.Millisecond))
+	}
 	p("Connections (polled every 250 ms) show when the data plane has every cluster; the status figures also include the gateway's status writer, which is rate-limited. ")
 	p("GETs: %d per run, `%s` on member-b; %d and %d errors.", o.Gets, getTarget, c.BaselineGets.Errors, c.Gets.Errors)
 	for _, e := range []string{c.BaselineIdle.Err, c.AfterIdle.Err} {
