@@ -19,12 +19,14 @@
 //     gateway alone to the stand-in kubelet's pod on member-a: the gateway's
 //     memory, goroutines and connections per session, each session checked
 //     to carry a line both ways before and after the snapshot.
-//   - Clusters: K UpstreamClusters applied in one burst (each with
-//     member-a's two servers): time until all are Ready, RSS, goroutines and
-//     connections per cluster, health probes the member sees, the gateway's
-//     idle CPU and status writes at steady state, proxy latency with K
-//     clusters against without, and LIST + WATCH of the K objects through the
-//     hub against as many ConfigMaps.
+//   - Clusters: K UpstreamClusters applied in one burst, each with two
+//     servers: stand-in member servers (standin.go) by default, member-a's
+//     two replicas with -cluster-servers=member-a; with -replicas, on more
+//     gateway replicas that share the health checks. Time until all are
+//     Ready, RSS, goroutines and connections per cluster, health probes the
+//     servers see, the gateway's idle CPU and status writes at steady state,
+//     proxy latency with K clusters against without, and LIST + WATCH of the
+//     K objects through the hub against as many ConfigMaps of the same size.
 //
 // It writes report.md, the time series as CSV and their plots as PNG to
 // -out-dir and prints the report. docs/benchmark.md explains the method.
