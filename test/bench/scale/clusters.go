@@ -40,6 +40,12 @@ type clusterResult struct {
 	Baseline     snapshot
 	BaselineIdle idle
 	BaselineGets measure.Run
+	// Servers describes the servers of the burst's clusters, ServerKind is
+	// their -cluster-servers.
+	Servers, ServerKind string
+	// ReplicasBefore and ReplicasAfter are the other gateway replicas
+	// (-replicas) with the harness's clusters and with the K more.
+	ReplicasBefore, ReplicasAfter []replicaState
 	// The burst.
 	ApplyTook     time.Duration
 	ApplyErrors   int
@@ -50,11 +56,14 @@ type clusterResult struct {
 	Compiled      int
 	Ready         int
 	// With the K clusters.
-	After     snapshot
-	HeapFile  string // the gateway's heap profile with the K clusters registered
-	HeapTop   string // its top sites by bytes in use
-	AfterIdle idle
-	Gets      measure.Run
+	After snapshot
+	// HeapFile is the gateway's heap profile with the K clusters
+	// registered, HeapBaseFile the one before them, HeapTop the top sites
+	// by bytes in use of the difference.
+	HeapFile, HeapBaseFile string
+	HeapTop                string
+	AfterIdle              idle
+	Gets                   measure.Run
 	// LIST and WATCH through the hub.
 	UpstreamClusters, ConfigMaps listStat
 	Series                       []point
@@ -68,11 +77,11 @@ type clusterResult struct {
 type idle struct {
 	For        time.Duration
 	GatewayCPU float64 // seconds of CPU per second
-	MemberACPU float64 // both member-a replicas together, seconds of CPU per second
+	ServersCPU float64 // the servers of the clusters (fleet) together, seconds of CPU per second
 	// CPUFile is the gateway's CPU profile of the window, CPUTop pprof's top
 	// functions in it (only when asked for).
 	CPUFile, CPUTop string
-	Probes          float64 // /readyz requests per second seen by member-a's replicas
+	Probes          float64 // /readyz requests per second the servers of the clusters (fleet) served
 	// ProbesPooled and ProbesNew are the gateway's probes per second over
 	// pooled connections and over new ones (a TLS handshake each), from its
 	// kube_gateway_health_probes_total.
@@ -91,7 +100,7 @@ type listStat struct {
 }
 
 func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, error) {
-	res := &clusterResult{K: o.Clusters}
+	res := &clusterResult{K: o.Clusters, ServerKind: o.ClusterServers}
 	mcs, err := kubernetes.NewForConfig(s.env.Members[harness.MemberB].Config(harness.UserAdmin, 0))
 	if err != nil {
 		return nil, err
@@ -105,11 +114,46 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 	}
 	ucs := dyn.Resource(harness.UpstreamClusterGVR)
 
+	if o.ClusterServers == serversStandIns {
+		logf("clusters: starting %d stand-in servers with %d ports each", o.StandIns, o.StandInPorts)
+		if s.fleet, err = startStandIns(ctx, s.env, o.StandIns, o.StandInPorts); err != nil {
+			return nil, fmt.Errorf("stand-ins: %w", err)
+		}
+	} else {
+		s.fleet = memberAFleet(s)
+	}
+	f := s.fleet
+	res.Servers = f.describe()
+	var reps []*replica
+	if o.Replicas > 1 {
+		logf("clusters: starting %d more gateway replicas", o.Replicas-1)
+		if reps, err = startReplicas(ctx, s, o.Replicas-1, o.GatewayArgs); err != nil {
+			return nil, err
+		}
+	}
+	takeReplicas := func() []replicaState {
+		var out []replicaState
+		for _, r := range reps {
+			out = append(out, r.take(ctx, f))
+		}
+		return out
+	}
+	pids := []int{s.gatewayPID}
+	for _, r := range reps {
+		pids = append(pids, r.pid)
+	}
+
 	// Baseline: the harness's two clusters.
 	if r := s.gateway.Load(ctx, getTarget, 1, 50, 0); r.Errors > 0 {
 		return nil, fmt.Errorf("warm-up GET %s through the gateway: %v", getTarget, r.FirstErr)
 	}
 	res.Baseline = s.take(ctx, "2 clusters", true)
+	res.ReplicasBefore = takeReplicas()
+	res.HeapBaseFile = filepath.Join(o.OutDir, "kube-gateway-heap-clusters-before.pprof")
+	if _, err := s.heapProfile(ctx, res.HeapBaseFile, ""); err != nil {
+		logf("clusters: heap profile: %v", err)
+		res.HeapBaseFile = ""
+	}
 	baseIdle := max(o.ClusterIdle/3, 5*time.Second)
 	logf("clusters: baseline: %s idle with the harness's 2 clusters", baseIdle)
 	res.BaselineIdle = s.idle(ctx, baseIdle, nil, "")
@@ -130,10 +174,9 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 		return nil, err
 	}
 	sr.setPhase("burst")
-	ma := s.env.Members[harness.MemberA]
-	logf("clusters: applying %d UpstreamClusters (member-a's %d servers each), %d at a time", o.Clusters, len(ma.Servers), o.Burst)
+	logf("clusters: applying %d UpstreamClusters (%d servers each, %s), %d at a time", o.Clusters, len(f.Slots), f.Kind, o.Burst)
 	start := time.Now()
-	res.ApplyErrors, res.FirstApplyErr = applyClusters(ctx, ucs, ma, o.Clusters, o.Burst)
+	res.ApplyErrors, res.FirstApplyErr = applyClusters(ctx, ucs, f, o.Clusters, o.Burst)
 	res.ApplyTook = time.Since(start)
 	logf("clusters: applied in %s (%d errors%s)", res.ApplyTook.Round(10*time.Millisecond), res.ApplyErrors, firstErr(res.FirstApplyErr))
 
@@ -143,18 +186,20 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 	// The gateway compiles a cluster and its transports dial as the first
 	// health probes go out, long before the status writer (rate-limited)
 	// reports it: connections show when the data plane is ready.
-	wantConns := sum(res.Baseline.ToMemberA) + o.Clusters*len(ma.Servers)
+	wantConns := sum(res.Baseline.ToFleet) + o.Clusters*len(f.Slots)
 	lastList := time.Time{}
 	for {
 		if res.ConnectedTook == 0 {
-			if conns, err := measure.TCPConns(s.gatewayPID); err == nil {
-				n := 0
-				for _, p := range s.memberAPorts {
-					n += measure.CountConns(conns, p, true)
+			// With replicas sharing the health checks, the owner of each
+			// cluster connects to its servers.
+			n := 0
+			for _, pid := range pids {
+				if conns, err := measure.TCPConns(pid); err == nil {
+					n += sum(f.conns(conns))
 				}
-				if n >= wantConns {
-					res.ConnectedTook = time.Since(start)
-				}
+			}
+			if n >= wantConns {
+				res.ConnectedTook = time.Since(start)
 			}
 		}
 		if time.Since(lastList) < time.Second {
@@ -185,24 +230,30 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 	logf("clusters: connected in %s, %d compiled in %s, %d Ready in %s", res.ConnectedTook.Round(100*time.Millisecond),
 		res.Compiled, res.CompiledTook.Round(100*time.Millisecond), res.Ready, res.ReadyTook.Round(100*time.Millisecond))
 
-	sr.setPhase("steady")
+	sr.setPhase("ready")
 	res.After = s.take(ctx, fmt.Sprintf("%d clusters", o.Clusters+2), true)
 	res.HeapFile = filepath.Join(o.OutDir, "kube-gateway-heap-clusters.pprof")
-	if res.HeapTop, err = s.heapProfile(ctx, res.HeapFile, ""); err != nil {
+	if res.HeapTop, err = s.heapProfile(ctx, res.HeapFile, res.HeapBaseFile); err != nil {
 		logf("clusters: heap profile: %v", err)
 		res.HeapFile = ""
 	}
+	// The series scrapes the gateway's /metrics every second, far more often
+	// than a monitoring system does, and that scrape (a series per cluster
+	// and server) would count as idle CPU: it ends before the idle window.
+	res.Series = sr.Stop()
+	sr = nil
 	logf("clusters: steady state: %s idle", o.ClusterIdle)
+	res.ReplicasAfter = takeReplicas()
+	rw := startReplicaWindow(ctx, reps)
 	res.AfterIdle = s.idle(ctx, o.ClusterIdle, ucs, filepath.Join(o.OutDir, "kube-gateway-cpu-clusters.pprof"))
+	rw.end(ctx, res.ReplicasAfter)
 	if err := s.gateway.Load(ctx, getTarget, 1, 50, 0).FirstErr; err != nil {
 		logf("clusters: warm-up GET: %v", err)
 	}
 	res.Gets = s.gateway.Load(ctx, getTarget, 1, o.Gets, 0)
-	logf("clusters: RSS %s, %.0f goroutines, connections to member-a %v, CPU %.1f ms/s, %.1f probes/s, %d status writes in %s, c=1 GET p50 %s",
-		measure.MB(float64(res.After.RSSKB)), res.After.Goroutines, res.After.ToMemberA, 1e3*res.AfterIdle.GatewayCPU, res.AfterIdle.Probes,
+	logf("clusters: RSS %s, %.0f goroutines, connections to the servers %v, CPU %.1f ms/s, %.1f probes/s, %d status writes in %s, c=1 GET p50 %s",
+		measure.MB(float64(res.After.RSSKB)), res.After.Goroutines, res.After.ToFleet, 1e3*res.AfterIdle.GatewayCPU, res.AfterIdle.Probes,
 		res.AfterIdle.StatusWrites, res.AfterIdle.For.Round(time.Second), measure.Dur(res.Gets.Pct(50)))
-	res.Series = sr.Stop()
-	sr = nil
 
 	// LIST and WATCH through the hub: the K UpstreamClusters against K
 	// ConfigMaps of the same content on the hub.
@@ -211,7 +262,7 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 		return nil, err
 	}
 	logf("clusters: creating %d ConfigMaps on the hub to compare LIST and WATCH with", o.Clusters)
-	if err := hubConfigMaps(ctx, hcs, ma, o.Clusters, o.Burst); err != nil {
+	if err := hubConfigMaps(ctx, hcs, ucs, f, o.Clusters, o.Burst); err != nil {
 		return nil, err
 	}
 	q := "?" + url.Values{"labelSelector": {scaleLabel + "=true"}}.Encode()
@@ -221,6 +272,10 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 		measure.Dur(medianDur(res.UpstreamClusters.List)), measure.Dur(medianDur(res.ConfigMaps.List)),
 		measure.Dur(medianDur(res.UpstreamClusters.Watch)), measure.Dur(medianDur(res.ConfigMaps.Watch)))
 
+	if f.Kind != serversMemberA {
+		logf("clusters: no fan-out phase: the stand-ins serve no ConfigMaps (-cluster-servers=%s has one)", serversMemberA)
+		return res, nil
+	}
 	logf("clusters: fan-out LIST and WATCH over the %d clusters", o.Clusters+2)
 	res.FanOut = fanOutPhase(ctx, s, o.Clusters+2, o.ListRepeats, res.AfterIdle.GatewayCPU, baseIdle,
 		filepath.Join(o.OutDir, "kube-gateway-cpu-fanout.pprof"), filepath.Join(o.OutDir, "kube-gateway-heap-fanout.pprof"))
@@ -234,18 +289,20 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 	return res, nil
 }
 
-// upstreamCluster is the object of the burst: member-a's servers and Secret.
-func upstreamCluster(name string, ma *harness.Cluster) *unstructured.Unstructured {
-	var endpoints []string
-	for _, srv := range ma.Servers {
-		endpoints = append(endpoints, srv.URL)
-	}
-	return memberACluster(name, scaleLabel, endpoints)
+// upstreamCluster is the burst's object number i: f's servers and Secret.
+func upstreamCluster(i int, f *fleet) *unstructured.Unstructured {
+	return burstCluster(clusterName(i), scaleLabel, f.endpoints(i), f.Secret)
 }
 
 // memberACluster is an UpstreamCluster labeled label=true whose servers are
 // endpoints, with member-a's Secret.
 func memberACluster(name, label string, endpoints []string) *unstructured.Unstructured {
+	return burstCluster(name, label, endpoints, harness.MemberA)
+}
+
+// burstCluster is an UpstreamCluster labeled label=true whose servers are
+// endpoints, with the credential of Secret secret.
+func burstCluster(name, label string, endpoints []string, secret string) *unstructured.Unstructured {
 	var servers []any
 	for _, e := range endpoints {
 		servers = append(servers, map[string]any{"endpoint": e})
@@ -256,7 +313,7 @@ func memberACluster(name, label string, endpoints []string) *unstructured.Unstru
 		"metadata":   map[string]any{"name": name, "labels": map[string]any{label: "true"}},
 		"spec": map[string]any{
 			"servers":      servers,
-			"clientConfig": map[string]any{"secretRef": map[string]any{"namespace": harness.GatewayNamespace, "name": harness.MemberA}},
+			"clientConfig": map[string]any{"secretRef": map[string]any{"namespace": harness.GatewayNamespace, "name": secret}},
 		},
 	}}
 }
@@ -264,11 +321,11 @@ func memberACluster(name, label string, endpoints []string) *unstructured.Unstru
 func clusterName(i int) string { return fmt.Sprintf("scale-%05d", i) }
 
 // applyClusters server-side applies n UpstreamClusters, c at a time.
-func applyClusters(ctx context.Context, ucs dynamic.NamespaceableResourceInterface, ma *harness.Cluster, n, c int) (errs int, first string) {
+func applyClusters(ctx context.Context, ucs dynamic.NamespaceableResourceInterface, f *fleet, n, c int) (errs int, first string) {
 	var mu sync.Mutex
 	concurrently(ctx, n, c, func(i int) {
 		name := clusterName(i)
-		if _, err := ucs.Apply(ctx, name, upstreamCluster(name, ma), metav1.ApplyOptions{FieldManager: fieldMgr, Force: true}); err != nil {
+		if _, err := ucs.Apply(ctx, name, upstreamCluster(i, f), metav1.ApplyOptions{FieldManager: fieldMgr, Force: true}); err != nil {
 			mu.Lock()
 			errs++
 			if first == "" {
@@ -323,10 +380,10 @@ func (s *scene) idle(ctx context.Context, d time.Duration, ucs dynamic.Namespace
 			out.Err = err.Error()
 		}
 	}
-	probesBefore, perr := s.memberAProbes(ctx)
+	probesBefore, perr := s.fleet.probes(ctx)
 	pooledBefore, newBefore, gerr := s.gatewayProbes(ctx)
 	cpuBefore, _ := measure.CPUTicks(s.gatewayPID)
-	memberBefore := s.memberACPUTicks()
+	serversBefore := s.fleet.cpuTicks()
 	hz, _ := measure.ClockTicks()
 	start := time.Now()
 	timer := time.NewTimer(d)
@@ -357,7 +414,7 @@ loop:
 	out.For = time.Since(start)
 	cpuAfter, _ := measure.CPUTicks(s.gatewayPID)
 	out.GatewayCPU = float64(cpuAfter-cpuBefore) / hz / out.For.Seconds()
-	out.MemberACPU = float64(s.memberACPUTicks()-memberBefore) / hz / out.For.Seconds()
+	out.ServersCPU = float64(s.fleet.cpuTicks()-serversBefore) / hz / out.For.Seconds()
 	if cpuFile != "" {
 		if err := <-profiled; err != nil {
 			logf("clusters: CPU profile: %v", err)
@@ -366,11 +423,11 @@ loop:
 			out.CPUFile, out.CPUTop = cpuFile, measure.Pprof(ctx, bin, cpuFile, "-top", "-nodecount=15")
 		}
 	}
-	probesAfter, perr2 := s.memberAProbes(ctx)
+	probesAfter, perr2 := s.fleet.probes(ctx)
 	if perr == nil && perr2 == nil {
 		out.Probes = (probesAfter - probesBefore) / out.For.Seconds()
 	} else if out.Err == "" {
-		out.Err = fmt.Sprint("member-a metrics: ", perr, perr2)
+		out.Err = fmt.Sprint("the servers' metrics: ", perr, perr2)
 	}
 	pooledAfter, newAfter, gerr2 := s.gatewayProbes(ctx)
 	if gerr == nil && gerr2 == nil {
@@ -394,28 +451,22 @@ func (s *scene) gatewayProbes(ctx context.Context) (pooled, own float64, err err
 	return pooled, own, nil
 }
 
-// memberAProbes adds up the /readyz requests every member-a replica served
-// (its apiserver_request_total).
-func (s *scene) memberAProbes(ctx context.Context) (float64, error) {
-	var sum float64
-	for _, t := range s.memberA {
-		m, err := t.Scrape(ctx, t.Base+"/metrics")
-		if err != nil {
-			return 0, err
-		}
-		v, _ := m.Sum("apiserver_request_total", map[string]string{"subresource": "/readyz"})
-		sum += v
-	}
-	return sum, nil
-}
-
-// hubConfigMaps creates n ConfigMaps in scaleNS on the hub holding what an
-// UpstreamCluster of the burst holds, c at a time.
-func hubConfigMaps(ctx context.Context, cs kubernetes.Interface, ma *harness.Cluster, n, c int) error {
+// hubConfigMaps creates n ConfigMaps in scaleNS on the hub, c at a time,
+// holding what the burst's first UpstreamCluster holds (its spec and status
+// as JSON), so that both lists carry about as many bytes.
+func hubConfigMaps(ctx context.Context, cs kubernetes.Interface, ucs dynamic.NamespaceableResourceInterface, f *fleet, n, c int) error {
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: scaleNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	spec, err := json.Marshal(upstreamCluster("x", ma).Object["spec"])
+	obj := upstreamCluster(0, f)
+	if got, err := ucs.Get(ctx, clusterName(0), metav1.GetOptions{}); err == nil {
+		obj = got
+	}
+	spec, err := json.Marshal(obj.Object["spec"])
+	if err != nil {
+		return err
+	}
+	status, err := json.Marshal(obj.Object["status"])
 	if err != nil {
 		return err
 	}
@@ -431,7 +482,7 @@ func hubConfigMaps(ctx context.Context, cs kubernetes.Interface, ma *harness.Clu
 				if i >= n || ctx.Err() != nil {
 					return
 				}
-				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: clusterName(i), Labels: map[string]string{scaleLabel: "true"}}, Data: map[string]string{"spec": string(spec)}}
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: clusterName(i), Labels: map[string]string{scaleLabel: "true"}}, Data: map[string]string{"spec": string(spec), "status": string(status)}}
 				if _, err := cs.CoreV1().ConfigMaps(scaleNS).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 					errs[w] = err
 					return

@@ -293,7 +293,7 @@ func (r *report) fanOutSection(p func(string, ...any), f *fanOutResult) {
 	}
 	if w := f.Watched; w.For > 0 {
 		p("| %s with the WATCH open and nothing changing: gateway CPU | %.1f ms/s | %.1f µs/s |\n", w.For.Round(time.Second), 1e3*w.GatewayCPU, 1e6*w.GatewayCPU/n)
-		p("| the same: member-a CPU (both replicas) | %.1f ms/s | %.1f µs/s |\n", 1e3*w.MemberACPU, 1e6*w.MemberACPU/n)
+		p("| the same: member-a CPU (both replicas) | %.1f ms/s | %.1f µs/s |\n", 1e3*w.ServersCPU, 1e6*w.ServersCPU/n)
 		p("| the same: gateway probes over pooled / new connections | %.1f / %.1f /s | |\n", w.ProbesPooled, w.ProbesNew)
 	}
 	for _, e := range []struct {

@@ -19,12 +19,14 @@
 //     gateway alone to the stand-in kubelet's pod on member-a: the gateway's
 //     memory, goroutines and connections per session, each session checked
 //     to carry a line both ways before and after the snapshot.
-//   - Clusters: K UpstreamClusters applied in one burst (each with
-//     member-a's two servers): time until all are Ready, RSS, goroutines and
-//     connections per cluster, health probes the member sees, the gateway's
-//     idle CPU and status writes at steady state, proxy latency with K
-//     clusters against without, and LIST + WATCH of the K objects through the
-//     hub against as many ConfigMaps.
+//   - Clusters: K UpstreamClusters applied in one burst, each with two
+//     servers: stand-in member servers (standin.go) by default, member-a's
+//     two replicas with -cluster-servers=member-a; with -replicas, on more
+//     gateway replicas that share the health checks. Time until all are
+//     Ready, RSS, goroutines and connections per cluster, health probes the
+//     servers see, the gateway's idle CPU and status writes at steady state,
+//     proxy latency with K clusters against without, and LIST + WATCH of the
+//     K objects through the hub against as many ConfigMaps of the same size.
 //
 // It writes report.md, the time series as CSV and their plots as PNG to
 // -out-dir and prints the report. docs/benchmark.md explains the method.
@@ -64,6 +66,10 @@ type options struct {
 	WatchCycles     int           // open-and-close cycles of the idle watches
 	Sessions        int           // idle exec sessions through the gateway alone
 	Clusters        int           // UpstreamClusters registered in the burst
+	ClusterServers  string        // serversStandIns or serversMemberA
+	StandIns        int           // stand-in server processes, one per server of a cluster
+	StandInPorts    int           // listeners of each stand-in
+	Replicas        int           // gateway replicas during the cluster phase
 	Burst           int           // concurrent applies of the burst
 	ReadyTimeout    time.Duration
 	ClusterIdle     time.Duration // steady-state window with K clusters
@@ -81,6 +87,13 @@ type options struct {
 var logf = measure.Logger("bench-scale").Printf
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == standInCommand {
+		if err := standInMain(os.Args[2:]); err != nil {
+			logf("%v", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var o options
 	flag.IntVar(&o.Watches, "watches", 10000, "idle watches opened through the gateway alone (0: no watch phase)")
 	flag.BoolVar(&o.Floor, "floor", true, "also open -watches idle watches through test/bench/floorproxy, a minimal Go reverse proxy, and measure what they cost it (the floor)")
@@ -95,6 +108,10 @@ func main() {
 	flag.DurationVar(&o.Settle, "settle", 2*time.Minute, "longest wait after closing the watches for the gateway's goroutines and its connections to member-b to come back down (idle connections close after 90 s)")
 	flag.IntVar(&o.Sessions, "sessions", 1000, "idle exec sessions (cat, over WebSocket as kubectl) opened through the gateway alone to the stand-in kubelet's pod on member-a (0: no session phase)")
 	flag.IntVar(&o.Clusters, "clusters", 1000, "UpstreamClusters applied in one burst (0: no cluster phase)")
+	flag.StringVar(&o.ClusterServers, "cluster-servers", serversStandIns, "the servers of the burst's UpstreamClusters: "+serversStandIns+" (stand-in member servers on loopback that answer health probes and discovery as a kube-apiserver does, processes of their own; the fan-out and remote phases need member-a and are skipped) or "+serversMemberA+" (member-a's two real replicas, which then serve every probe)")
+	flag.IntVar(&o.StandIns, "stand-ins", 2, "stand-in server processes, on 127.0.100.1, 127.0.100.2, ...: the servers of each UpstreamCluster, one in each")
+	flag.IntVar(&o.StandInPorts, "stand-in-ports", 4, "listeners of each stand-in, each on a port of its own (cluster i uses port i mod this)")
+	flag.IntVar(&o.Replicas, "replicas", 1, "gateway replicas during the cluster phase: the harness's, and this many less one more with the same flags on the same etcd and hub (not behind the hub), started before the burst; they share the health checks (--share-health-checks, on by default)")
 	flag.IntVar(&o.Burst, "burst-concurrency", 32, "concurrent server-side applies of the burst")
 	flag.DurationVar(&o.ReadyTimeout, "ready-timeout", 5*time.Minute, "longest wait for every applied UpstreamCluster to be Ready")
 	flag.DurationVar(&o.ClusterIdle, "cluster-idle", 30*time.Second, "steady-state window with the clusters registered (CPU, probes, status writes)")
@@ -107,6 +124,10 @@ func main() {
 	flag.BoolVar(&o.Keep, "keep", false, "keep the environment's work dir (logs) after a successful run")
 	measure.GatewayFlags(flag.CommandLine, &o.GatewayEnv, &o.GatewayArgs)
 	flag.Parse()
+	if o.ClusterServers != serversStandIns && o.ClusterServers != serversMemberA {
+		logf("-cluster-servers %q: %s or %s", o.ClusterServers, serversStandIns, serversMemberA)
+		os.Exit(2)
+	}
 	// The bench measures the cost of each watch, far past any one user's
 	// share: its watches, all of one user, lift the per-user cap (a later
 	// -gateway-arg can set one again).
@@ -159,7 +180,7 @@ func runMain(o options) int {
 		}
 	}
 	if c := rep.Clusters; c != nil {
-		if err := writeSeries(o.OutDir, "clusters", "Ready clusters", c.Series, func(s snapshot) []int { return s.ToMemberA }); err != nil {
+		if err := writeSeries(o.OutDir, "clusters", "Ready clusters", c.Series, func(s snapshot) []int { return s.ToFleet }); err != nil {
 			logf("writing the cluster series: %v", err)
 		}
 	}

@@ -248,10 +248,10 @@ func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
 	if r.Restarted {
 		p("The gateway was restarted (same flags and data) after the watch and session phases, so that this phase starts from a fresh process. ")
 	}
-	p("%d UpstreamClusters applied (server-side apply, %d at a time) in one burst, each with member-a's two servers and its Secret, next to the harness's two clusters. ", k, o.Burst)
+	p("%d UpstreamClusters applied (server-side apply, %d at a time) in one burst, next to the harness's two clusters. Their servers (`-cluster-servers=%s`): %s. ", k, o.Burst, c.ServerKind, c.Servers)
 	p("Compiled: every object's `status.observedGeneration` equals its generation; Ready: also its `Ready` condition is True (LIST through the hub every second). ")
 	p("Steady state: %s idle after all are Ready; the baseline is %s idle with the harness's two clusters before the burst. ", c.AfterIdle.For.Round(time.Second), c.BaselineIdle.For.Round(time.Second))
-	p("Health probes: `apiserver_request_total{subresource=\"/readyz\"}` of both member-a replicas (every probe of every cluster lands there). Status writes: MODIFIED events of the %d objects on a watch through the hub during the idle window.\n\n", k)
+	p("Health probes: `apiserver_request_total{subresource=\"/readyz\"}` of those servers (every probe of every cluster lands there). Status writes: MODIFIED events of the %d objects on a watch through the hub during the idle window.\n\n", k)
 	p("| metric | 2 clusters (harness) | %d clusters | per added cluster |\n|---|---:|---:|---:|\n", k+2)
 	b, a := c.Baseline, c.After
 	kib := func(x float64) string { return measure.KiB(x) }
@@ -259,16 +259,27 @@ func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
 	p("| Go heap in use | %s | %s | %s |\n", mib(b.HeapInuse), mib(a.HeapInuse), per(b.HeapInuse, a.HeapInuse, k, kib))
 	p("| goroutines | %.0f | %.0f | %s |\n", b.Goroutines, a.Goroutines, per(b.Goroutines, a.Goroutines, k, func(x float64) string { return fmt.Sprintf("%.2f", x) }))
 	p("| open files | %d | %d | %s |\n", b.OpenFiles, a.OpenFiles, per(float64(b.OpenFiles), float64(a.OpenFiles), k, func(x float64) string { return fmt.Sprintf("%.2f", x) }))
-	p("| TCP gateway → member-a (per replica) | %s | %s | %s |\n", ints(b.ToMemberA), ints(a.ToMemberA), per(float64(sum(b.ToMemberA)), float64(sum(a.ToMemberA)), k, func(x float64) string { return fmt.Sprintf("%.2f", x) }))
-	p("| health probes member-a serves | %.1f /s | %.1f /s | %s |\n", c.BaselineIdle.Probes, c.AfterIdle.Probes, per(c.BaselineIdle.Probes, c.AfterIdle.Probes, k, func(x float64) string { return fmt.Sprintf("%.3f /s", x) }))
+	p("| TCP gateway → the servers (per slot) | %s | %s | %s |\n", ints(b.ToFleet), ints(a.ToFleet), per(float64(sum(b.ToFleet)), float64(sum(a.ToFleet)), k, func(x float64) string { return fmt.Sprintf("%.2f", x) }))
+	p("| health probes the servers serve | %.1f /s | %.1f /s | %s |\n", c.BaselineIdle.Probes, c.AfterIdle.Probes, per(c.BaselineIdle.Probes, c.AfterIdle.Probes, k, func(x float64) string { return fmt.Sprintf("%.3f /s", x) }))
 	p("| gateway CPU, idle | %.1f ms/s | %.1f ms/s | %s |\n", 1e3*c.BaselineIdle.GatewayCPU, 1e3*c.AfterIdle.GatewayCPU, per(1e6*c.BaselineIdle.GatewayCPU, 1e6*c.AfterIdle.GatewayCPU, k, func(x float64) string { return fmt.Sprintf("%.1f µs/s", x) }))
-	p("| member-a CPU (both replicas), idle | %.1f ms/s | %.1f ms/s | %s |\n", 1e3*c.BaselineIdle.MemberACPU, 1e3*c.AfterIdle.MemberACPU, per(1e6*c.BaselineIdle.MemberACPU, 1e6*c.AfterIdle.MemberACPU, k, func(x float64) string { return fmt.Sprintf("%.1f µs/s", x) }))
+	if sent := c.AfterIdle.ProbesPooled + c.AfterIdle.ProbesNew; sent > 0 {
+		p("| gateway CPU per probe it sent, idle (all its idle CPU, divided) | | %.0f µs | |\n", 1e6*c.AfterIdle.GatewayCPU/sent)
+	}
+	p("| the servers' CPU (all together), idle | %.1f ms/s | %.1f ms/s | %s |\n", 1e3*c.BaselineIdle.ServersCPU, 1e3*c.AfterIdle.ServersCPU, per(1e6*c.BaselineIdle.ServersCPU, 1e6*c.AfterIdle.ServersCPU, k, func(x float64) string { return fmt.Sprintf("%.1f µs/s", x) }))
+	p("| the servers' RSS (all together) | %s | %s | |\n", measure.MB(float64(b.FleetRSSKB)), measure.MB(float64(a.FleetRSSKB)))
 	p("| gateway probes over pooled / new connections (`kube_gateway_health_probes_total`), idle | %.1f / %.1f /s | %.1f / %.1f /s | |\n", c.BaselineIdle.ProbesPooled, c.BaselineIdle.ProbesNew, c.AfterIdle.ProbesPooled, c.AfterIdle.ProbesNew)
 	p("| status writes, idle | – | %d in %s (%.2f /s) | |\n", c.AfterIdle.StatusWrites, c.AfterIdle.For.Round(time.Second), float64(c.AfterIdle.StatusWrites)/c.AfterIdle.For.Seconds())
 	p("| proxy GET p50, c=1, gateway alone | %s | %s | ×%.2f |\n", measure.Dur(c.BaselineGets.Pct(50)), measure.Dur(c.Gets.Pct(50)), ratio(c.Gets.Pct(50), c.BaselineGets.Pct(50)))
 	p("| proxy GET p99, c=1, gateway alone | %s | %s | ×%.2f |\n\n", measure.Dur(c.BaselineGets.Pct(99)), measure.Dur(c.Gets.Pct(99)), ratio(c.Gets.Pct(99), c.BaselineGets.Pct(99)))
+	if lim := r.GatewayFDLimit; lim > 0 && uint64(a.OpenFiles)+16 >= lim {
+		p("**The gateway ran out of file descriptors**: it held %d, its limit (RLIMIT_NOFILE) is %d. It keeps a connection open to every server of every cluster that its probes keep alive, so it needs more than one descriptor per server; past the limit it can neither dial the servers that are left, nor its etcd, nor accept connections. Give it a higher limit, or spread the clusters over replicas (`-replicas`).\n\n", a.OpenFiles, lim)
+	}
 	if c.HeapFile != "" {
-		p("The gateway's heap in use with the %d clusters registered, by allocation site (`%s`; `go tool pprof -sample_index=inuse_space -top`):\n\n```\n%s```\n\n", k+2, c.HeapFile, measure.TrimPprof(c.HeapTop))
+		if c.HeapBaseFile != "" {
+			p("What the gateway's heap holds with the %d clusters registered beyond what it held before them, by allocation site (`go tool pprof -sample_index=inuse_space -top -base %s %s`):\n\n```\n%s```\n\n", k, c.HeapBaseFile, c.HeapFile, measure.TrimPprof(c.HeapTop))
+		} else {
+			p("The gateway's heap in use with the %d clusters registered, by allocation site (`%s`; `go tool pprof -sample_index=inuse_space -top`):\n\n```\n%s```\n\n", k+2, c.HeapFile, measure.TrimPprof(c.HeapTop))
+		}
 	}
 	if c.AfterIdle.CPUFile != "" {
 		p("The gateway's CPU in the steady state with the %d clusters registered (`%s`; `go tool pprof -top`):\n\n```\n%s```\n\n", k+2, c.AfterIdle.CPUFile, measure.TrimPprof(c.AfterIdle.CPUTop))
@@ -282,8 +293,11 @@ func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
 	if c.ConnectedTook > 0 {
 		connected = c.ConnectedTook.Round(100 * time.Millisecond).String()
 	}
-	p("); from its start, **the gateway held a connection to both member-a servers for every cluster after %s; all compiled per status after %s, all Ready after %s** (%d compiled, %d Ready at the end). ",
+	p("); from its start, **the gateway held a connection to every server of every cluster after %s; all compiled per status after %s, all Ready after %s** (%d compiled, %d Ready at the end). ",
 		connected, fmtTook(c.CompiledTook, c.Compiled, k), fmtTook(c.ReadyTook, c.Ready, k), c.Compiled, c.Ready)
+	if c.ReadyTook > 0 {
+		p("All Ready %s after the last apply. ", (c.ReadyTook - c.ApplyTook).Round(100*time.Millisecond))
+	}
 	p("Connections (polled every 250 ms) show when the data plane has every cluster; the status figures also include the gateway's status writer, which is rate-limited. ")
 	p("GETs: %d per run, `%s` on member-b; %d and %d errors.", o.Gets, getTarget, c.BaselineGets.Errors, c.Gets.Errors)
 	for _, e := range []string{c.BaselineIdle.Err, c.AfterIdle.Err} {
@@ -293,6 +307,7 @@ func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
 	}
 	p("\n\n")
 
+	r.replicaSection(p, c)
 	p("### LIST and WATCH of %d objects through the hub\n\n", k)
 	p("The %d UpstreamClusters (served by the gateway from its etcd, through the hub's aggregator) against %d ConfigMaps on the hub holding the same spec as JSON; median of %d. WATCH: from no resourceVersion until the initial ADDED event of every object arrived.\n\n", k, k, o.ListRepeats)
 	u, m := c.UpstreamClusters, c.ConfigMaps
@@ -378,4 +393,36 @@ func (r *report) sessionSection(p func(string, ...any), sr *sessionResult) {
 	if sr.HeapTop != "" {
 		p("What the gateway's heap holds with the sessions open beyond what it held before them, by allocation site (`go tool pprof -sample_index=inuse_space -top -base %s %s`):\n\n```\n%s```\n\n", sr.HeapBeforeFile, sr.HeapOpenFile, measure.TrimPprof(sr.HeapTop))
 	}
+}
+
+// replicaSection reports the other gateway replicas of the cluster phase.
+func (r *report) replicaSection(p func(string, ...any), c *clusterResult) {
+	if len(c.ReplicasAfter) == 0 {
+		return
+	}
+	k := c.K
+	n := len(c.ReplicasAfter) + 1
+	p("### %d gateway replicas\n\n", n)
+	p("The harness's gateway and %d more replicas with the same flags on the same etcd and hub (not behind the hub: only the first serves the hub's requests), started before the burst; each compiles every cluster, and with `--share-health-checks` (the default) the owner of a cluster, by rendezvous hashing over the replicas' Leases, probes its servers and writes its status. The first replica's figures are in the table above; the others':\n\n", n-1)
+	p("| replica | RSS before → with %d clusters | per added cluster | Go heap in use | goroutines | open files | TCP → the servers | CPU, idle | probes over pooled / new connections, idle |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n", k+2)
+	b0 := c.Baseline
+	p("| the harness's (first) | %s → %s | %s | %s | %.0f | %d | %s | %.1f ms/s | %.1f / %.1f /s |\n", measure.MB(float64(b0.RSSKB)), measure.MB(float64(c.After.RSSKB)),
+		per(float64(b0.RSSKB)*1024, float64(c.After.RSSKB)*1024, k, measure.KiB), mib(c.After.HeapInuse), c.After.Goroutines, c.After.OpenFiles, ints(c.After.ToFleet),
+		1e3*c.AfterIdle.GatewayCPU, c.AfterIdle.ProbesPooled, c.AfterIdle.ProbesNew)
+	totalCPU, totalProbes := c.AfterIdle.GatewayCPU, c.AfterIdle.ProbesPooled+c.AfterIdle.ProbesNew
+	for i, a := range c.ReplicasAfter {
+		var b replicaState
+		if i < len(c.ReplicasBefore) {
+			b = c.ReplicasBefore[i]
+		}
+		p("| %s | %s → %s | %s | %s | %.0f | %d | %s | %.1f ms/s | %.1f / %.1f /s |\n", a.Name, measure.MB(float64(b.RSSKB)), measure.MB(float64(a.RSSKB)),
+			per(float64(b.RSSKB)*1024, float64(a.RSSKB)*1024, k, measure.KiB), mib(a.HeapInuse), a.Goroutines, a.OpenFiles, ints(a.ToFleet), 1e3*a.CPU, a.ProbesPooled, a.ProbesNew)
+		totalCPU += a.CPU
+		totalProbes += a.ProbesPooled + a.ProbesNew
+		if a.Err != "" {
+			p("\nNot measured on %s: %s.\n", a.Name, a.Err)
+		}
+	}
+	p("\nAll replicas together, idle: %.1f ms/s of CPU and %.1f probes/s sent; the servers served %.1f probes/s (one per server and interval would be %.0f /s).\n\n",
+		1e3*totalCPU, totalProbes, c.AfterIdle.Probes, float64(2*k)/5)
 }

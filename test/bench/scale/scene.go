@@ -38,6 +38,9 @@ type scene struct {
 	hubPort, doorPort    int
 	memberBPorts         []int
 	memberAPorts         []int
+	// fleet is the servers of the cluster phase's UpstreamClusters, once
+	// it set them up.
+	fleet *fleet
 }
 
 func newScene(env *harness.Env) (*scene, error) {
@@ -120,12 +123,16 @@ type snapshot struct {
 	// to the gateway, the hub and the member door, and all the gateway
 	// accepted on its port and on its door.
 	ToMemberB, ToMemberA []int
-	HubToGateway         int
-	BenchToGateway       int
-	BenchToHub           int
-	BenchToDoor          int
-	IntoGateway          int
-	IntoDoor             int
+	// ToFleet are those to the cluster phase's servers, by slot (see
+	// fleet), and FleetRSSKB their processes' RSS, once they exist.
+	ToFleet        []int
+	FleetRSSKB     int64
+	HubToGateway   int
+	BenchToGateway int
+	BenchToHub     int
+	BenchToDoor    int
+	IntoGateway    int
+	IntoDoor       int
 	// Hub is the hub's own state, read only with a forced collection.
 	Hub hubState
 	Err string // what could not be read
@@ -227,16 +234,6 @@ func (s *scene) saveProfile(ctx context.Context, path, file string) error {
 	return os.WriteFile(file, data, 0o644)
 }
 
-// memberACPUTicks adds up the CPU ticks of member-a's replicas.
-func (s *scene) memberACPUTicks() int64 {
-	var n int64
-	for _, srv := range s.env.Members[harness.MemberA].Servers {
-		t, _ := measure.CPUTicks(srv.Process.PID())
-		n += t
-	}
-	return n
-}
-
 // take reads a snapshot; gc forces a collection first (the series does not).
 func (s *scene) take(ctx context.Context, label string, gc bool) snapshot {
 	sn := snapshot{Label: label, At: time.Now()}
@@ -258,6 +255,9 @@ func (s *scene) take(ctx context.Context, label string, gc bool) snapshot {
 		errs = append(errs, err.Error())
 	}
 	sn.OpenFiles, _, _ = measure.OpenFiles(s.gatewayPID)
+	if s.fleet != nil {
+		sn.FleetRSSKB = s.fleet.rssKB()
+	}
 	if conns, err := measure.TCPConns(s.gatewayPID); err != nil {
 		errs = append(errs, err.Error())
 	} else {
@@ -266,6 +266,9 @@ func (s *scene) take(ctx context.Context, label string, gc bool) snapshot {
 		}
 		for _, p := range s.memberAPorts {
 			sn.ToMemberA = append(sn.ToMemberA, measure.CountConns(conns, p, true))
+		}
+		if s.fleet != nil {
+			sn.ToFleet = s.fleet.conns(conns)
 		}
 		sn.IntoGateway = measure.CountConns(conns, s.gatewayPort, false)
 		sn.IntoDoor = measure.CountConns(conns, s.doorPort, false)
