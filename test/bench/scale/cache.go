@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -86,19 +87,29 @@ type cacheResult struct {
 	Rounds []cacheRound
 	// Member-b's LISTs of ConfigMaps (apiserver_request_total) during the
 	// cached LISTs, and how the gateway answered the members' parts of them.
-	MemberLists     float64
-	CachedReads     map[string]float64
-	LiveReads       map[string]float64
-	Consistent      time.Duration
-	ConsistentReads map[string]float64
-	// Member-b's LISTs of ConfigMaps during the consistent LIST.
-	ConsistentMemberLists float64
+	MemberLists float64
+	CachedReads map[string]float64
+	LiveReads   map[string]float64
+	// Two consistent LISTs (no resourceVersion), one after the other: time,
+	// how the gateway answered the members' parts, member-b's LISTs of
+	// ConfigMaps meanwhile.
+	Consistent            [2]time.Duration
+	ConsistentReads       [2]map[string]float64
+	ConsistentMemberLists [2]float64
 	CPUFile, CPUTop       string
-	// The watches over one cluster.
-	Events     *eventResult
-	Deliveries []delivery // cached, live, direct
-	WatchReads map[string]float64
-	Err        string
+	// The watches over one cluster: the gateway once the other caches were
+	// dropped and their clusters' status written, the machine's load
+	// average then, the gateway's CPU (seconds per second) and its profile
+	// while the events pass.
+	OneCache     snapshot
+	WatchLoad    string
+	WatchCPU     float64
+	WatchCPUFile string
+	WatchCPUTop  string
+	Events       *eventResult
+	Deliveries   []delivery // cached, live, direct
+	WatchReads   map[string]float64
+	Err          string
 }
 
 // cacheRound is one round of the three LISTs: wall time and CPU seconds of
@@ -336,25 +347,28 @@ func cachePhase(ctx context.Context, s *scene, o options) (*cacheResult, error) 
 		}
 	}
 
-	// A consistent LIST, for contrast.
-	readsBefore, _ := s.cacheReads(ctx, "list")
-	listsBefore, lerr := memberLists(ctx, s.direct, mb.Servers[0].URL)
-	t0 := time.Now()
-	if _, err := s.hubRoot.Do(ctx, fleetPath(cacheSegment, "/api/v1/namespaces/"+cacheNS+"/configmaps")+"?"+strictParam); err != nil {
-		return nil, fmt.Errorf("consistent LIST: %w", err)
+	// Consistent LISTs, for contrast: the second finds the caches known
+	// behind and does not ask the members whether they are.
+	for i := range res.Consistent {
+		readsBefore, _ := s.cacheReads(ctx, "list")
+		listsBefore, lerr := memberLists(ctx, s.direct, mb.Servers[0].URL)
+		t0 := time.Now()
+		if _, err := s.hubRoot.Do(ctx, fleetPath(cacheSegment, "/api/v1/namespaces/"+cacheNS+"/configmaps")+"?"+strictParam); err != nil {
+			return nil, fmt.Errorf("consistent LIST: %w", err)
+		}
+		res.Consistent[i] = time.Since(t0)
+		listsAfter, lerr2 := memberLists(ctx, s.direct, mb.Servers[0].URL)
+		readsAfter, _ := s.cacheReads(ctx, "list")
+		res.ConsistentReads[i] = map[string]float64{}
+		addDelta(res.ConsistentReads[i], readsBefore, readsAfter)
+		if lerr == nil && lerr2 == nil {
+			res.ConsistentMemberLists[i] = listsAfter - listsBefore
+		}
+		logf("cache: consistent LIST %s: %v; member-b LISTs %.0f", measure.Dur(res.Consistent[i]), res.ConsistentReads[i], res.ConsistentMemberLists[i])
 	}
-	res.Consistent = time.Since(t0)
-	listsAfter, lerr2 := memberLists(ctx, s.direct, mb.Servers[0].URL)
-	readsAfter, _ := s.cacheReads(ctx, "list")
-	res.ConsistentReads = map[string]float64{}
-	addDelta(res.ConsistentReads, readsBefore, readsAfter)
-	if lerr == nil && lerr2 == nil {
-		res.ConsistentMemberLists = listsAfter - listsBefore
-	}
-	logf("cache: consistent LIST %s: %v; member-b LISTs %.0f", measure.Dur(res.Consistent), res.ConsistentReads, res.ConsistentMemberLists)
 
 	if o.CacheWatches > 0 && o.EventRate > 0 {
-		if err := cacheWatches(ctx, s, o, mbcs, crs, res); err != nil {
+		if err := cacheWatches(ctx, s, o, mbcs, ucs, crs, res); err != nil {
 			res.Err = "watches: " + err.Error()
 			logf("cache: %s", res.Err)
 		}
@@ -366,7 +380,7 @@ func cachePhase(ctx context.Context, s *scene, o options) (*cacheResult, error) 
 // CachedResource then selects only that one. Every cluster of the phase is
 // member-b, so with all of them cached each update would be an event for
 // every cache: the machine's limit, not the cache's delay.
-func cacheWatches(ctx context.Context, s *scene, o options, mbcs kubernetes.Interface, crs cachedResources, res *cacheResult) error {
+func cacheWatches(ctx context.Context, s *scene, o options, mbcs kubernetes.Interface, ucs upstreamClusters, crs cachedResources, res *cacheResult) error {
 	watchesBefore, err := memberWatches(ctx, s.direct, s.env.Members[harness.MemberB].Servers[0].URL)
 	if err != nil {
 		return err
@@ -392,16 +406,61 @@ func cacheWatches(ctx context.Context, s *scene, o options, mbcs kubernetes.Inte
 			return err
 		}
 	}
+	// And until the other clusters' status no longer lists their caches:
+	// the status writes (rate-limited) and the collection of the dropped
+	// caches are over before the events begin.
+	for {
+		l, err := ucs.List(ctx, metav1.ListOptions{LabelSelector: cacheSegment})
+		left := -1
+		if err == nil {
+			left = 0
+			for _, uc := range l.Items {
+				for _, c := range uc.Status.Caches {
+					if c.CachedResource == cacheResource {
+						left++
+					}
+				}
+			}
+		}
+		if left == 1 {
+			break
+		}
+		if time.Since(start) > 2*time.Minute {
+			return fmt.Errorf("%d clusters still list a cache in their status after 2 minutes", left)
+		}
+		if err := sleep(ctx, 2*time.Second); err != nil {
+			return err
+		}
+	}
+	res.OneCache = s.take(ctx, "one cache", true)
 	q := url.Values{"watch": {"1"}, "labelSelector": {roleLabel + "=event"}, "resourceVersion": {"0"}, "allowWatchBookmarks": {"true"},
 		"timeoutSeconds": {fmt.Sprint(watchHours)}}
 	path := "/api/v1/namespaces/" + watchNS + "/configmaps?" + q.Encode()
 	readsBefore, _ := s.cacheReads(ctx, "watch")
-	logf("cache: %d watches over one cluster's cache, %d over its member through the hub and %d on member-b", o.CacheWatches, o.CacheWatches, o.CacheWatches)
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		res.WatchLoad = strings.Join(strings.Fields(string(b))[:3], " ")
+	}
+	logf("cache: %d watches over one cluster's cache, %d over its member through the hub and %d on member-b (load average %s)", o.CacheWatches, o.CacheWatches, o.CacheWatches, res.WatchLoad)
+	res.WatchCPUFile = filepath.Join(o.OutDir, "kube-gateway-cpu-cache-watch.pprof")
+	profiled := make(chan error, 1)
+	go func() { profiled <- s.cpuProfile(ctx, o.EventDuration, res.WatchCPUFile) }()
+	cpu0, _ := measure.CPUTicks(s.gatewayPID)
+	t0 := time.Now()
 	ev, ds, err := deliverVia(ctx, mbcs, o, o.CacheWatches, []watchVia{
 		{target: s.hubRoot, path: fleetPath(cacheOneSegment, path)},
 		{target: s.hubRoot, path: fleetPath(cacheOneSegment, path+"&pretty=false")}, // not from the cache, as the live LIST
 		{target: s.direct, path: path},
 	})
+	cpu1, _ := measure.CPUTicks(s.gatewayPID)
+	hz, _ := measure.ClockTicks()
+	res.WatchCPU = float64(cpu1-cpu0) / hz / time.Since(t0).Seconds()
+	if perr := <-profiled; perr != nil {
+		logf("cache: CPU profile: %v", perr)
+		res.WatchCPUFile = ""
+	} else {
+		bin, _ := harness.GatewayBinary(s.env.BinDir)
+		res.WatchCPUTop = measure.Pprof(ctx, bin, res.WatchCPUFile, "-top", "-nodecount=25")
+	}
 	if err != nil {
 		return err
 	}
@@ -412,6 +471,10 @@ func cacheWatches(ctx context.Context, s *scene, o options, mbcs kubernetes.Inte
 	logf("cache: events %d published (%.0f/s); p99 cached %s, live %s, direct %s", ev.Published, ev.PublishRate,
 		measure.Dur(measure.Pct(ds[0].Latencies, 99)), measure.Dur(measure.Pct(ds[1].Latencies, 99)), measure.Dur(measure.Pct(ds[2].Latencies, 99)))
 	return nil
+}
+
+type upstreamClusters interface {
+	List(ctx context.Context, opts metav1.ListOptions) (*gatewayv1alpha1.UpstreamClusterList, error)
 }
 
 type cachedResources interface {
@@ -802,11 +865,11 @@ func (r *report) cacheSection(p func(string, ...any), c *cacheResult) {
 	for i, rd := range c.Rounds {
 		p("| %d | %s | %s | %s |\n", i+1, measure.Dur(rd["direct"].Took), measure.Dur(rd["cached"].Took), measure.Dur(rd["live"].Took))
 	}
-	p("\n| members' parts, all told | %d cached LISTs | %d live LISTs | 1 consistent LIST (no resourceVersion) |\n|---|---:|---:|---:|\n", len(c.Rounds), len(c.Rounds))
-	p("| member-b's LISTs of ConfigMaps (`apiserver_request_total`) | **%.0f** | | %.0f |\n", c.MemberLists, c.ConsistentMemberLists)
-	p("| answered by the gateway (`kube_gateway_fleet_cache_reads_total`) | %s | %s | %s |\n", fmtReads(c.CachedReads), fmtReads(c.LiveReads), fmtReads(c.ConsistentReads))
-	p("| time | | | %s |\n\n", measure.Dur(c.Consistent))
-	p("A consistent read is served from a member's cache only when one LIST of one object (the cache identity's) says the cache holds the member's current resourceVersion; member-b's Leases move its resourceVersion every few seconds, and its ConfigMaps do not, so its caches are usually behind ([fleet-cache.md](fleet-cache.md#consistency)).\n\n")
+	p("\n| members' parts, all told | %d cached LISTs | %d live LISTs | a consistent LIST (no resourceVersion) | the next consistent LIST |\n|---|---:|---:|---:|---:|\n", len(c.Rounds), len(c.Rounds))
+	p("| member-b's LISTs of ConfigMaps (`apiserver_request_total`) | **%.0f** | | %.0f | %.0f |\n", c.MemberLists, c.ConsistentMemberLists[0], c.ConsistentMemberLists[1])
+	p("| answered by the gateway (`kube_gateway_fleet_cache_reads_total`) | %s | %s | %s | %s |\n", fmtReads(c.CachedReads), fmtReads(c.LiveReads), fmtReads(c.ConsistentReads[0]), fmtReads(c.ConsistentReads[1]))
+	p("| time | | | %s | %s |\n\n", measure.Dur(c.Consistent[0]), measure.Dur(c.Consistent[1]))
+	p("A consistent read is served from a member's cache only when one LIST of one object (the cache identity's) says the cache holds the member's current resourceVersion, and not asked again while the cache has not reached what the member said last; member-b's Leases move its resourceVersion every few seconds, and its ConfigMaps do not, so its caches are usually behind ([fleet-cache.md](fleet-cache.md#consistency)).\n\n")
 	if c.CPUTop != "" {
 		p("The gateway's CPU over back-to-back cached LISTs (`%s`; `go tool pprof -top`):\n\n```\n%s```\n\n", c.CPUFile, measure.TrimPprof(c.CPUTop))
 	}
@@ -814,6 +877,9 @@ func (r *report) cacheSection(p func(string, ...any), c *cacheResult) {
 	if e := c.Events; e != nil && len(c.Deliveries) == 3 {
 		p("### Watch events through one cluster's cache\n\n")
 		p("The CachedResource then selects one cluster (`%s`): with all %d cached, every update of member-b would be an event in each of the %d caches, all on this one machine. ", cacheOneSegment, n, n)
+		oc := c.OneCache
+		p("Once the other caches' watches on member-b ended and their clusters' status no longer listed them, the gateway held a live heap of %s (%s with every cache, %s before), RSS %s, %.0f goroutines. ",
+			mib(oc.HeapAlloc), mib(a.HeapAlloc), mib(b.HeapAlloc), measure.MB(float64(oc.RSSKB)), oc.Goroutines)
 		p("%d watches through the hub over that cluster's cache (`upstreamclusters/%s/proxy/api/v1/namespaces/%s/configmaps?watch=1&resourceVersion=0&allowWatchBookmarks=true`, label `%s=event`), %d the same with `pretty=false` (live: the member answers through the gateway) and %d directly on member-b; the bench patches the %d ConfigMaps round-robin at %.0f/s for %s and matches each event to its update by resourceVersion (delay from the update's response to the event's receipt, as the watch phase measures it).\n\n",
 			e.Samples, cacheOneSegment, watchNS, roleLabel, e.Samples, e.Samples, eventCMs, o.EventRate, o.EventDuration)
 		d := c.Deliveries
@@ -829,7 +895,7 @@ func (r *report) cacheSection(p func(string, ...any), c *cacheResult) {
 		}
 		p("| max delay | %s | %s | %s | |\n", measure.Dur(measure.Pct(d[2].Latencies, 100)), measure.Dur(measure.Pct(d[1].Latencies, 100)), measure.Dur(measure.Pct(d[0].Latencies, 100)))
 		p("| watches that ended early | %d | %d | %d | |\n\n", d[2].Early, d[1].Early, d[0].Early)
-		p("The members' parts of these watches: %s. Published: %d updates (%.0f/s achieved", fmtReads(c.WatchReads), e.Published, e.PublishRate)
+		p("The members' parts of these watches: %s. The gateway's CPU meanwhile: %.0f ms/s; the machine's load average as they opened: %s. Published: %d updates (%.0f/s achieved", fmtReads(c.WatchReads), 1e3*c.WatchCPU, c.WatchLoad, e.Published, e.PublishRate)
 		if e.PublishErrors > 0 {
 			p(", %d failed: %s", e.PublishErrors, e.FirstPublishErr)
 		}
@@ -838,6 +904,9 @@ func (r *report) cacheSection(p func(string, ...any), c *cacheResult) {
 			p("; watches that failed to open: %s", e.OpenErrors)
 		}
 		p(".\n\n")
+	}
+	if c.WatchCPUTop != "" {
+		p("The gateway's CPU while the events pass (`%s`; `go tool pprof -top`):\n\n```\n%s```\n\n", c.WatchCPUFile, measure.TrimPprof(c.WatchCPUTop))
 	}
 	if c.Err != "" {
 		p("Not measured: %s.\n\n", c.Err)
