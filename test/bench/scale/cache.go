@@ -101,15 +101,17 @@ type cacheResult struct {
 	// dropped and their clusters' status written, the machine's load
 	// average then, the gateway's CPU (seconds per second) and its profile
 	// while the events pass.
-	OneCache     snapshot
-	WatchLoad    string
-	WatchCPU     float64
-	WatchCPUFile string
-	WatchCPUTop  string
-	Events       *eventResult
-	Deliveries   []delivery // cached, live, direct
-	WatchReads   map[string]float64
-	Err          string
+	OneCache         snapshot
+	OneCacheHeapFile string // its heap profile, and the top sites of what it holds beyond what it held before the CachedResource
+	OneCacheHeapTop  string
+	WatchLoad        string
+	WatchCPU         float64
+	WatchCPUFile     string
+	WatchCPUTop      string
+	Events           *eventResult
+	Deliveries       []delivery // cached, live, direct
+	WatchReads       map[string]float64
+	Err              string
 }
 
 // cacheRound is one round of the three LISTs: wall time and CPU seconds of
@@ -433,6 +435,14 @@ func cacheWatches(ctx context.Context, s *scene, o options, mbcs kubernetes.Inte
 		}
 	}
 	res.OneCache = s.take(ctx, "one cache", true)
+	if res.HeapBeforeFile != "" {
+		res.OneCacheHeapFile = filepath.Join(o.OutDir, "kube-gateway-heap-one-cache.pprof")
+		if res.OneCacheHeapTop, err = s.heapProfile(ctx, res.OneCacheHeapFile, res.HeapBeforeFile); err != nil {
+			logf("cache: heap profile: %v", err)
+			res.OneCacheHeapFile = ""
+		}
+	}
+	logf("cache: one cache left: live heap %s, %.0f goroutines, TCP to member-b %v", mib(res.OneCache.HeapAlloc), res.OneCache.Goroutines, res.OneCache.ToMemberB)
 	q := url.Values{"watch": {"1"}, "labelSelector": {roleLabel + "=event"}, "resourceVersion": {"0"}, "allowWatchBookmarks": {"true"},
 		"timeoutSeconds": {fmt.Sprint(watchHours)}}
 	path := "/api/v1/namespaces/" + watchNS + "/configmaps?" + q.Encode()
@@ -878,8 +888,8 @@ func (r *report) cacheSection(p func(string, ...any), c *cacheResult) {
 		p("### Watch events through one cluster's cache\n\n")
 		p("The CachedResource then selects one cluster (`%s`): with all %d cached, every update of member-b would be an event in each of the %d caches, all on this one machine. ", cacheOneSegment, n, n)
 		oc := c.OneCache
-		p("Once the other caches' watches on member-b ended and their clusters' status no longer listed them, the gateway held a live heap of %s (%s with every cache, %s before), RSS %s, %.0f goroutines. ",
-			mib(oc.HeapAlloc), mib(a.HeapAlloc), mib(b.HeapAlloc), measure.MB(float64(oc.RSSKB)), oc.Goroutines)
+		p("Once the other caches' watches on member-b ended and their clusters' status no longer listed them, the gateway held a live heap of %s (%s with every cache, %s before), RSS %s, %.0f goroutines (%.0f, %.0f), %s TCP connections to member-b (%s, %s). ",
+			mib(oc.HeapAlloc), mib(a.HeapAlloc), mib(b.HeapAlloc), measure.MB(float64(oc.RSSKB)), oc.Goroutines, a.Goroutines, b.Goroutines, ints(oc.ToMemberB), ints(a.ToMemberB), ints(b.ToMemberB))
 		p("%d watches through the hub over that cluster's cache (`upstreamclusters/%s/proxy/api/v1/namespaces/%s/configmaps?watch=1&resourceVersion=0&allowWatchBookmarks=true`, label `%s=event`), %d the same with `pretty=false` (live: the member answers through the gateway) and %d directly on member-b; the bench patches the %d ConfigMaps round-robin at %.0f/s for %s and matches each event to its update by resourceVersion (delay from the update's response to the event's receipt, as the watch phase measures it).\n\n",
 			e.Samples, cacheOneSegment, watchNS, roleLabel, e.Samples, e.Samples, eventCMs, o.EventRate, o.EventDuration)
 		d := c.Deliveries
@@ -904,6 +914,9 @@ func (r *report) cacheSection(p func(string, ...any), c *cacheResult) {
 			p("; watches that failed to open: %s", e.OpenErrors)
 		}
 		p(".\n\n")
+	}
+	if c.OneCacheHeapTop != "" {
+		p("What the gateway's heap holds with one cache left beyond what it held before the CachedResource (`go tool pprof -sample_index=inuse_space -top -base %s %s`):\n\n```\n%s```\n\n", c.HeapBeforeFile, c.OneCacheHeapFile, measure.TrimPprof(c.OneCacheHeapTop))
 	}
 	if c.WatchCPUTop != "" {
 		p("The gateway's CPU while the events pass (`%s`; `go tool pprof -top`):\n\n```\n%s```\n\n", c.WatchCPUFile, measure.TrimPprof(c.WatchCPUTop))
