@@ -153,8 +153,9 @@ func (r *readQuery) matches(o *Object) bool {
 	if o == nil || (r.attrs.Namespace != "" && o.Namespace != r.attrs.Namespace) {
 		return false
 	}
+	// The field set is a map made per object: only for a field selector.
 	return r.labels.Matches(labels.Set(o.Labels)) &&
-		r.fields.Matches(fields.Set{"metadata.name": o.Name, "metadata.namespace": o.Namespace})
+		(r.fields.Empty() || r.fields.Matches(fields.Set{"metadata.name": o.Name, "metadata.namespace": o.Namespace}))
 }
 
 // ServeMember answers req for member name from the cache and reports true,
@@ -302,21 +303,19 @@ func parsePageToken(s string) (*pageToken, error) {
 }
 
 // list writes the member's list from the cache: the objects in key order
-// (namespace/name, as kube-apiserver lists), a page of them with limit.
+// (namespace/name, as kube-apiserver lists), a page of them with limit. The
+// answer is built in one buffer of its final size.
 func (r *Reads) list(w http.ResponseWriter, rc *resourceCache, q *readQuery) {
-	type item struct {
-		key string
-		o   *Object
-	}
-	var items []item
+	n, _, _ := rc.store.Counts()
+	items := make([]*Object, 0, n)
 	rv := rc.store.List(func(o *Object) {
 		if q.matches(o) {
-			items = append(items, item{key(o.Namespace, o.Name), o})
+			items = append(items, o)
 		}
 	})
-	slices.SortFunc(items, func(a, b item) int { return strings.Compare(a.key, b.key) })
+	slices.SortFunc(items, func(a, b *Object) int { return strings.Compare(a.key, b.key) })
 	if q.cont != nil {
-		i, _ := slices.BinarySearchFunc(items, q.cont.Key, func(it item, k string) int { return strings.Compare(it.key, k) })
+		i, _ := slices.BinarySearchFunc(items, q.cont.Key, func(o *Object, k string) int { return strings.Compare(o.key, k) })
 		for i < len(items) && items[i].key <= q.cont.Key {
 			i++
 		}
@@ -329,21 +328,26 @@ func (r *Reads) list(w http.ResponseWriter, rc *resourceCache, q *readQuery) {
 		meta["continue"] = (&pageToken{Key: items[len(items)-1].key, ResourceVersion: rv, Cache: true}).encode()
 		meta["remainingItemCount"] = rest
 	}
-	var b bytes.Buffer
 	_, listKind := rc.store.Kinds()
 	head, _ := json.Marshal(map[string]any{"kind": listKind, "apiVersion": q.gvr.GroupVersion().String(), "metadata": meta})
-	b.Write(head[:len(head)-1])
-	b.WriteString(`,"items":[`)
-	for i, it := range items {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.Write(it.o.JSON)
+	head = head[:len(head)-1]
+	const open, end = `,"items":[`, "]}"
+	size := len(head) + len(open) + len(end)
+	for _, o := range items {
+		size += len(o.JSON) + 1
 	}
-	b.WriteString("]}")
+	b := make([]byte, 0, size)
+	b = append(append(b, head...), open...)
+	for i, o := range items {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, o.JSON...)
+	}
+	b = append(b, end...)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(b.Bytes())
+	_, _ = w.Write(b)
 }
 
 // watchLifetime bounds a watch served from the cache, as kube-apiserver
@@ -391,7 +395,7 @@ func (r *Reads) watch(w http.ResponseWriter, req *http.Request, rc *resourceCach
 		return b
 	}
 	if from == "" {
-		slices.SortFunc(objects, func(a, b *Object) int { return strings.Compare(key(a.Namespace, a.Name), key(b.Namespace, b.Name)) })
+		slices.SortFunc(objects, func(a, b *Object) int { return strings.Compare(a.key, b.key) })
 		for _, o := range objects {
 			if q.matches(o) && !send(watch.Added, o.JSON) {
 				return true

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -133,6 +134,36 @@ func TestListFromCache(t *testing.T) {
 	}
 	if got := strings.Join(pages, " | "); got != "a/x,a/y,b/x | c/z" {
 		t.Errorf("pages %s, want a/x,a/y,b/x | c/z", got)
+	}
+}
+
+// discard is a ResponseWriter that keeps nothing.
+type discard struct{ header http.Header }
+
+func (d discard) Header() http.Header         { return d.header }
+func (d discard) WriteHeader(int)             {}
+func (d discard) Write(b []byte) (int, error) { return len(b), nil }
+
+// A list from the cache allocates its answer and the order of its items,
+// nothing per object: over many members, these lists are what the cache
+// serves most (docs/benchmark.md).
+func TestListAllocatesNothingPerObject(t *testing.T) {
+	const n = 1000
+	objects := make([]any, 0, n)
+	for i := range n {
+		objects = append(objects, labelled("ns", fmt.Sprintf("cm-%04d", i), "1", "web"))
+	}
+	rc := filledCache(t, objects...)
+	const path = "/api/v1/namespaces/ns/configmaps"
+	for _, query := range []string{"resourceVersion=0", "resourceVersion=0&labelSelector=app%3Dweb", "limit=500"} {
+		q, ok := parseRead(readRequest(context.Background(), path, query, ""), path)
+		if !ok {
+			t.Fatalf("%s?%s not for the cache", path, query)
+		}
+		w := discard{header: http.Header{}}
+		if allocs := testing.AllocsPerRun(5, func() { (&Reads{}).list(w, rc, q) }); allocs > 50 {
+			t.Errorf("%s?%s: %.0f allocations for %d objects, want at most 50", path, query, allocs, n)
+		}
 	}
 }
 
@@ -270,5 +301,28 @@ func TestCachePageWithoutCacheIsExpired(t *testing.T) {
 	rec = httptest.NewRecorder()
 	if r.ServeMember(rec, readRequest(context.Background(), path, "limit=1", ""), "member-a", path) {
 		t.Fatalf("a first page without a cache answered: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// BenchmarkList is one member's part of a fan-out list from the cache: 100
+// ConfigMaps of about 1 KiB, as in make bench-scale's fleet cache phase.
+func BenchmarkList(b *testing.B) {
+	value := strings.Repeat("x", 900)
+	var objects []any
+	for i := range 100 {
+		objects = append(objects, configMap("ns", fmt.Sprintf("configmap-%06d", i), "1", value))
+	}
+	s := NewStore(NewMemory(0), nil)
+	s.SetListKind("ConfigMapList")
+	if err := s.Replace(objects, "100"); err != nil {
+		b.Fatal(err)
+	}
+	rc := &resourceCache{store: s}
+	const path = "/api/v1/namespaces/ns/configmaps"
+	q, _ := parseRead(readRequest(context.Background(), path, "resourceVersion=0", ""), path)
+	w := discard{header: http.Header{}}
+	b.ReportAllocs()
+	for b.Loop() {
+		(&Reads{}).list(w, rc, q)
 	}
 }

@@ -20,6 +20,9 @@ type Object struct {
 	Labels                           map[string]string
 	JSON                             []byte
 	kind                             string // not counted: a constant string
+	// key is namespace/name, the store's key and the lists' order; counted
+	// by objectOverhead: it shares its bytes with the store's map key.
+	key string
 }
 
 // objectOverhead and labelOverhead approximate what an Object costs beside
@@ -27,7 +30,7 @@ type Object struct {
 // so that the counted bytes match the heap (BenchmarkStoreMemory,
 // docs/benchmark.md).
 const (
-	objectOverhead = 320
+	objectOverhead = 336
 	labelOverhead  = 48
 )
 
@@ -124,7 +127,7 @@ func toObject(obj any) (*Object, error) {
 	// end of an event in a watch stream.
 	raw = bytes.TrimRight(raw, "\n")
 	return &Object{Namespace: u.GetNamespace(), Name: u.GetName(), ResourceVersion: u.GetResourceVersion(),
-		Labels: u.GetLabels(), JSON: raw, kind: u.GetKind()}, nil
+		Labels: u.GetLabels(), JSON: raw, kind: u.GetKind(), key: key(u.GetNamespace(), u.GetName())}, nil
 }
 
 func key(namespace, name string) string {
@@ -150,7 +153,7 @@ func (s *Store) put(obj any, kind watch.EventType) error {
 	if s.full {
 		return ErrMemoryLimit
 	}
-	k := key(o.Namespace, o.Name)
+	k := o.key
 	delta := o.size()
 	old := s.objects[k]
 	if old != nil {
@@ -201,7 +204,7 @@ func (s *Store) Replace(list []any, resourceVersion string) error {
 		if err != nil {
 			return err
 		}
-		k := key(o.Namespace, o.Name)
+		k := o.key
 		if old := objects[k]; old != nil {
 			bytes -= old.size()
 		}

@@ -27,6 +27,11 @@
 //     servers see, the gateway's idle CPU and status writes at steady state,
 //     proxy latency with K clusters against without, and LIST + WATCH of the
 //     K objects through the hub against as many ConfigMaps of the same size.
+//   - Fleet cache (last): F UpstreamClusters, all member-b, and a
+//     CachedResource of its ConfigMaps: time until every cache is synced,
+//     the gateway's memory per cached object, a fan-out LIST from the caches
+//     against a direct LIST of as many objects and against the live fan-out,
+//     member-b's LISTs per cached list, event delay through one cache (cache.go).
 //
 // It writes report.md, the time series as CSV and their plots as PNG to
 // -out-dir and prints the report. docs/benchmark.md explains the method.
@@ -82,6 +87,7 @@ type options struct {
 	Keep            bool
 	GatewayEnv      []string
 	GatewayArgs     []string
+	cacheOptions    // the fleet cache phase (cache.go)
 }
 
 var logf = measure.Logger("bench-scale").Printf
@@ -122,6 +128,7 @@ func main() {
 	flag.DurationVar(&o.SampleInterval, "sample-interval", time.Second, "period of the time series (RSS, goroutines, connections)")
 	flag.StringVar(&o.OutDir, "out-dir", "_output/bench-scale", "directory for report.md, the CSV series and the PNG plots")
 	flag.BoolVar(&o.Keep, "keep", false, "keep the environment's work dir (logs) after a successful run")
+	o.cacheOptions.register(flag.CommandLine)
 	measure.GatewayFlags(flag.CommandLine, &o.GatewayEnv, &o.GatewayArgs)
 	flag.Parse()
 	if o.ClusterServers != serversStandIns && o.ClusterServers != serversMemberA {
@@ -272,6 +279,20 @@ func run(ctx context.Context, env *harness.Env, o options, rep *report) error {
 			return fmt.Errorf("clusters: %w", err)
 		}
 		rep.Clusters = c
+		used = true
+	}
+	if o.CacheClusters > 0 {
+		if used {
+			if s, err = restartGateway(ctx, env, false); err != nil {
+				return err
+			}
+			rep.RestartedForCache = true
+		}
+		c, err := cachePhase(ctx, s, o)
+		if err != nil {
+			return fmt.Errorf("fleet cache: %w", err)
+		}
+		rep.Cache = c
 	}
 	return nil
 }

@@ -29,6 +29,8 @@ type report struct {
 	Watches             *watchResult
 	Sessions            *sessionResult
 	Clusters            *clusterResult
+	Cache               *cacheResult
+	RestartedForCache   bool // the gateway was restarted before the fleet cache phase
 }
 
 func (r *report) markdown() string {
@@ -57,6 +59,9 @@ func (r *report) markdown() string {
 	}
 	if c := r.Clusters; c != nil {
 		r.clusterSection(p, c)
+	}
+	if c := r.Cache; c != nil {
+		r.cacheSection(p, c)
 	}
 	p("Environment start-up %s; whole run %s.\n", r.EnvStartup.Round(time.Second), r.Total.Round(time.Second))
 	return b.String()

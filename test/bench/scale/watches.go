@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -502,19 +503,52 @@ func eventName(i int) string { return fmt.Sprintf("event-%02d", i) }
 // and matches every received event to its update by resourceVersion: the
 // delay is from the update's response to the event's receipt.
 func deliver(ctx context.Context, s *scene, cs kubernetes.Interface, o options, open *atomic.Int64) (*eventResult, error) {
-	res := &eventResult{Samples: o.SampleWatches}
-	gwRec, dRec := newRecorder(o.SampleWatches), newRecorder(o.SampleWatches)
 	logf("events: opening %d sample watches through the gateway and %d on member-b", o.SampleWatches, o.SampleWatches)
-	gw := openWatches(ctx, s.gateway, eventWatchPath(), o.SampleWatches, o.OpenConcurrency, open, gwRec.read)
-	defer gw.Close()
-	direct := openWatches(ctx, s.direct, eventWatchPath(), o.SampleWatches, o.OpenConcurrency, nil, dRec.read)
-	defer direct.Close()
-	if gw.Errors > 0 || direct.Errors > 0 {
-		res.OpenErrors = fmt.Sprintf("gateway %d%s; direct %d%s", gw.Errors, firstErr(gw.FirstErr), direct.Errors, firstErr(direct.FirstErr))
+	res, ds, err := deliverVia(ctx, cs, o, o.SampleWatches, []watchVia{
+		{target: s.gateway, path: eventWatchPath(), open: open},
+		{target: s.direct, path: eventWatchPath()},
+	})
+	if err != nil {
+		return nil, err
 	}
+	res.Gateway, res.Direct = ds[0], ds[1]
+	logf("events: %d published (%.0f/s); gateway p50 %s p99 %s (%d/%d received); direct p50 %s p99 %s (%d/%d)",
+		res.Published, res.PublishRate,
+		measure.Dur(measure.Pct(res.Gateway.Latencies, 50)), measure.Dur(measure.Pct(res.Gateway.Latencies, 99)), res.Gateway.Received, res.Gateway.Expected,
+		measure.Dur(measure.Pct(res.Direct.Latencies, 50)), measure.Dur(measure.Pct(res.Direct.Latencies, 99)), res.Direct.Received, res.Direct.Expected)
+	return res, nil
+}
+
+// watchVia is one way the sample watches of deliverVia take: path through
+// target; open, if not nil, counts them while they are open.
+type watchVia struct {
+	target *measure.Target
+	path   string
+	open   *atomic.Int64
+}
+
+// deliverVia opens samples watches along each of vias, publishes ConfigMap
+// updates of watchNS on member-b (cs) at o.EventRate for o.EventDuration and
+// matches every event each watch received to its update by resourceVersion:
+// one delivery per via, in order. The result's Gateway and Direct are left
+// to the caller.
+func deliverVia(ctx context.Context, cs kubernetes.Interface, o options, samples int, vias []watchVia) (*eventResult, []delivery, error) {
+	res := &eventResult{Samples: samples}
+	recs := make([]*recorder, len(vias))
+	sets := make([]*watchSet, len(vias))
+	var openErrs []string
+	for i, v := range vias {
+		recs[i] = newRecorder(samples)
+		sets[i] = openWatches(ctx, v.target, v.path, samples, o.OpenConcurrency, v.open, recs[i].read)
+		defer sets[i].Close()
+		if sets[i].Errors > 0 {
+			openErrs = append(openErrs, fmt.Sprintf("%s %d%s", v.target.Key, sets[i].Errors, firstErr(sets[i].FirstErr)))
+		}
+	}
+	res.OpenErrors = strings.Join(openErrs, "; ")
 	// The initial ADDED events of the selected objects arrive first.
 	if err := sleep(ctx, 2*time.Second); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 
 	logf("events: publishing %.0f ConfigMap updates/s for %s", o.EventRate, o.EventDuration)
@@ -527,7 +561,7 @@ func deliver(ctx context.Context, s *scene, cs kubernetes.Interface, o options, 
 	start := time.Now()
 	for i := 0; time.Since(start) < o.EventDuration; i++ {
 		if err := lim.Wait(ctx); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		wg.Add(1)
 		go func(i int) {
@@ -552,21 +586,29 @@ func deliver(ctx context.Context, s *scene, cs kubernetes.Interface, o options, 
 	res.PublishRate = float64(res.Published) / time.Since(start).Seconds()
 	// Stragglers: until no sample watch received anything for 2 s (at most 30 s).
 	res.Drain = time.Now()
+	total := func() int64 {
+		var n int64
+		for _, r := range recs {
+			n += r.total.Load()
+		}
+		return n
+	}
 	for last, quiet := int64(-1), time.Duration(0); quiet < 2*time.Second && time.Since(res.Drain) < 30*time.Second; {
-		n := gwRec.total.Load() + dRec.total.Load()
+		n := total()
 		if n == last {
 			quiet += 250 * time.Millisecond
 		} else {
 			last, quiet = n, 0
 		}
 		if err := sleep(ctx, 250*time.Millisecond); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	res.DrainTook = time.Since(res.Drain)
-	gw.Close()
-	direct.Close()
-	match := func(rec *recorder, ws *watchSet) delivery {
+	ds := make([]delivery, len(vias))
+	for i, ws := range sets {
+		ws.Close()
+		rec := recs[i]
 		d := delivery{Expected: res.Published * ws.Opened, Early: ws.early.Load(), Ends: rec.ends}
 		for _, evs := range rec.events {
 			for _, e := range evs {
@@ -577,12 +619,7 @@ func deliver(ctx context.Context, s *scene, cs kubernetes.Interface, o options, 
 			}
 		}
 		measure.SortDurations(d.Latencies)
-		return d
+		ds[i] = d
 	}
-	res.Gateway, res.Direct = match(gwRec, gw), match(dRec, direct)
-	logf("events: %d published (%.0f/s); gateway p50 %s p99 %s (%d/%d received); direct p50 %s p99 %s (%d/%d)",
-		res.Published, res.PublishRate,
-		measure.Dur(measure.Pct(res.Gateway.Latencies, 50)), measure.Dur(measure.Pct(res.Gateway.Latencies, 99)), res.Gateway.Received, res.Gateway.Expected,
-		measure.Dur(measure.Pct(res.Direct.Latencies, 50)), measure.Dur(measure.Pct(res.Direct.Latencies, 99)), res.Direct.Received, res.Direct.Expected)
-	return res, nil
+	return res, ds, nil
 }
