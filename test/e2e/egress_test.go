@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -83,6 +85,37 @@ func TestEgressProxy(t *testing.T) {
 		before := countLines(t, dante.Process.LogFile, sessions)
 		egressExec(ctx, t, kc)
 		waitMoreLines(t, dante.Process.LogFile, sessions, before, "kubectl exec")
+	})
+
+	// The fleet cache reaches the member as requests do: its list and watch
+	// go through the proxy (Dante logs their session), and the cache syncs.
+	t.Run("fleet cache", func(t *testing.T) {
+		port := memberHost[strings.LastIndex(memberHost, ":")+1:]
+		sessions := regexp.MustCompile(`tcp/connect \[: .* -> \S+ 127\.0\.0\.1\.` + port + `$`)
+		// The cluster's probes hold their connection through Dante once it
+		// is healthy: new sessions after that are the cache's own.
+		waitEgressStatus(t, viaSOCKS.Name, endpoint, true)
+		before := countLines(t, dante.Process.LogFile, sessions)
+		secret := grantCacheIdentity(ctx, t, env.Members[harness.MemberA], "egress-cache")
+		label := "egress-cache-e2e"
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"yes"}},"spec":{"clientConfig":{"cacheSecretRef":{"namespace":%q,"name":%q}}}}`, label, harness.GatewayNamespace, secret)
+		if _, err := upstreamClusters(t).Patch(ctx, viaSOCKS.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cr := newCachedResource("egress-cache", "", "v1", "configmaps")
+		cr.Spec.ClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{label: "yes"}}
+		createCachedResource(t, cr)
+		eventually(t, time.Minute, func(ctx context.Context) error {
+			e, err := cacheEntry(ctx, t, viaSOCKS.Name, cr.Name)
+			if err != nil {
+				return err
+			}
+			if !e.Synced || e.Objects == 0 {
+				return errorf("not synced: %+v", e)
+			}
+			return nil
+		})
+		waitMoreLines(t, dante.Process.LogFile, sessions, before, "the fleet cache's list and watch")
 	})
 
 	t.Run("wrong password", func(t *testing.T) {

@@ -332,6 +332,21 @@ func TestFleetCacheReads(t *testing.T) {
 		if after := cacheReads(t, clusterB, "list", "forbidden"); after <= forbidden {
 			t.Errorf("%s forbidden lists %v -> %v: the cache did not ask the member", clusterB, forbidden, after)
 		}
+		// The same list again, within the answers' lifetime: no review sent.
+		reviews := func() (n float64) {
+			for _, c := range []string{clusterA, clusterB} {
+				v, _ := gatewayMetric(t, "kube_gateway_proxy_access_reviews_total", map[string]string{"cluster": c})
+				n += v
+			}
+			return n
+		}
+		before := reviews()
+		if body, code, _ := fanOutGet(ctx, t, harness.UserAlice, aliceCMs, map[string]string{"resourceVersion": "0"}); code != http.StatusOK {
+			t.Fatalf("alice's list again: %d %s", code, body)
+		}
+		if after := reviews(); after != before || before == 0 {
+			t.Errorf("SubjectAccessReviews %v before alice's list again, %v after: want some before, none sent for it", before, after)
+		}
 
 		// Granted on member-b (namespace ns), then taken away.
 		rb := members[clusterB].RbacV1().RoleBindings(ns)
