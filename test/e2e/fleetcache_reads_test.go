@@ -397,19 +397,7 @@ func TestFleetCacheReads(t *testing.T) {
 func TestFleetCacheStaleMember(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
 	const cluster = "member-cache-stale"
-	m, err := env.StartMember(ctx, cluster)
-	t.Cleanup(func() {
-		_ = upstreamClusters(t).Delete(context.Background(), cluster, metav1.DeleteOptions{})
-		_ = hubAdmin(t).CoreV1().Secrets(harness.GatewayNamespace).Delete(context.Background(), cluster, metav1.DeleteOptions{})
-		if m != nil {
-			if err := m.Stop(); err != nil {
-				t.Error(err)
-			}
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := startMember(ctx, t, cluster)
 	member := kubernetes.NewForConfigOrDie(m.AdminConfig)
 	create := func(name string) {
 		t.Helper()

@@ -26,19 +26,7 @@ const stallFor = 30 * time.Second
 func TestMemberEtcdStall(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	const cluster = "member-stall"
-	m, err := env.StartMember(ctx, cluster)
-	t.Cleanup(func() {
-		_ = upstreamClusters(t).Delete(context.Background(), cluster, metav1.DeleteOptions{})
-		_ = hubAdmin(t).CoreV1().Secrets(harness.GatewayNamespace).Delete(context.Background(), cluster, metav1.DeleteOptions{})
-		if m != nil {
-			if err := m.Stop(); err != nil {
-				t.Error(err)
-			}
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := startMember(ctx, t, cluster)
 	ready := func(ctx context.Context) (*metav1.Condition, error) {
 		uc, err := upstreamClusters(t).Get(ctx, cluster, metav1.GetOptions{})
 		if err != nil {
@@ -129,4 +117,24 @@ func TestMemberEtcdStall(t *testing.T) {
 	}
 	waitReady(metav1.ConditionTrue, 60*time.Second)
 	readAll()
+}
+
+// startMember starts member cluster name with its own etcd, registered as
+// an UpstreamCluster of the same name; all of it goes when the test ends.
+func startMember(ctx context.Context, t *testing.T, name string) *harness.Cluster {
+	t.Helper()
+	m, err := env.StartMember(ctx, name)
+	t.Cleanup(func() {
+		_ = upstreamClusters(t).Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = hubAdmin(t).CoreV1().Secrets(harness.GatewayNamespace).Delete(context.Background(), name, metav1.DeleteOptions{})
+		if m != nil {
+			if err := m.Stop(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

@@ -526,23 +526,34 @@ func (s *scene) timeList(ctx context.Context, lp *listPath) (listCost, error) {
 	return c, nil
 }
 
-// countItems LISTs path through t once and counts its items; bytes as
-// received (uncompressed).
-func countItems(ctx context.Context, t *measure.Target, path string) (items int, bytes int64, err error) {
+// getOK GETs path through t once; the body of a 200 answer, else an error
+// with the status and the start of the body.
+func getOK(ctx context.Context, t *measure.Target, path string) (io.ReadCloser, error) {
 	req, err := t.NewRequest(ctx, path)
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	resp, err := t.Client.Do(req)
 	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("%s: %s", resp.Status, b)
+	}
+	return resp.Body, nil
+}
+
+// countItems LISTs path through t once and counts its items; bytes as
+// received (uncompressed).
+func countItems(ctx context.Context, t *measure.Target, path string) (items int, bytes int64, err error) {
+	body, err := getOK(ctx, t, path)
+	if err != nil {
 		return 0, 0, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return 0, 0, fmt.Errorf("%s: %s", resp.Status, b)
-	}
-	cr := &countingReader{r: resp.Body}
+	defer body.Close()
+	cr := &countingReader{r: body}
 	var list struct {
 		Items []struct {
 			Metadata struct {
@@ -560,20 +571,16 @@ func countItems(ctx context.Context, t *measure.Target, path string) (items int,
 // listJSON LISTs path through t once: its items and the bytes of their
 // JSON.
 func listJSON(ctx context.Context, t *measure.Target, path string) (items int, bytes int64, err error) {
-	req, err := t.NewRequest(ctx, path)
+	body, err := getOK(ctx, t, path)
 	if err != nil {
 		return 0, 0, err
 	}
-	resp, err := t.Client.Do(req)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer resp.Body.Close()
+	defer body.Close()
 	var list struct {
 		Items []json.RawMessage `json:"items"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
-		return 0, 0, fmt.Errorf("%s: %w", resp.Status, err)
+	if err := json.NewDecoder(body).Decode(&list); err != nil {
+		return 0, 0, err
 	}
 	for _, it := range list.Items {
 		bytes += int64(len(it))
