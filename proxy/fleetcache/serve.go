@@ -34,7 +34,8 @@ import (
 )
 
 // Reads answers a member's part of a fan-out list or watch from its cache
-// when the cache can answer it as the member would (the fan-out's Cache):
+// when the cache can answer it as the member would (handler.MemberCache,
+// after CONNECT admission):
 //   - the resource is cached for the member, and the cache listed it once;
 //   - the answer is JSON (Tables go to the member: their cells are the
 //     member's printers');
