@@ -206,6 +206,33 @@ func TestFleetCacheReads(t *testing.T) {
 		}
 	})
 
+	t.Run("kubectl", func(t *testing.T) {
+		// kubectl reads Tables and consistent lists: the members answer what
+		// the caches cannot, in the same merged answer; the objects are the
+		// members'.
+		kc := fanOutKubeconfigFor(t, harness.UserAdmin, segment)
+		want, err := memberItems(ctx, members, ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _, err := env.Kubectl(ctx, kc, "get", "configmaps", "-n", ns, "--chunk-size=1", "-o", "json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fanOutItems(t, []byte(out)); !slices.Equal(got, want) {
+			t.Errorf("kubectl get --chunk-size=1 -o json: %v, members hold %v", got, want)
+		}
+		out, _, err = env.Kubectl(ctx, kc, "get", "configmaps", "-A", "-l", "app=web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for cluster, m := range memberOf {
+			if !strings.Contains(out, cluster) || !strings.Contains(out, m+"-web") {
+				t.Errorf("kubectl get -A -l app=web has no row of %s's %s-web:\n%s", cluster, m, out)
+			}
+		}
+	})
+
 	t.Run("informers list and watch from the caches", func(t *testing.T) {
 		lists, watches := cacheReads(t, clusterB, "list", "cache"), cacheReads(t, clusterB, "watch", "cache")
 		cfg := env.HubConfig(harness.UserAdmin)
