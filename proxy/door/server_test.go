@@ -415,11 +415,16 @@ func TestMemberClientCA(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go d.Run(ctx) // the member does not publish its CA yet
+	ran := make(chan struct{})
+	go func() { // the member does not publish its CA yet
+		defer close(ran)
+		d.Run(ctx)
+	}()
 	if err := request(memberCA); !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "client CA is not read yet") {
 		t.Fatalf("before the member's CA is read: %v, want 503", err)
 	}
 	cancel()
+	<-ran // one Run at a time, as the controller runs a door
 
 	member.clientCA.Store(&memberCA.PEM)
 	ctx, cancel = context.WithCancel(context.Background())
