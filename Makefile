@@ -39,7 +39,7 @@ test: verify test-unit test-chart test-e2e
 test-unit:
 	go test -race -count=1 $(UNIT_PKGS)
 	# allocation guards (alloc_test.go files): meaningless under the race detector
-	go test -count=1 -run Allocates ./proxy/forward/ ./proxy/chain/
+	go test -count=1 -run Allocates ./proxy/forward/ ./proxy/chain/ ./proxy/fleetcache/
 
 ## test-chart: helm lint and template of charts/ (test/chart); needs only helm
 test-chart: tools
