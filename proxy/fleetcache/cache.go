@@ -131,6 +131,8 @@ type resourceCache struct {
 	// changed is told when the state changed (not the counts).
 	changed func()
 	stop    context.CancelFunc
+	// done is closed once the reflector stopped (its watch ended).
+	done chan struct{}
 
 	mu    sync.Mutex
 	state state
@@ -142,7 +144,7 @@ type resourceCache struct {
 // startCache starts filling a cache of gvr from src until Stop.
 func startCache(ctx context.Context, gvr schema.GroupVersionResource, src Source, memory *Memory, clk clock.PassiveClock, changed func()) *resourceCache {
 	ctx, stop := context.WithCancel(ctx)
-	c := &resourceCache{gvr: gvr, clock: clk, changed: changed, stop: stop,
+	c := &resourceCache{gvr: gvr, clock: clk, changed: changed, stop: stop, done: make(chan struct{}),
 		state: state{reason: ReasonListing, message: "the first list has not answered yet"}}
 	c.store = NewStore(memory, func() {
 		stop()
@@ -156,7 +158,10 @@ func startCache(ctx context.Context, gvr schema.GroupVersionResource, src Source
 		Name:            gvr.String(),
 		TypeDescription: gvr.String(),
 	})
-	go r.RunWithContext(ctx)
+	go func() {
+		defer close(c.done)
+		r.RunWithContext(ctx)
+	}()
 	return c
 }
 

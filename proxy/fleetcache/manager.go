@@ -220,12 +220,22 @@ func (m *Manager) work(ctx context.Context) {
 }
 
 func (mb *member) stop() {
+	var stopped []<-chan struct{}
 	for _, e := range mb.caches {
 		e.cache.Stop()
+		stopped = append(stopped, e.cache.done)
 	}
 	mb.caches = map[string]*entryCache{}
-	if mb.access != nil {
-		mb.access.Close()
+	if access := mb.access; access != nil {
+		// Closed once the caches' watches ended: an open watch keeps its
+		// connection busy, which closing idle connections would leave up
+		// until the transport's idle timeout.
+		go func() {
+			for _, done := range stopped {
+				<-done
+			}
+			access.Close()
+		}()
 		mb.access = nil
 	}
 }

@@ -47,18 +47,32 @@ func newFakeSource(n int, data string) *fakeSource {
 
 // fakeAccess records what the manager opens and closes.
 type fakeAccess struct {
-	f      *fakeMembers
-	secret string // the token it was opened with
+	f       *fakeMembers
+	secret  string               // the token it was opened with
+	watches []*watch.FakeWatcher // under f.mu
 }
 
 func (a *fakeAccess) Source(gvr schema.GroupVersionResource) Source {
-	return newFakeSource(a.f.objects, a.f.data)
+	s := newFakeSource(a.f.objects, a.f.data)
+	s.WatchFuncWithContext = func(context.Context, metav1.ListOptions) (watch.Interface, error) {
+		w := watch.NewFake()
+		a.f.mu.Lock()
+		a.watches = append(a.watches, w)
+		a.f.mu.Unlock()
+		return w, nil
+	}
+	return s
 }
 
 func (a *fakeAccess) Close() {
 	a.f.mu.Lock()
+	defer a.f.mu.Unlock()
 	a.f.closed++
-	a.f.mu.Unlock()
+	for _, w := range a.watches {
+		if !w.IsStopped() {
+			a.f.closedWatching++
+		}
+	}
 }
 
 type fakeMembers struct {
@@ -68,8 +82,10 @@ type fakeMembers struct {
 	mu     sync.Mutex
 	opened []string // the token of each Access opened
 	closed int
-	report map[string][]gatewayv1alpha1.UpstreamClusterCacheStatus
-	counts map[string]int // reports per cluster
+	// closedWatching counts watches still open when their Access closed.
+	closedWatching int
+	report         map[string][]gatewayv1alpha1.UpstreamClusterCacheStatus
+	counts         map[string]int // reports per cluster
 }
 
 func (f *fakeMembers) connect(uc *gatewayv1alpha1.UpstreamCluster, secret, _ *corev1.Secret) (Access, error) {
@@ -222,6 +238,10 @@ func TestManagerStartsRestartsAndStopsCaches(t *testing.T) {
 		defer mt.members.mu.Unlock()
 		if n := len(mt.members.opened); n != 2 || mt.members.opened[1] != "two" || mt.members.closed != 1 {
 			return fmt.Errorf("opened %v, closed %d", mt.members.opened, mt.members.closed)
+		}
+		// Its connections close once its watches ended, not before.
+		if mt.members.closedWatching != 0 {
+			return fmt.Errorf("%d watches still open when their Access closed", mt.members.closedWatching)
 		}
 		return nil
 	})
