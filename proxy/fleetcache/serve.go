@@ -162,16 +162,17 @@ func (r *readQuery) matches(o *Object) bool {
 // ServeMember answers req for member name from the cache and reports true,
 // or reports false, having written nothing, when the member must answer.
 func (r *Reads) ServeMember(w http.ResponseWriter, req *http.Request, name, path string) bool {
-	served := func(result string) {
-		if r.Served != nil {
-			verb := "list"
-			if w := req.URL.Query().Get("watch"); w == "true" || w == "1" {
-				verb = "watch"
-			}
-			r.Served(name, verb, result)
-		}
-	}
 	q, ok := parseRead(req, path)
+	served := func(result string) {
+		if r.Served == nil {
+			return
+		}
+		verb := "list"
+		if q != nil && q.watch || q == nil && (req.URL.Query().Get("watch") == "true" || req.URL.Query().Get("watch") == "1") {
+			verb = "watch"
+		}
+		r.Served(name, verb, result)
+	}
 	if !ok {
 		served(ServedLiveQuery)
 		return false
@@ -278,10 +279,9 @@ func (r *Reads) caughtUp(ctx context.Context, rc *resourceCache, access Access, 
 }
 
 // pageToken is where the next page of a cached list starts: after key, in
-// the cache at resourceVersion (told back in the page, as a member's is).
+// the cache as it is then.
 type pageToken struct {
-	Key             string `json:"k"`
-	ResourceVersion string `json:"rv"`
+	Key string `json:"k"`
 	// Cache marks the token as the cache's, never a member's.
 	Cache bool `json:"fleetCache"`
 }
@@ -326,7 +326,7 @@ func (r *Reads) list(w http.ResponseWriter, rc *resourceCache, q *readQuery) {
 	if q.limit > 0 && int64(len(items)) > q.limit {
 		rest := int64(len(items)) - q.limit
 		items = items[:q.limit]
-		meta["continue"] = (&pageToken{Key: items[len(items)-1].key, ResourceVersion: rv, Cache: true}).encode()
+		meta["continue"] = (&pageToken{Key: items[len(items)-1].key, Cache: true}).encode()
 		meta["remainingItemCount"] = rest
 	}
 	_, listKind := rc.store.Kinds()

@@ -266,7 +266,7 @@ func TestConsistentReadAsksOncePerAdvance(t *testing.T) {
 func TestCachePageWithoutCacheIsExpired(t *testing.T) {
 	r := &Reads{Manager: &Manager{members: map[string]*member{}}}
 	path := "/api/v1/configmaps"
-	token := (&pageToken{Key: "a/x", ResourceVersion: "100", Cache: true}).encode()
+	token := (&pageToken{Key: "a/x", Cache: true}).encode()
 	rec := httptest.NewRecorder()
 	if !r.ServeMember(rec, readRequest(context.Background(), path, "limit=1&continue="+url.QueryEscape(token), ""), "member-a", path) {
 		t.Fatal("left to the member")
