@@ -44,6 +44,9 @@ import (
 //     consistent read): served once one small list of the member (limit=1,
 //     the cache identity) says the cache holds its current
 //     resourceVersion, else the member answers;
+//   - a watch from a resourceVersion the member has reached, the cache not
+//     yet (after a list the member answered): the cache tells the changes
+//     after it as they come;
 //   - selectors on labels, and on metadata.name and metadata.namespace;
 //   - the member allows the user to list (or watch) the resource there: its
 //     SubjectAccessReview for the identity the gateway would impersonate,
@@ -222,7 +225,14 @@ func (r *Reads) ServeMember(w http.ResponseWriter, req *http.Request, name, path
 		if !r.caughtUp(req.Context(), rc, access, q.gvr) {
 			return live(ServedLiveBehind)
 		}
-	default: // not older than q.rv
+	case q.watch:
+		// From q.rv: the cache tells the changes after it once it gets
+		// them, if the member has reached it (a resourceVersion of the
+		// member's own list; one it has not is the member's error).
+		if !Reached(rc.store.ResourceVersion(), q.rv) && !r.memberReached(req.Context(), rc, access, q.gvr, q.rv) {
+			return live(ServedLiveBehind)
+		}
+	default: // a list not older than q.rv
 		if !Reached(rc.store.ResourceVersion(), q.rv) {
 			return live(ServedLiveBehind)
 		}
@@ -231,12 +241,13 @@ func (r *Reads) ServeMember(w http.ResponseWriter, req *http.Request, name, path
 		warning.AddWarning(req.Context(), "", staleWarning(st))
 	}
 	if q.watch {
-		if !r.watch(w, req, rc, q, watchLifetime(c.Authorizer.AllowTTL())) {
+		// Counted once it starts: a watch lasts minutes.
+		if !r.watch(w, req, rc, q, watchLifetime(c.Authorizer.AllowTTL()), func() { served(ServedFromCache) }) {
 			return live(ServedLiveBehind)
 		}
-	} else {
-		r.list(w, rc, q)
+		return true
 	}
+	r.list(w, rc, q)
 	served(ServedFromCache)
 	return true
 }
@@ -252,30 +263,47 @@ func staleWarning(st state) string {
 }
 
 // caughtUp tells whether the cache holds the member's current
-// resourceVersion: asked of the member (a list of one object with the cache
-// identity, consistent), unless the cache has not reached what the member
-// said last time, which it then still has not (a member's resourceVersion
-// only grows): a busy member's consistent reads cost it no extra request.
+// resourceVersion: asked of the member (memberVersion), unless the cache has
+// not reached what the member said last time, which it then still has not (a
+// member's resourceVersion only grows): a busy member's consistent reads
+// cost it no extra request.
 func (r *Reads) caughtUp(ctx context.Context, rc *resourceCache, access Access, gvr schema.GroupVersionResource) bool {
-	if access == nil {
-		return false
-	}
 	if last := rc.memberRV.Load(); last != nil && !Reached(rc.store.ResourceVersion(), *last) {
 		return false
+	}
+	current, ok := r.memberVersion(ctx, rc, access, gvr)
+	return ok && Reached(rc.store.ResourceVersion(), current)
+}
+
+// memberReached tells whether the member has reached resourceVersion want:
+// what it said last time, else asked again (memberVersion).
+func (r *Reads) memberReached(ctx context.Context, rc *resourceCache, access Access, gvr schema.GroupVersionResource, want string) bool {
+	if last := rc.memberRV.Load(); last != nil && Reached(*last, want) {
+		return true
+	}
+	current, ok := r.memberVersion(ctx, rc, access, gvr)
+	return ok && Reached(current, want)
+}
+
+// memberVersion asks the member its current resourceVersion of the resource
+// (a consistent list of one object with the cache identity) and records it.
+func (r *Reads) memberVersion(ctx context.Context, rc *resourceCache, access Access, gvr schema.GroupVersionResource) (string, bool) {
+	if access == nil {
+		return "", false
 	}
 	ctx, cancel := context.WithTimeout(ctx, cluster.CallTimeout)
 	defer cancel()
 	obj, err := cache.ToListerWatcherWithContext(access.Source(gvr)).ListWithContext(ctx, metav1.ListOptions{Limit: 1})
 	if err != nil {
-		return false
+		return "", false
 	}
 	l, err := meta.ListAccessor(obj)
 	if err != nil {
-		return false
+		return "", false
 	}
 	current := l.GetResourceVersion()
 	rc.memberRV.Store(&current)
-	return Reached(rc.store.ResourceVersion(), current)
+	return current, true
 }
 
 // pageToken is where the next page of a cached list starts: after key, in
@@ -359,9 +387,10 @@ func watchLifetime(allowed time.Duration) time.Duration {
 	return allowed + rand.N(allowed)
 }
 
-// watch serves the member's watch from the cache; false, having written
-// nothing, when the cache cannot start from where it is asked.
-func (r *Reads) watch(w http.ResponseWriter, req *http.Request, rc *resourceCache, q *readQuery, lifetime time.Duration) bool {
+// watch serves the member's watch from the cache, calling started once it
+// starts; false, having written nothing, when the cache cannot start from
+// where it is asked.
+func (r *Reads) watch(w http.ResponseWriter, req *http.Request, rc *resourceCache, q *readQuery, lifetime time.Duration, started func()) bool {
 	from := q.rv
 	if from == "0" || q.initialEvents {
 		from = ""
@@ -371,6 +400,7 @@ func (r *Reads) watch(w http.ResponseWriter, req *http.Request, rc *resourceCach
 		return false
 	}
 	defer watcher.Stop()
+	started()
 	itemKind, _ := rc.store.Kinds()
 	apiVersion := q.gvr.GroupVersion().String()
 	flusher, _ := w.(http.Flusher)

@@ -175,7 +175,7 @@ func TestWatchFromCache(t *testing.T) {
 	pr, pw := io.Pipe()
 	done := make(chan bool)
 	go func() {
-		done <- (&Reads{}).watch(&lines{header: http.Header{}, w: pw}, req, rc, q, time.Hour)
+		done <- (&Reads{}).watch(&lines{header: http.Header{}, w: pw}, req, rc, q, time.Hour, func() {})
 		pw.Close()
 	}()
 	events := bufio.NewScanner(pr)
@@ -258,6 +258,24 @@ func TestConsistentReadAsksOncePerAdvance(t *testing.T) {
 	rc.store.UpdateResourceVersion("105")
 	if !r.caughtUp(context.Background(), rc, member, gvr) || member.lists != 2 {
 		t.Errorf("a cache at the member's 105: not caught up, or not asked again (%d lists)", member.lists)
+	}
+}
+
+// A watch from a resourceVersion ahead of the cache is the cache's when the
+// member has reached it (asked once per advance), the member's when not.
+func TestWatchAheadOfTheCache(t *testing.T) {
+	rc := filledCache(t) // at 100
+	member := &memberSource{rv: "105"}
+	r := &Reads{}
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	if !r.memberReached(context.Background(), rc, member, gvr, "103") || !r.memberReached(context.Background(), rc, member, gvr, "105") {
+		t.Fatal("a member at 105 has not reached 103 or 105")
+	}
+	if member.lists != 1 {
+		t.Errorf("%d lists of the member for resourceVersions it was known to have, want 1", member.lists)
+	}
+	if r.memberReached(context.Background(), rc, member, gvr, "110") || member.lists != 2 {
+		t.Errorf("a member at 105 reached 110, or was not asked again (%d lists)", member.lists)
 	}
 }
 

@@ -67,6 +67,10 @@ const watcherBuffer = 256
 type Watcher struct {
 	s      *Store
 	events chan Event
+	// after, while not 0, is a resourceVersion the store had not reached
+	// when the watch began (the member's, from a list it answered itself):
+	// the changes up to it are not the watcher's, its client has them.
+	after uint64
 }
 
 // Events are the store's changes, in order; closed when the watcher ends.
@@ -91,7 +95,17 @@ func (s *Store) publishLocked(ev Event) {
 	if ev.Type != watch.Bookmark {
 		s.recordLocked(ev)
 	}
+	var rv uint64
 	for w := range s.watchers {
+		if w.after != 0 {
+			if rv == 0 {
+				rv, _ = strconv.ParseUint(ev.ResourceVersion, 10, 64)
+			}
+			if rv <= w.after {
+				continue
+			}
+			w.after = 0
+		}
 		select {
 		case w.events <- ev:
 		default:
@@ -131,9 +145,12 @@ func (s *Store) endAllLocked() {
 // Watch follows the store. With from "" it returns every object the store
 // holds and a Watcher of the changes after them, atomically. Otherwise it
 // returns a Watcher that first replays the changes after resourceVersion
-// from; ok is false when from is not one the store can start from (older
-// than its history, newer than the store, or not a number), and the caller
-// asks the member instead.
+// from, or, when the store has not reached from yet, one that is told the
+// changes after from once the store gets them: the changes of a member come
+// in resourceVersion order, so none after from is missed. ok is false when
+// from is not one the store can start from (older than its history, or not
+// a number), and the caller asks the member instead; the caller makes sure
+// that a from the store has not reached is one the member has.
 func (s *Store) Watch(from string) (objects []*Object, w *Watcher, resourceVersion string, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -141,10 +158,14 @@ func (s *Store) Watch(from string) (objects []*Object, w *Watcher, resourceVersi
 		return nil, nil, "", false
 	}
 	var replay []Event
+	var after uint64
 	if from != "" {
 		n, err := strconv.ParseUint(from, 10, 64)
-		if err != nil || !Reached(s.rv, from) || !Reached(from, s.historyFrom) {
+		if err != nil || !Reached(from, s.historyFrom) {
 			return nil, nil, "", false
+		}
+		if !Reached(s.rv, from) {
+			after = n
 		}
 		for _, ev := range s.history {
 			if v, _ := strconv.ParseUint(ev.ResourceVersion, 10, 64); v > n {
@@ -160,7 +181,7 @@ func (s *Store) Watch(from string) (objects []*Object, w *Watcher, resourceVersi
 	if len(replay) > watcherBuffer {
 		return nil, nil, "", false
 	}
-	w = &Watcher{s: s, events: make(chan Event, watcherBuffer)}
+	w = &Watcher{s: s, events: make(chan Event, watcherBuffer), after: after}
 	for _, ev := range replay {
 		w.events <- ev
 	}

@@ -85,12 +85,44 @@ func TestStoreWatch(t *testing.T) {
 	}
 	noEvent(t, replay)
 
-	// Not from the store: older than its first list, newer than it, not a number.
-	for _, from := range []string{"9", "15", "abc"} {
+	// Not from the store: older than its first list, not a number.
+	for _, from := range []string{"9", "abc"} {
 		if _, _, _, ok := s.Watch(from); ok {
 			t.Errorf("Watch(%q) accepted", from)
 		}
 	}
+}
+
+// A watch from a resourceVersion the store has not reached (the member's,
+// from a list it answered) is told the changes after it, none before.
+func TestStoreWatchAhead(t *testing.T) {
+	s := NewStore(NewMemory(0), nil)
+	if err := s.Replace([]any{configMap("ns", "a", "10", "x")}, "10"); err != nil {
+		t.Fatal(err)
+	}
+	_, w, _, ok := s.Watch("15")
+	if !ok {
+		t.Fatal("Watch(15) of a store at 10 refused")
+	}
+	// The changes up to 15 are the client's already.
+	if err := s.Add(configMap("ns", "b", "12", "y")); err != nil {
+		t.Fatal(err)
+	}
+	s.UpdateResourceVersion("15")
+	noEvent(t, w)
+	if err := s.Update(configMap("ns", "a", "16", "z")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Add(configMap("ns", "c", "17", "z")); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(t, w); ev.Type != watch.Modified || ev.ResourceVersion != "16" {
+		t.Errorf("first event %+v, want a MODIFIED at 16", ev)
+	}
+	if ev := next(t, w); ev.Type != watch.Added || ev.ResourceVersion != "17" {
+		t.Errorf("second event %+v, want c ADDED at 17", ev)
+	}
+	noEvent(t, w)
 }
 
 // The history is bounded: a watch from before it is refused (the member

@@ -317,6 +317,52 @@ func TestFleetCacheReads(t *testing.T) {
 		}
 	})
 
+	t.Run("a watch after a list the members answered reads the caches", func(t *testing.T) {
+		// A Secret moves each member's resourceVersion past its cached
+		// ConfigMaps': the consistent list below is the members' (or the
+		// caches', if they caught up meanwhile), and the watch from its
+		// resourceVersion starts where the caches have not been yet.
+		for _, c := range members {
+			if _, err := c.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "moves-" + suffix}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cfg := env.HubConfig(harness.UserAdmin)
+		cfg.Host = strings.TrimSuffix(cfg.Host, "/") + fanOutPath(segment)
+		configMaps := dynamic.NewForConfigOrDie(cfg).Resource(corev1.SchemeGroupVersion.WithResource("configmaps")).Namespace(ns)
+		l, err := configMaps.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := map[string]float64{}
+		for cluster := range memberOf {
+			before[cluster] = cacheReads(t, cluster, "watch", "cache")
+		}
+		w, err := configMaps.Watch(ctx, metav1.ListOptions{ResourceVersion: l.GetResourceVersion()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		if _, err := members[clusterA].CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after-list"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// The first event is the new ConfigMap: nothing the list held.
+		select {
+		case ev, ok := <-w.ResultChan():
+			u, _ := ev.Object.(*unstructured.Unstructured)
+			if !ok || ev.Type != watch.Added || u == nil || u.GetName() != "after-list" || u.GetAnnotations()["gateway.kubewharf.io/cluster"] != clusterA {
+				t.Fatalf("first event %s %v (open %v), want after-list ADDED from %s", ev.Type, ev.Object, ok, clusterA)
+			}
+		case <-ctx.Done():
+			t.Fatal("no event of the new ConfigMap")
+		}
+		for cluster := range memberOf {
+			if after := cacheReads(t, cluster, "watch", "cache"); after <= before[cluster] {
+				t.Errorf("%s: watches from the cache %v before, %v after: the member answered", cluster, before[cluster], after)
+			}
+		}
+	})
+
 	t.Run("CONNECT admission decides cached reads as live ones", func(t *testing.T) {
 		policy, binding := proxyPolicy("e2e-fleet-reads-"+suffix, "request.name != '"+clusterA+"'", "closed to the fleet cache e2e")
 		createProxyPolicy(ctx, t, hubAdmin(t), policy, binding)
