@@ -163,8 +163,8 @@ func (h *Handler) Serve(w http.ResponseWriter, req *http.Request, name, path str
 		c.running.Wait() // the member requests write into the list's memory
 		c.memory.release()
 	}()
-	if wantsTable(req.Header.Get("Accept")) {
-		c.accept = tableAccept
+	if request.WantsTable(req.Header.Get("Accept")) {
+		c.accept = request.TableAccept
 	}
 	var merged *mergedList
 	var warnings []string

@@ -3,7 +3,6 @@ package fanout
 import (
 	"encoding/json"
 	"fmt"
-	"mime"
 	"net/http"
 	"slices"
 	"strings"
@@ -21,18 +20,6 @@ func memberWarnings(h http.Header) []string {
 		texts = append(texts, w.Text)
 	}
 	return texts
-}
-
-// tableAccept asks a member for a Table in JSON; the fallback lets the
-// gateway's own errors (Status) negotiate.
-const tableAccept = "application/json;as=Table;v=v1;g=meta.k8s.io, application/json"
-
-// wantsTable tells whether the client asked for a Table (kubectl get does),
-// in its first media type, as the apiserver negotiates.
-func wantsTable(accept string) bool {
-	first, _, _ := strings.Cut(accept, ",")
-	_, params, err := mime.ParseMediaType(strings.TrimSpace(first))
-	return err == nil && params["as"] == "Table" && params["g"] == "meta.k8s.io"
 }
 
 // merge makes one List (or Table) of the members' answers. A member that

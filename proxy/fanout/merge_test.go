@@ -174,19 +174,6 @@ func TestMergeWhenNoMemberAnswers(t *testing.T) {
 	}
 }
 
-func TestWantsTable(t *testing.T) {
-	for accept, want := range map[string]bool{
-		"application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json": true,
-		"application/json": false,
-		"application/json, application/json;as=Table;v=v1;g=meta.k8s.io": false,
-		"": false,
-	} {
-		if got := wantsTable(accept); got != want {
-			t.Errorf("wantsTable(%q) = %v", accept, got)
-		}
-	}
-}
-
 // mergeJSON is merge with its list written, as the client receives it.
 func mergeJSON(results []result, strict bool) ([]byte, []string, error) {
 	merged, warnings, err := merge(results, strict)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
+	"github.com/kubewharf/kube-gateway/proxy/request"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -161,8 +162,8 @@ func (h *Handler) serveWatch(w http.ResponseWriter, req *http.Request, members [
 	defer followers.Wait()
 	defer cancel()
 	accept := "application/json"
-	if wantsTable(req.Header.Get("Accept")) {
-		accept = tableAccept
+	if request.WantsTable(req.Header.Get("Accept")) {
+		accept = request.TableAccept
 	}
 	for i, m := range members {
 		mw := &memberWatch{h: h, req: req, path: path, accept: accept, wq: wq, cluster: m.name, events: events, initialDone: !wq.initialEvents}
@@ -219,7 +220,7 @@ func writeMerged(ctx context.Context, w http.ResponseWriter, req *http.Request, 
 	// flush: its store does not keep a composite, which grows with the
 	// members, in every object, and a burst of events carries one. Tables
 	// (kubectl get --watch) keep the composite in every event.
-	coalesce := wq.bookmarks && !wantsTable(req.Header.Get("Accept"))
+	coalesce := wq.bookmarks && !request.WantsTable(req.Header.Get("Accept"))
 	var composite struct {
 		pending          bool // events were written since the last one
 		kind, apiVersion string

@@ -22,6 +22,7 @@ import (
 
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/cluster"
+	"github.com/kubewharf/kube-gateway/proxy/request"
 	"github.com/kubewharf/kube-gateway/proxy/transport"
 )
 
@@ -53,19 +54,24 @@ type Access interface {
 	Close()
 }
 
-// dynamicAccess reaches a member's servers with dynamic clients, one per
-// server; a Source moves to the next server when one fails.
-type dynamicAccess struct {
+// restAccess reaches a member's servers, one REST client per server; a
+// Source moves to the next server when one fails.
+type restAccess struct {
 	access  *cluster.CacheAccess
-	clients []dynamic.Interface
+	clients []rest.Interface
 	next    atomic.Uint32 // the server to use
 }
 
-// NewAccess is the Access over a compiled cluster.CacheAccess.
+// NewAccess is the Access over a compiled cluster.CacheAccess. Its Sources
+// ask for Tables with the objects in them (see tables.go), as a dynamic
+// client would for the objects alone.
 func NewAccess(a *cluster.CacheAccess) (Access, error) {
-	d := &dynamicAccess{access: a}
+	d := &restAccess{access: a}
 	for i, u := range a.Servers {
-		c, err := dynamic.NewForConfigAndClient(&rest.Config{Host: u.String()}, &http.Client{Transport: a.Transports[i]})
+		cfg := dynamic.ConfigFor(&rest.Config{Host: u.String()})
+		cfg.AcceptContentTypes = request.TableAccept
+		cfg.GroupVersion, cfg.APIPath = nil, ""
+		c, err := rest.UnversionedRESTClientForConfigAndClient(cfg, &http.Client{Transport: a.Transports[i]})
 		if err != nil {
 			return nil, err
 		}
@@ -77,12 +83,12 @@ func NewAccess(a *cluster.CacheAccess) (Access, error) {
 	return d, nil
 }
 
-func (d *dynamicAccess) Close() { d.access.Close() }
+func (d *restAccess) Close() { d.access.Close() }
 
-func (d *dynamicAccess) Source(gvr schema.GroupVersionResource) Source {
-	pick := func() (dynamic.ResourceInterface, uint32) {
+func (d *restAccess) Source(gvr schema.GroupVersionResource) Source {
+	pick := func() (rest.Interface, uint32) {
 		i := d.next.Load()
-		return d.clients[int(i)%len(d.clients)].Resource(gvr), i
+		return d.clients[int(i)%len(d.clients)], i
 	}
 	// A server that fails a list or a watch is left for the next one; a
 	// failure from the member's answer itself (403, 404, 410) is not the
@@ -94,24 +100,41 @@ func (d *dynamicAccess) Source(gvr schema.GroupVersionResource) Source {
 		}
 		return transport.StripURL(err)
 	}
+	get := func(c rest.Interface, opts metav1.ListOptions) *rest.Request {
+		return c.Get().AbsPath(resourcePath(gvr)).SpecificallyVersionedParams(&opts, metav1.ParameterCodec, metav1.Unversioned).
+			Param("includeObject", string(metav1.IncludeObject))
+	}
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			c, i := pick()
-			l, err := c.List(ctx, opts)
+			res := get(c, opts).Do(ctx)
+			if err := res.Error(); err != nil { // the member's Status, as Raw would not say
+				return nil, failed(i, err)
+			}
+			raw, err := res.Raw()
 			if err != nil {
 				return nil, failed(i, err)
 			}
-			return l, nil
+			return listFromTable(raw)
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			c, i := pick()
-			w, err := c.Watch(ctx, opts)
+			opts.Watch = true
+			w, err := get(c, opts).Watch(ctx)
 			if err != nil {
 				return nil, failed(i, err)
 			}
-			return w, nil
+			return watch.Filter(w, eventFromTable), nil
 		},
 	}
+}
+
+// resourcePath is where gvr's objects of every namespace are listed.
+func resourcePath(gvr schema.GroupVersionResource) string {
+	if gvr.Group == "" {
+		return "/api/" + gvr.Version + "/" + gvr.Resource
+	}
+	return "/apis/" + gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
 }
 
 // state is what status says of one cache.
@@ -177,6 +200,13 @@ func (c *resourceCache) observe(src Source) Source {
 			l, err := lw.ListWithContext(ctx, opts)
 			if err != nil && ctx.Err() == nil {
 				c.set(func(s *state) { c.unsync(s, ReasonListFailed, err.Error()) })
+			}
+			if u, ok := l.(*unstructured.UnstructuredList); ok {
+				_, columns, err := takeTableFields(u.Object)
+				if err != nil {
+					return nil, err
+				}
+				c.store.SetColumns(columns)
 			}
 			if err == nil {
 				c.store.SetListKind(l.GetObjectKind().GroupVersionKind().Kind)

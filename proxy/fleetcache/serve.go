@@ -1,7 +1,6 @@
 package fleetcache
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -37,8 +36,10 @@ import (
 // when the cache can answer it as the member would (handler.MemberCache,
 // after CONNECT admission):
 //   - the resource is cached for the member, and the cache listed it once;
-//   - the answer is JSON (Tables go to the member: their cells are the
-//     member's printers');
+//   - the answer is JSON, or Tables of a watch from a resourceVersion
+//     (kubectl get --watch after its list): the rows the member's printers
+//     made when the objects changed (tables.go); other Tables, and
+//     PartialObjectMetadata, go to the member;
 //   - resourceVersion "0" (any state, what informers list with), a
 //     resourceVersion the cache has reached (not older than), or none (a
 //     consistent read): served once one small list of the member (limit=1,
@@ -87,6 +88,10 @@ type readQuery struct {
 	fields        fields.Selector
 	bookmarks     bool
 	initialEvents bool
+	// table: the client asked for Tables, with the object as includeObject
+	// says.
+	table         bool
+	includeObject metav1.IncludeObjectPolicy
 }
 
 // cacheParams are the query parameters the cache applies; any other sends
@@ -94,13 +99,18 @@ type readQuery struct {
 var cacheParams = map[string]bool{
 	"resourceVersion": true, "resourceVersionMatch": true, "limit": true, "continue": true,
 	"labelSelector": true, "fieldSelector": true, "watch": true, "allowWatchBookmarks": true,
-	"sendInitialEvents": true, "timeoutSeconds": true, "timeout": true,
+	"sendInitialEvents": true, "timeoutSeconds": true, "timeout": true, "includeObject": true,
 }
 
 // parseRead tells whether req, a member's part of a fan-out read, is one the
 // cache can answer.
 func parseRead(req *http.Request, path string) (*readQuery, bool) {
-	if req.Method != http.MethodGet || strings.Contains(req.Header.Get("Accept"), "as=Table") {
+	if req.Method != http.MethodGet {
+		return nil, false
+	}
+	accept := req.Header.Get("Accept")
+	table := request.WantsTable(accept)
+	if !table && strings.Contains(accept, "as=") { // PartialObjectMetadata: not what the cache holds
 		return nil, false
 	}
 	q, err := url.ParseQuery(req.URL.RawQuery)
@@ -119,7 +129,22 @@ func parseRead(req *http.Request, path string) (*readQuery, bool) {
 	}
 	r := &readQuery{attrs: a, gvr: schema.GroupVersionResource{Group: a.APIGroup, Version: a.APIVersion, Resource: a.Resource},
 		watch: a.Verb == "watch", rv: q.Get("resourceVersion"), bookmarks: q.Get("allowWatchBookmarks") == "true",
-		initialEvents: q.Get("sendInitialEvents") == "true"}
+		initialEvents: q.Get("sendInitialEvents") == "true", table: table, includeObject: metav1.IncludeObjectPolicy(q.Get("includeObject"))}
+	switch r.includeObject {
+	case "", metav1.IncludeNone, metav1.IncludeMetadata, metav1.IncludeObject:
+	default: // the member's 400
+		return nil, false
+	}
+	// Tables: the watch of changes after a resourceVersion (kubectl get
+	// --watch after its list), whose rows the member's printers made when
+	// the objects changed, as a member's watch would; without bookmarks,
+	// which a server may leave out (a member's are rows of an empty
+	// object). A list's rows, or a watch's initial ones, would be as of
+	// each object's last change where the member's tell times relative to
+	// now (AGE).
+	if table && (!r.watch || r.rv == "" || r.rv == "0" || r.initialEvents) {
+		return nil, false
+	}
 	switch q.Get("resourceVersionMatch") {
 	case "", string(metav1.ResourceVersionMatchNotOlderThan):
 	default: // Exact: a past state the cache does not keep
@@ -198,6 +223,9 @@ func (r *Reads) ServeMember(w http.ResponseWriter, req *http.Request, name, path
 	st := rc.current()
 	if _, listKind := rc.store.Kinds(); st.lastSyncTime.IsZero() || listKind == "" {
 		return live(ServedLiveNotCached)
+	}
+	if q.table && rc.store.Columns() == nil { // the member answered no Table
+		return live(ServedLiveQuery)
 	}
 	c, err := r.Lookup(name)
 	if err != nil {
@@ -406,29 +434,34 @@ func (r *Reads) watch(w http.ResponseWriter, req *http.Request, rc *resourceCach
 	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	var buf bytes.Buffer
-	send := func(typ watch.EventType, object []byte) bool {
-		buf.Reset()
-		buf.WriteString(`{"type":"`)
-		buf.WriteString(string(typ))
-		buf.WriteString(`","object":`)
-		buf.Write(object)
-		buf.WriteString("}\n")
-		_, err := w.Write(buf.Bytes())
+	var buf []byte
+	// columns go with the first Table event only, as a member sends them.
+	columns := rc.store.Columns()
+	send := func(typ watch.EventType, o *Object) bool {
+		buf = append(append(append(buf[:0], `{"type":"`...), typ...), `","object":`...)
+		if q.table {
+			buf = tableEvent(buf, o, columns, q.includeObject)
+			columns = nil
+		} else {
+			buf = append(buf, o.JSON...)
+		}
+		buf = append(buf, "}\n"...)
+		_, err := w.Write(buf)
 		return err == nil
 	}
-	bookmark := func(rv string, initialEnd bool) []byte {
+	// Bookmarks are never Tables: a Table watch gets none (parseRead).
+	bookmark := func(rv string, initialEnd bool) *Object {
 		md := map[string]any{"resourceVersion": rv}
 		if initialEnd {
 			md["annotations"] = map[string]string{metav1.InitialEventsAnnotationKey: "true"}
 		}
 		b, _ := json.Marshal(map[string]any{"kind": itemKind, "apiVersion": apiVersion, "metadata": md})
-		return b
+		return &Object{JSON: b}
 	}
 	if from == "" {
 		slices.SortFunc(objects, func(a, b *Object) int { return strings.Compare(a.key, b.key) })
 		for _, o := range objects {
-			if q.matches(o) && !send(watch.Added, o.JSON) {
+			if q.matches(o) && !send(watch.Added, o) {
 				return true
 			}
 		}
@@ -452,14 +485,14 @@ func (r *Reads) watch(w http.ResponseWriter, req *http.Request, rc *resourceCach
 				return true
 			}
 			var typ watch.EventType
-			var obj []byte
+			var obj *Object
 			// As kube-apiserver's watch cache: a change that brings an
 			// object into the selection is ADDED, one that takes it out
 			// DELETED.
 			now, before := q.matches(ev.Object), q.matches(ev.Prev)
 			switch {
 			case ev.Type == watch.Bookmark:
-				if !q.bookmarks {
+				if !q.bookmarks || q.table {
 					continue
 				}
 				typ, obj = watch.Bookmark, bookmark(ev.ResourceVersion, false)
@@ -467,13 +500,13 @@ func (r *Reads) watch(w http.ResponseWriter, req *http.Request, rc *resourceCach
 				if !before {
 					continue
 				}
-				typ, obj = watch.Deleted, ev.Object.JSON
+				typ, obj = watch.Deleted, ev.Object
 			case now && before:
-				typ, obj = watch.Modified, ev.Object.JSON
+				typ, obj = watch.Modified, ev.Object
 			case now:
-				typ, obj = watch.Added, ev.Object.JSON
+				typ, obj = watch.Added, ev.Object
 			case before:
-				typ, obj = watch.Deleted, ev.Prev.JSON
+				typ, obj = watch.Deleted, ev.Prev
 			default:
 				continue
 			}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubewharf/kube-gateway/proxy/request"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -33,6 +34,7 @@ func readRequest(ctx context.Context, path, query, accept string) *http.Request 
 }
 
 // What the cache answers, and what it leaves to the member.
+
 func TestParseRead(t *testing.T) {
 	for _, tc := range []struct {
 		path, query, accept string
@@ -42,8 +44,17 @@ func TestParseRead(t *testing.T) {
 		{"/api/v1/namespaces/ns/configmaps", "limit=10&labelSelector=app%3Da&fieldSelector=metadata.name%3Da", "", true},
 		{"/api/v1/configmaps", "watch=true&resourceVersion=5&allowWatchBookmarks=true&timeoutSeconds=30", "", true},
 		{"/apis/apps/v1/deployments", "sendInitialEvents=true&resourceVersionMatch=NotOlderThan&watch=1", "", true},
-		// Tables: their cells are the member's printers'.
-		{"/api/v1/configmaps", "", "application/json;as=Table;v=v1;g=meta.k8s.io, application/json", false},
+		// Tables: a watch of the changes after a resourceVersion only.
+		{"/api/v1/configmaps", "watch=1&resourceVersion=5", request.TableAccept, true},
+		{"/api/v1/configmaps", "watch=1&resourceVersion=5&includeObject=Object", request.TableAccept, true},
+		{"/api/v1/configmaps", "watch=1&resourceVersion=5&includeObject=All", request.TableAccept, false},
+		{"/api/v1/configmaps", "", request.TableAccept, false},
+		{"/api/v1/configmaps", "resourceVersion=0", request.TableAccept, false},
+		{"/api/v1/configmaps", "watch=1&resourceVersion=0", request.TableAccept, false},
+		{"/api/v1/configmaps", "watch=1&resourceVersion=5&allowWatchBookmarks=true", request.TableAccept, true},
+		{"/api/v1/configmaps", "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan", request.TableAccept, false},
+		// Metadata only: the cache holds whole objects.
+		{"/api/v1/configmaps", "resourceVersion=0", "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io", false},
 		// Selectors the cache does not apply.
 		{"/api/v1/pods", "fieldSelector=spec.nodeName%3Dn1", "", false},
 		{"/api/v1/configmaps", "labelSelector=a+in+(", "", false},
@@ -159,18 +170,14 @@ type watchEvent struct {
 	Object corev1.ConfigMap `json:"object"`
 }
 
-// Watches from the cache: the current objects first (from "0"), then the
-// changes as the selection sees them: an object that leaves it is DELETED,
-// one that comes into it ADDED; bookmarks only when asked for.
-func TestWatchFromCache(t *testing.T) {
-	rc := filledCache(t, labelled("a", "x", "1", "web"), labelled("a", "y", "2", "db"))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	path := "/api/v1/configmaps"
-	req := readRequest(ctx, path, "watch=true&resourceVersion=0&labelSelector=app%3Dweb&allowWatchBookmarks=true", "")
+// startWatch serves a watch of path?query from rc until ctx ends; done
+// tells whether the watch started.
+func startWatch(ctx context.Context, t *testing.T, rc *resourceCache, path, query, accept string) (*bufio.Scanner, <-chan bool) {
+	t.Helper()
+	req := readRequest(ctx, path, query, accept)
 	q, ok := parseRead(req, path)
 	if !ok {
-		t.Fatal("watch not for the cache")
+		t.Fatalf("%s?%s not for the cache", path, query)
 	}
 	pr, pw := io.Pipe()
 	done := make(chan bool)
@@ -178,7 +185,17 @@ func TestWatchFromCache(t *testing.T) {
 		done <- (&Reads{}).watch(&lines{header: http.Header{}, w: pw}, req, rc, q, time.Hour, func() {})
 		pw.Close()
 	}()
-	events := bufio.NewScanner(pr)
+	return bufio.NewScanner(pr), done
+}
+
+// Watches from the cache: the current objects first (from "0"), then the
+// changes as the selection sees them: an object that leaves it is DELETED,
+// one that comes into it ADDED; bookmarks only when asked for.
+func TestWatchFromCache(t *testing.T) {
+	rc := filledCache(t, labelled("a", "x", "1", "web"), labelled("a", "y", "2", "db"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events, done := startWatch(ctx, t, rc, "/api/v1/configmaps", "watch=true&resourceVersion=0&labelSelector=app%3Dweb&allowWatchBookmarks=true", "")
 	expect := func(typ, name, rv string) {
 		t.Helper()
 		if !events.Scan() {
@@ -210,7 +227,7 @@ func TestWatchFromCache(t *testing.T) {
 	expect("DELETED", "x", "1") // the object as the watch last saw it
 	expect("MODIFIED", "y", "5")
 	expect("BOOKMARK", "", "6")
-	expect("DELETED", "y", "5")
+	expect("DELETED", "y", "7") // its final state, at the deletion
 	cancel()
 	select {
 	case ok := <-done:

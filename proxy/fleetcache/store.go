@@ -19,7 +19,10 @@ type Object struct {
 	Namespace, Name, ResourceVersion string
 	Labels                           map[string]string
 	JSON                             []byte
-	kind                             string // not counted: a constant string
+	// cells are the member's Table cells of the object (JSON), nil when it
+	// answered no Table.
+	cells []byte
+	kind  string // not counted: a constant string
 	// key is namespace/name, the store's key and the lists' order; counted
 	// by objectOverhead: it shares its bytes with the store's map key.
 	key string
@@ -30,13 +33,13 @@ type Object struct {
 // so that the counted bytes match the heap (BenchmarkStoreMemory,
 // docs/benchmark.md).
 const (
-	objectOverhead = 336
+	objectOverhead = 360
 	labelOverhead  = 48
 )
 
 // size is about how much memory o takes.
 func (o *Object) size() int64 {
-	n := objectOverhead + len(o.Namespace) + len(o.Name) + len(o.ResourceVersion) + len(o.JSON)
+	n := objectOverhead + len(o.Namespace) + len(o.Name) + len(o.ResourceVersion) + len(o.JSON) + len(o.cells)
 	for k, v := range o.Labels {
 		n += len(k) + len(v) + labelOverhead
 	}
@@ -96,6 +99,9 @@ type Store struct {
 	// listKind is the kind of the member's lists (e.g. ConfigMapList),
 	// kind that of its objects (ConfigMap).
 	listKind, kind string
+	// columns are the member's Table columns (JSON), nil while it sent
+	// none.
+	columns []byte
 	// history holds the last changes, complete after historyFrom (the
 	// resourceVersion of the first list, or of the last change let go);
 	// watchers are told every change.
@@ -113,21 +119,26 @@ func NewStore(memory *Memory, overLimit func()) *Store {
 var _ cache.ReflectorStore = &Store{}
 var _ cache.ResourceVersionUpdater = &Store{}
 
-// toObject encodes what the reflector hands over.
-func toObject(obj any) (*Object, error) {
+// toObject encodes what the reflector hands over; columns are the Table
+// columns it carried (tables.go).
+func toObject(obj any) (o *Object, columns []byte, err error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
-		return nil, fmt.Errorf("fleet cache: unexpected object %T", obj)
+		return nil, nil, fmt.Errorf("fleet cache: unexpected object %T", obj)
+	}
+	cells, columns, err := takeTableFields(u.Object)
+	if err != nil {
+		return nil, nil, err
 	}
 	raw, err := u.MarshalJSON()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// The encoder ends the object with a newline: not part of it, and the
 	// end of an event in a watch stream.
 	raw = bytes.TrimRight(raw, "\n")
 	return &Object{Namespace: u.GetNamespace(), Name: u.GetName(), ResourceVersion: u.GetResourceVersion(),
-		Labels: u.GetLabels(), JSON: raw, kind: u.GetKind(), key: key(u.GetNamespace(), u.GetName())}, nil
+		Labels: u.GetLabels(), JSON: raw, cells: cells, kind: u.GetKind(), key: key(u.GetNamespace(), u.GetName())}, columns, nil
 }
 
 func key(namespace, name string) string {
@@ -144,7 +155,7 @@ func (s *Store) Add(obj any) error { return s.put(obj, watch.Added) }
 func (s *Store) Update(obj any) error { return s.put(obj, watch.Modified) }
 
 func (s *Store) put(obj any, kind watch.EventType) error {
-	o, err := toObject(obj)
+	o, columns, err := toObject(obj)
 	if err != nil {
 		return err
 	}
@@ -153,6 +164,7 @@ func (s *Store) put(obj any, kind watch.EventType) error {
 	if s.full {
 		return ErrMemoryLimit
 	}
+	s.setColumnsLocked(columns)
 	k := o.key
 	delta := o.size()
 	old := s.objects[k]
@@ -189,7 +201,17 @@ func (s *Store) Delete(obj any) error {
 		delete(s.objects, k)
 		s.bytes -= old.size()
 		s.memory.take(-old.size())
-		s.publishLocked(Event{Type: watch.Deleted, Object: old, Prev: old, ResourceVersion: s.rv})
+		// Watchers are told the object as the member's event had it (its
+		// final state, at the deletion's resourceVersion), as a member's
+		// watch tells them.
+		final := old
+		if o, _, err := toObject(obj); err == nil {
+			if o.cells == nil {
+				o.cells = old.cells
+			}
+			final = o
+		}
+		s.publishLocked(Event{Type: watch.Deleted, Object: final, Prev: old, ResourceVersion: s.rv})
 	}
 	return nil
 }
@@ -199,10 +221,14 @@ func (s *Store) Delete(obj any) error {
 func (s *Store) Replace(list []any, resourceVersion string) error {
 	objects := make(map[string]*Object, len(list))
 	var bytes int64
+	var columns []byte
 	for _, obj := range list {
-		o, err := toObject(obj)
+		o, cols, err := toObject(obj)
 		if err != nil {
 			return err
+		}
+		if cols != nil {
+			columns = cols
 		}
 		k := o.key
 		if old := objects[k]; old != nil {
@@ -221,6 +247,7 @@ func (s *Store) Replace(list []any, resourceVersion string) error {
 	}
 	old := s.objects
 	s.objects, s.bytes, s.rv = objects, bytes, resourceVersion
+	s.setColumnsLocked(columns)
 	for _, o := range objects {
 		s.kind = o.kind
 		break
@@ -325,6 +352,27 @@ func (s *Store) SetListKind(kind string) {
 	s.mu.Lock()
 	s.listKind = kind
 	s.mu.Unlock()
+}
+
+// SetColumns records the member's Table columns (JSON) of a list.
+func (s *Store) SetColumns(columns []byte) {
+	s.mu.Lock()
+	s.setColumnsLocked(columns)
+	s.mu.Unlock()
+}
+
+func (s *Store) setColumnsLocked(columns []byte) {
+	if columns != nil {
+		s.columns = columns
+	}
+}
+
+// Columns are the member's Table columns (JSON), nil when it answered no
+// Table.
+func (s *Store) Columns() []byte {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.columns
 }
 
 // Kinds are the kind of the member's objects and of its lists; "" while the

@@ -24,7 +24,7 @@ func configMap(ns, name, rv, data string) *unstructured.Unstructured {
 // sizeOf is what the store counts for obj.
 func sizeOf(t *testing.T, obj *unstructured.Unstructured) int64 {
 	t.Helper()
-	o, err := toObject(obj)
+	o, _, err := toObject(obj.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,8 +64,9 @@ func TestStoreKeepsJSONAndCounts(t *testing.T) {
 	}
 	s.UpdateResourceVersion("9") // a bookmark
 	objects, bytes, rv = s.Counts()
-	// The history keeps a's state before the update and the deleted b.
-	history := sizeOf(t, a) + sizeOf(t, b)
+	// The history keeps a's state before the update and the deleted b, as
+	// the store held it and as the deletion told it.
+	history := sizeOf(t, a) + 2*sizeOf(t, b)
 	if want := sizeOf(t, bigger) + sizeOf(t, c); objects != 2 || bytes != want || mem.Used() != want+history || rv != "9" {
 		t.Fatalf("after update, add, delete: %d objects, %d bytes (memory %d, want %d and %d of history), rv %q", objects, bytes, mem.Used(), want, history, rv)
 	}

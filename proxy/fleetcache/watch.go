@@ -26,12 +26,16 @@ type Event struct {
 const historySize = 256
 
 // retained is what ev keeps alive that the store no longer holds: the state
-// before a change or a deletion.
+// before a change or a deletion, and a deleted object's final state.
 func retained(ev Event) int64 {
-	if ev.Prev == nil {
-		return 0
+	var n int64
+	if ev.Prev != nil {
+		n = ev.Prev.size()
 	}
-	return ev.Prev.size()
+	if ev.Type == watch.Deleted && ev.Object != ev.Prev {
+		n += ev.Object.size()
+	}
+	return n
 }
 
 // forgetOldestLocked lets the oldest change of the history go.

@@ -7,6 +7,7 @@ package request
 
 import (
 	"fmt"
+	"mime"
 	"net/http"
 	"net/url"
 	"strings"
@@ -247,4 +248,16 @@ func checkPath(p string) error {
 		segStart = i + 1
 	}
 	return nil
+}
+
+// TableAccept asks a member for a Table in JSON; the fallback lets errors
+// (Status) and servers without Tables negotiate.
+const TableAccept = "application/json;as=Table;v=v1;g=meta.k8s.io, application/json"
+
+// WantsTable tells whether a client asked for a Table (kubectl get does), in
+// its first media type, as the apiserver negotiates.
+func WantsTable(accept string) bool {
+	first, _, _ := strings.Cut(accept, ",")
+	_, params, err := mime.ParseMediaType(strings.TrimSpace(first))
+	return err == nil && params["as"] == "Table" && params["g"] == "meta.k8s.io"
 }

@@ -287,3 +287,16 @@ func TestFactoryQuery(t *testing.T) {
 		}
 	}
 }
+
+func TestWantsTable(t *testing.T) {
+	for accept, want := range map[string]bool{
+		"application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json": true,
+		"application/json": false,
+		"application/json, application/json;as=Table;v=v1;g=meta.k8s.io": false,
+		"": false,
+	} {
+		if got := WantsTable(accept); got != want {
+			t.Errorf("WantsTable(%q) = %v", accept, got)
+		}
+	}
+}

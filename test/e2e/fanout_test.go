@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"compress/gzip"
 	"context"
 	"crypto/rand"
@@ -508,25 +507,7 @@ func TestFanOutWatch(t *testing.T) {
 	t.Run("kubectl get --watch", func(t *testing.T) {
 		wctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		cmd := env.KubectlCmd(wctx, kubeconfig, "get", "configmaps", "-A", "--watch")
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { cancel(); _ = cmd.Wait() }()
-		lines := make(chan string)
-		go func() {
-			defer close(lines)
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-		}()
+		lines, stderr := kubectlLines(wctx, t, kubeconfig, "get", "configmaps", "-A", "--watch")
 		// The list comes first: seed-a's row says the watch follows.
 		want := map[string]string{"seed-a": harness.MemberA}
 		created := false

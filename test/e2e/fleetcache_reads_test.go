@@ -233,6 +233,55 @@ func TestFleetCacheReads(t *testing.T) {
 		}
 	})
 
+	t.Run("kubectl get --watch follows the caches", func(t *testing.T) {
+		// kubectl lists (consistent: the members or the caches answer) and
+		// then watches Tables from the list's resourceVersion: the caches
+		// answer the watch with the rows the members' printers made.
+		before := map[string]float64{}
+		for cluster := range memberOf {
+			before[cluster] = cacheReads(t, cluster, "watch", "cache")
+		}
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		lines, stderr := kubectlLines(wctx, t, fanOutKubeconfigFor(t, harness.UserAdmin, segment), "get", "configmaps", "-n", ns, "--watch")
+		var seen []string
+		// waitFor reads kubectl's lines until one has name from cluster.
+		waitFor := func(name, cluster string) []string {
+			t.Helper()
+			for {
+				l, ok := <-lines
+				if !ok {
+					t.Fatalf("kubectl ended before printing %s of %s (stderr %s):\n%s", name, cluster, stderr.String(), strings.Join(seen, "\n"))
+				}
+				seen = append(seen, l)
+				if f := strings.Fields(l); slices.Contains(f, name) && slices.Contains(f, cluster) {
+					return f
+				}
+			}
+		}
+		waitFor(harness.MemberB+"-web", clusterB) // the list
+		// The watches opened once the list was printed: wait for both.
+		eventually(t, 30*time.Second, func(context.Context) error {
+			for cluster := range memberOf {
+				if after := cacheReads(t, cluster, "watch", "cache"); after <= before[cluster] {
+					return errorf("%s: watches from the cache %v before, %v after (query %v behind %v not cached %v)", cluster, before[cluster], after, cacheReads(t, cluster, "watch", "query"), cacheReads(t, cluster, "watch", "behind"), cacheReads(t, cluster, "watch", "not_cached"))
+				}
+			}
+			return nil
+		})
+		if _, err := members[clusterB].CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kubectl-watched"},
+			Data: map[string]string{"a": "1", "b": "2"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = members[clusterB].CoreV1().ConfigMaps(ns).Delete(context.Background(), "kubectl-watched", metav1.DeleteOptions{})
+		})
+		// CLUSTER NAME DATA AGE: the member's cells, the cluster first.
+		if f := waitFor("kubectl-watched", clusterB); len(f) != 4 || f[2] != "2" {
+			t.Errorf("kubectl's row of the new ConfigMap %v, want CLUSTER NAME DATA(2) AGE:\n%s", f, strings.Join(seen, "\n"))
+		}
+	})
+
 	t.Run("informers list and watch from the caches", func(t *testing.T) {
 		lists, watches := cacheReads(t, clusterB, "list", "cache"), cacheReads(t, clusterB, "watch", "cache")
 		cfg := env.HubConfig(harness.UserAdmin)

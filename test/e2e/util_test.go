@@ -164,3 +164,31 @@ func kubectlWatchSeesCreates(ctx context.Context, t *testing.T, kubeconfig, pref
 		}
 	}
 }
+
+// kubectlLines starts kubectl with args and returns the lines it prints,
+// closed when it ends, and what it wrote to stderr; it is ended when the test
+// ends.
+func kubectlLines(ctx context.Context, t *testing.T, kubeconfig string, args ...string) (<-chan string, *strings.Builder) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	cmd := env.KubectlCmd(ctx, kubeconfig, args...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &strings.Builder{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	return lines, stderr
+}
