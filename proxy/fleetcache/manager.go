@@ -198,7 +198,10 @@ func (m *Manager) Run(ctx context.Context) {
 		return
 	}
 	go wait.UntilWithContext(ctx, m.work, time.Second)
-	go wait.UntilWithContext(ctx, func(context.Context) { m.reportAll() }, ReportPeriod)
+	go wait.UntilWithContext(ctx, func(context.Context) {
+		m.retryOverLimit()
+		m.reportAll()
+	}, ReportPeriod)
 	<-ctx.Done()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -424,6 +427,36 @@ func (m *Manager) report(name string) {
 func (m *Manager) reportAll() {
 	for _, name := range m.cfg.Clusters.GetIndexer().ListKeys() {
 		m.report(name)
+	}
+}
+
+// retryOverLimit starts again the caches that stopped at the Memory bound
+// and now fit in what is free (other caches went away): as many as fit,
+// each counted at what it needed when it stopped, so that they do not all
+// start at once into the same room.
+func (m *Manager) retryOverLimit() {
+	limit := m.cfg.Memory.Limit()
+	if limit <= 0 {
+		return
+	}
+	free := limit - m.cfg.Memory.Used()
+	m.mu.Lock()
+	var retry []string
+	for name, mb := range m.members {
+		for crName, e := range mb.caches {
+			if e.cache.current().reason != ReasonMemoryLimit {
+				continue
+			}
+			if needed := e.cache.store.Needed(); needed <= free {
+				free -= needed
+				delete(mb.caches, crName) // stopped already; sync starts it anew
+				retry = append(retry, name)
+			}
+		}
+	}
+	m.mu.Unlock()
+	for _, name := range retry {
+		m.queue.Add(name)
 	}
 }
 

@@ -294,7 +294,8 @@ func TestManagerStartsRestartsAndStopsCaches(t *testing.T) {
 }
 
 // A cache that would pass --fleet-cache-memory stops with MemoryLimit and
-// frees what it held; one that fits keeps syncing.
+// frees what it held; one that fits keeps syncing. The stopped one starts
+// again once what it needed is free.
 func TestManagerMemoryLimit(t *testing.T) {
 	one := sizeOf(t, configMap("ns", "cm-0", "10", "v"))
 	mt := newManagerTest(t, 4*one) // room for one member's 3 objects, not two members'
@@ -310,4 +311,18 @@ func TestManagerMemoryLimit(t *testing.T) {
 		t.Fatalf("memory used %d, want the first cache's %d", got, 3*one)
 	}
 	mt.entry("a", "the first cache stays synced", func(e gatewayv1alpha1.UpstreamClusterCacheStatus) bool { return e.Synced && e.Objects == 3 })
+
+	// Nothing freed: the stopped cache stays stopped.
+	mt.manager.retryOverLimit()
+	mt.entry("b", "the second cache stays stopped", func(e gatewayv1alpha1.UpstreamClusterCacheStatus) bool { return e.Reason == ReasonMemoryLimit })
+	// The first member goes away: the second cache fits, and starts again.
+	mt.clusters.Delete(upstream("a", nil, "s"))
+	mt.until("the first cache freed its memory", func() error {
+		if used := mt.memory.Used(); used != 0 {
+			return fmt.Errorf("%d bytes used", used)
+		}
+		return nil
+	})
+	mt.manager.retryOverLimit()
+	mt.entry("b", "the second cache syncs once memory is free", func(e gatewayv1alpha1.UpstreamClusterCacheStatus) bool { return e.Synced && e.Objects == 3 })
 }

@@ -96,6 +96,8 @@ type Store struct {
 	bytes   int64
 	rv      string
 	full    bool // the bound was hit: the store holds nothing more
+	// needed is what the store would have held when it hit the bound.
+	needed int64
 	// listKind is the kind of the member's lists (e.g. ConfigMapList),
 	// kind that of its objects (ConfigMap).
 	listKind, kind string
@@ -172,7 +174,7 @@ func (s *Store) put(obj any, kind watch.EventType) error {
 		delta -= old.size()
 	}
 	if !s.takeLocked(delta) {
-		return s.overflowLocked()
+		return s.overflowLocked(s.bytes + delta)
 	}
 	s.objects[k] = o
 	s.bytes += delta
@@ -243,7 +245,7 @@ func (s *Store) Replace(list []any, resourceVersion string) error {
 		return ErrMemoryLimit
 	}
 	if !s.takeLocked(bytes - s.bytes) {
-		return s.overflowLocked()
+		return s.overflowLocked(bytes)
 	}
 	old := s.objects
 	s.objects, s.bytes, s.rv = objects, bytes, resourceVersion
@@ -286,10 +288,11 @@ func (s *Store) UpdateResourceVersion(rv string) {
 	s.publishLocked(Event{Type: watch.Bookmark, ResourceVersion: rv})
 }
 
-// overflowLocked drops every object and refuses changes from now on.
-func (s *Store) overflowLocked() error {
+// overflowLocked drops every object and refuses changes from now on; needed
+// is what the store would have held.
+func (s *Store) overflowLocked(needed int64) error {
 	s.dropLocked()
-	s.full = true
+	s.full, s.needed = true, needed
 	if s.overLimit != nil {
 		go s.overLimit() // not under the lock: it stops the reflector
 	}
@@ -309,6 +312,14 @@ func (s *Store) Drop() {
 	defer s.mu.Unlock()
 	s.dropLocked()
 	s.full = true
+}
+
+// Needed is how many bytes the store would have held when it hit the
+// Memory bound; 0 while it did not.
+func (s *Store) Needed() int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.needed
 }
 
 // Counts are how many objects the store holds, about how many bytes, and
