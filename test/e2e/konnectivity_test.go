@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os/exec"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
@@ -36,7 +38,7 @@ const (
 // comes back, and after a restart of the konnectivity server, with the same
 // gateway process.
 func TestKonnectivityTunnel(t *testing.T) {
-	ctx := testContext(t, 2*time.Minute)
+	ctx := testContext(t, 3*time.Minute)
 	k, err := env.StartKonnectivity(ctx, harness.MemberA, tunnelCluster)
 	t.Cleanup(func() {
 		_ = upstreamClusters(t).Delete(context.Background(), tunnelCluster, metav1.DeleteOptions{})
@@ -170,6 +172,32 @@ func TestKonnectivityTunnel(t *testing.T) {
 	})
 	if pid := env.Gateway.PID(); pid != gatewayPID {
 		t.Errorf("gateway pid %d, was %d: it restarted", pid, gatewayPID)
+	}
+
+	// The fleet cache reaches the member as requests do: through the tunnel
+	// (the endpoints answer nowhere else), and the cache syncs.
+	dialsBefore = metric(k.AgentMetric, agentDials)
+	secret := grantCacheIdentity(ctx, t, env.Members[harness.MemberA], "tunnel-cache")
+	const label = "tunnel-cache-e2e"
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"yes"}},"spec":{"clientConfig":{"cacheSecretRef":{"namespace":%q,"name":%q}}}}`, label, harness.GatewayNamespace, secret)
+	if _, err := upstreamClusters(t).Patch(ctx, tunnelCluster, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cr := newCachedResource("tunnel-cache", "", "v1", "configmaps")
+	cr.Spec.ClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{label: "yes"}}
+	createCachedResource(t, cr)
+	eventually(t, time.Minute, func(ctx context.Context) error {
+		e, err := cacheEntry(ctx, t, tunnelCluster, cr.Name)
+		if err != nil {
+			return err
+		}
+		if !e.Synced || e.Objects == 0 {
+			return errorf("not synced: %+v", e)
+		}
+		return nil
+	})
+	if n := metric(k.AgentMetric, agentDials); n <= dialsBefore {
+		t.Errorf("the cache synced, but the agent dialed no connection for it")
 	}
 
 	// `kube-gateway join --konnectivity-address` registers member-a once more
