@@ -97,7 +97,7 @@ type Transports struct {
 // keeping it: it closes at most twice idleConnTimeout after the last one.
 // Every probe is counted in count, unless it is nil.
 func (t *Transports) ProbeWhile(busy func(time.Duration) bool, count *ProbeCount) http.RoundTripper {
-	r := probeRouter{busy: busy, count: count, pooled: t.pooledProbe}
+	r := probeRouter{busy: busy, count: count, pooled: t.pooledProbe, bearer: t.bearer}
 	if t.probe != t.pooled {
 		r.own = t.Probe
 	}
@@ -110,6 +110,16 @@ type probeRouter struct {
 	busy        func(time.Duration) bool
 	count       *ProbeCount
 	pooled, own http.RoundTripper
+	bearer      string
+}
+
+// Authorize sets the credential on h, the headers of a probe built once and
+// sent many times: the credential round trippers then pass it on as it is
+// instead of copying the request to add it.
+func (p probeRouter) Authorize(h http.Header) {
+	if p.bearer != "" {
+		h["Authorization"] = []string{p.bearer}
+	}
 }
 
 func (p probeRouter) RoundTrip(req *http.Request) (*http.Response, error) {
