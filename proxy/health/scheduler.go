@@ -46,13 +46,14 @@ type Scheduler struct {
 // most this late, a small part of any health-check interval (whole seconds).
 const batchPeriod = 50 * time.Millisecond
 
-// wakeAt is the first point of the wake-up grid at or after t.
+// wakeAt is the first point of the wake-up grid at or after t. It keeps t's
+// monotonic clock reading, which Truncate drops: waits must not follow steps
+// of the wall clock.
 func wakeAt(t time.Time) time.Time {
-	w := t.Truncate(batchPeriod)
-	if w.Before(t) {
-		w = w.Add(batchPeriod)
+	if r := t.Sub(t.Truncate(batchPeriod)); r > 0 {
+		return t.Add(batchPeriod - r)
 	}
-	return w
+	return t
 }
 
 // NewScheduler returns a scheduler pacing probes by clk. Nothing runs before

@@ -37,3 +37,20 @@ func TestSchedulerWakesOnGrid(t *testing.T) {
 		t.Errorf("an overdue probe: %d wake-ups, armed at +%v; want 2 and +0s", wakes, s.armed.Sub(t0))
 	}
 }
+
+// The grid point keeps the monotonic clock reading of the time it rounds:
+// the scheduler's waits, computed from it, do not follow steps of the wall
+// clock.
+func TestWakeAtKeepsMonotonicClock(t *testing.T) {
+	now := time.Now()
+	w := wakeAt(now)
+	if w == w.Round(0) {
+		t.Fatalf("wakeAt(%v) = %v has no monotonic clock reading", now, w)
+	}
+	if d := w.Sub(now); d < 0 || d >= batchPeriod {
+		t.Errorf("wakeAt is %v after the time, want within [0, %v)", d, batchPeriod)
+	}
+	if w.Round(0) != w.Round(0).Truncate(batchPeriod) {
+		t.Errorf("wakeAt(%v) = %v is off the grid", now, w)
+	}
+}
