@@ -36,7 +36,9 @@ package health
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -166,9 +168,11 @@ type ServerHealth = balance.ServerHealth
 // callbacks, never probes or requests. Transitions still queued when the
 // checker stops are dropped.
 type Checker struct {
-	cfg          Config
-	clk          clock.Clock
-	onTransition func(ServerHealth)
+	cfg Config
+	clk clock.WithDelayedExecution
+	// probeOK and probeFailed are what a probe's messages start with.
+	probeOK, probeFailed string
+	onTransition         func(ServerHealth)
 
 	endpoints []*endpointState
 	byPtr     map[*balance.Endpoint]*endpointState // read only after NewChecker
@@ -204,10 +208,12 @@ type Checker struct {
 
 // endpointState holds the streaks of one endpoint.
 type endpointState struct {
-	e        *balance.Endpoint
-	name     string // e.URL.String()
-	probeURL string
-	probe    http.RoundTripper
+	e     *balance.Endpoint
+	name  string // e.URL.String()
+	probe http.RoundTripper
+	// request is the probe, built once: each probe sends a shallow copy
+	// with its own context (Request.WithContext).
+	request *http.Request
 
 	mu       sync.Mutex
 	failures atomic.Int64 // written under mu; read without it by ReportSuccess
@@ -234,14 +240,25 @@ type endpointState struct {
 	skips  int
 }
 
+// Authorizer is a probe round tripper that puts its credential on a
+// request's headers once (transport.Transports.ProbeWhile), so that it need
+// not copy every probe to add it.
+type Authorizer interface {
+	http.RoundTripper
+	Authorize(http.Header)
+}
+
 // NewChecker returns a checker of endpoints, the servers of one cluster. probe returns what
 // carries the probes of an endpoint (its transports' Probe: the gateway's
 // credential, no impersonation, the endpoint's pooled connections);
 // clk paces them; onTransition (may be nil) is told of every change of health,
 // see Checker. Nothing runs before Start.
-func NewChecker(endpoints []*balance.Endpoint, probe func(*balance.Endpoint) http.RoundTripper, cfg Config, clk clock.Clock, onTransition func(ServerHealth)) *Checker {
+func NewChecker(endpoints []*balance.Endpoint, probe func(*balance.Endpoint) http.RoundTripper, cfg Config, clk clock.WithDelayedExecution, onTransition func(ServerHealth)) *Checker {
+	cfg = cfg.normalized()
 	c := &Checker{
-		cfg:          cfg.normalized(),
+		probeOK:      "GET " + cfg.Path + ": 200 OK",
+		probeFailed:  "GET " + cfg.Path + ": ",
+		cfg:          cfg,
 		clk:          clk,
 		onTransition: onTransition,
 		byPtr:        make(map[*balance.Endpoint]*endpointState, len(endpoints)),
@@ -254,7 +271,20 @@ func NewChecker(endpoints []*balance.Endpoint, probe func(*balance.Endpoint) htt
 		u := *e.URL
 		u.Path = strings.TrimSuffix(u.Path, "/") + c.cfg.Path
 		u.RawPath, u.RawQuery, u.Fragment, u.User = "", "", "", nil
-		st := &endpointState{e: e, name: e.URL.String(), probeURL: u.String(), probe: probe(e)}
+		st := &endpointState{e: e, name: e.URL.String(), probe: probe(e)}
+		h := http.Header{"Accept": {"text/plain, */*"}}
+		if a, ok := st.probe.(Authorizer); ok {
+			a.Authorize(h)
+		}
+		// The servers of a cluster share a credential: one map of the
+		// same headers for all, read only.
+		if len(c.endpoints) > 0 && maps.EqualFunc(h, c.endpoints[0].request.Header, slices.Equal) {
+			h = c.endpoints[0].request.Header
+		}
+		st.request = &http.Request{
+			Method: http.MethodGet, URL: &u, Host: u.Host,
+			Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h,
+		}
 		st.next = &dueProbe{c: c, s: st, index: -1}
 		c.endpoints = append(c.endpoints, st)
 		c.byPtr[e] = st

@@ -779,10 +779,10 @@ func TestProbeURL(t *testing.T) {
 	u, _ := url.Parse("https://192.0.2.10:6443")
 	u2, _ := url.Parse("https://user:pw@192.0.2.11:6443/prefix/")
 	c := NewChecker([]*balance.Endpoint{balance.NewEndpoint(u), balance.NewEndpoint(u2)}, func(*balance.Endpoint) http.RoundTripper { return http.DefaultTransport }, Config{Path: "livez"}, clocktesting.NewFakeClock(time.Now()), nil)
-	if got, want := c.endpoints[0].probeURL, "https://192.0.2.10:6443/livez"; got != want {
+	if got, want := c.endpoints[0].request.URL.String(), "https://192.0.2.10:6443/livez"; got != want {
 		t.Errorf("probe URL %q, want %q", got, want)
 	}
-	if got, want := c.endpoints[1].probeURL, "https://192.0.2.11:6443/prefix/livez"; got != want {
+	if got, want := c.endpoints[1].request.URL.String(), "https://192.0.2.11:6443/prefix/livez"; got != want {
 		t.Errorf("probe URL %q, want %q", got, want)
 	}
 	if c.cfg.Interval != 5*time.Second || c.cfg.Timeout != 2*time.Second || c.cfg.HealthyThreshold != 1 || c.cfg.UnhealthyThreshold != 2 {

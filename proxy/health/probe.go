@@ -136,47 +136,35 @@ func (e errTimedOut) Error() string { return fmt.Sprintf("timed out after %s", t
 
 func (e errTimedOut) Unwrap() error { return failure.ErrTimedOut }
 
-// probeOnce sends one probe and records its result. It returns when the probe
-// and its timer goroutine have ended.
+// probeOnce sends one probe and records its result.
 func (c *Checker) probeOnce(ctx context.Context, s *endpointState) {
 	if ctx.Err() != nil {
 		return
 	}
 	pctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	// The timeout runs on the checker's clock, so that tests drive it.
-	timer := c.clk.NewTimer(c.cfg.Timeout)
-	probeDone, timerDone := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(timerDone)
-		select {
-		case <-timer.C():
-			cancel(errTimedOut(c.cfg.Timeout))
-		case <-probeDone:
-		}
-	}()
-	status, err := c.get(pctx, s.probe, s.probeURL)
-	close(probeDone)
+	// The timeout runs on the checker's clock, so that tests drive it; a
+	// timer function, not a goroutine waiting for the probe or its timer.
+	timer := c.clk.AfterFunc(c.cfg.Timeout, func() { cancel(errTimedOut(c.cfg.Timeout)) })
+	status, err := c.get(s.probe, s.request.WithContext(pctx))
 	timer.Stop()
-	<-timerDone
 
 	if ctx.Err() != nil { // shutting down: the result says nothing about s
 		return
 	}
 	ok := err == nil && status == ""
-	prefix := "GET " + c.cfg.Path + ": "
 	switch {
 	case ok:
-		c.probeSuccess(s, prefix+"200 OK")
+		c.probeSuccess(s, c.probeOK)
 	case err != nil:
 		// Once the probe's timeout has passed, err only says how the
 		// canceled request ended: the timeout is the failure.
 		if cause := context.Cause(pctx); cause != nil {
 			err = cause
 		}
-		c.failure(s, probeReason(failure.Of(err)), prefix+transport.StripURL(err).Error(), true, errors.Is(err, syscall.ECONNREFUSED))
+		c.failure(s, probeReason(failure.Of(err)), c.probeFailed+transport.StripURL(err).Error(), true, errors.Is(err, syscall.ECONNREFUSED))
 	default:
-		c.failure(s, ReasonProbeFailed, prefix+status, true, false)
+		c.failure(s, ReasonProbeFailed, c.probeFailed+status, true, false)
 	}
 	if c.probed != nil {
 		c.probed(s.e, ok)
@@ -186,14 +174,9 @@ func (c *Checker) probeOnce(ctx context.Context, s *endpointState) {
 // maxDrain bounds the body read to reuse the connection; a longer body closes it.
 const maxDrain = 64 << 10
 
-// get sends GET u and returns "" on 200, else the status line; or the error.
+// get sends req and returns "" on 200, else the status line; or the error.
 // Redirects are not followed: a redirect is a failure.
-func (c *Checker) get(ctx context.Context, rt http.RoundTripper, u string) (status string, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Accept", "text/plain, */*")
+func (c *Checker) get(rt http.RoundTripper, req *http.Request) (status string, err error) {
 	resp, err := rt.RoundTrip(req)
 	if err != nil {
 		return "", err

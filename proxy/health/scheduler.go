@@ -15,6 +15,12 @@ import (
 // all clusters: a goroutine stack per idle cluster was most of what an idle
 // cluster cost after its connections.
 //
+// It wakes up on a grid of batchPeriod and starts every probe due by then
+// together: a wake-up per probe (threads woken from sleep, a timer moved in
+// the runtime's timer heap, which then scans every timer of the process)
+// cost more than the probe itself with thousands of clusters
+// (docs/benchmark.md, "10,000 clusters").
+//
 // Not client-go's delaying workqueue: it cannot take out the probes of a
 // stopped checker, and needs a second goroutine (Get, Done) and a 10 s
 // heartbeat ticker to do what one heap, timer and wake channel do here.
@@ -23,7 +29,9 @@ type Scheduler struct {
 
 	mu  sync.Mutex
 	due dueProbes
-	// wake tells Run that due changed; capacity 1.
+	// armed is when Run wakes up next; zero while it waits for a wake.
+	armed time.Time
+	// wake tells Run that a probe falls due before armed; capacity 1.
 	wake chan struct{}
 
 	// owns, when set (Share), tells whether this replica probes the
@@ -32,6 +40,20 @@ type Scheduler struct {
 
 	// skippedTraffic and skippedNotOwner count the probes skipped by reason.
 	skippedTraffic, skippedNotOwner atomic.Uint64
+}
+
+// batchPeriod is the grid of the scheduler's wake-ups: a probe starts at
+// most this late, a small part of any health-check interval (whole seconds).
+const batchPeriod = 50 * time.Millisecond
+
+// wakeAt is the first point of the wake-up grid at or after t. It keeps t's
+// monotonic clock reading, which Truncate drops: waits must not follow steps
+// of the wall clock.
+func wakeAt(t time.Time) time.Time {
+	if r := t.Sub(t.Truncate(batchPeriod)); r > 0 {
+		return t.Add(batchPeriod - r)
+	}
+	return t
 }
 
 // NewScheduler returns a scheduler pacing probes by clk. Nothing runs before
@@ -43,8 +65,6 @@ func NewScheduler(clk clock.Clock) *Scheduler {
 // Run starts probes as they fall due, until ctx ends. Checkers stop with
 // their own context; when Run has returned, no probe starts any more.
 func (s *Scheduler) Run(ctx context.Context) {
-	timer := s.clk.NewTimer(time.Hour)
-	defer timer.Stop()
 	var ready []*dueProbe
 	for {
 		now := s.clk.Now()
@@ -52,10 +72,11 @@ func (s *Scheduler) Run(ctx context.Context) {
 		for len(s.due) > 0 && !s.due[0].at.After(now) {
 			ready = append(ready, heap.Pop(&s.due).(*dueProbe))
 		}
-		var next time.Time
+		s.armed = time.Time{}
 		if len(s.due) > 0 {
-			next = s.due[0].at
+			s.armed = wakeAt(s.due[0].at)
 		}
+		armed := s.armed
 		s.mu.Unlock()
 		for i, p := range ready {
 			p.c.startProbe(p.s, p.at)
@@ -63,20 +84,28 @@ func (s *Scheduler) Run(ctx context.Context) {
 		}
 		ready = ready[:0]
 
-		timer.Stop()
-		if !next.IsZero() {
-			timer.Reset(next.Sub(now))
-			// The timer counts from its Reset: if the clock passed next since
-			// now was read, start those probes instead of waiting another round.
-			if !s.clk.Now().Before(next) {
+		// A new timer for every wait: moving a pending timer earlier
+		// (Reset) makes the runtime scan all its timers.
+		var timer clock.Timer
+		var fired <-chan time.Time
+		if !armed.IsZero() {
+			d := armed.Sub(s.clk.Now())
+			if d <= 0 {
 				continue
 			}
+			timer = s.clk.NewTimer(d)
+			fired = timer.C()
 		}
 		select {
 		case <-ctx.Done():
-			return
-		case <-timer.C():
+		case <-fired:
 		case <-s.wake:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return
 		}
 	}
 }
@@ -111,10 +140,18 @@ func (s *Scheduler) add(p *dueProbe, at time.Time) {
 	s.mu.Lock()
 	p.at = at
 	heap.Push(&s.due, p)
+	// Run sleeps until armed: wake it only when p falls due before then,
+	// not for every probe scheduled an interval ahead.
+	wake := s.armed.IsZero() || wakeAt(at).Before(s.armed)
+	if wake {
+		s.armed = wakeAt(at)
+	}
 	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
+	if wake {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 

@@ -97,7 +97,7 @@ type Transports struct {
 // keeping it: it closes at most twice idleConnTimeout after the last one.
 // Every probe is counted in count, unless it is nil.
 func (t *Transports) ProbeWhile(busy func(time.Duration) bool, count *ProbeCount) http.RoundTripper {
-	r := probeRouter{busy: busy, count: count, pooled: t.pooledProbe}
+	r := probeRouter{busy: busy, count: count, pooled: t.pooledProbe, bearer: t.bearer}
 	if t.probe != t.pooled {
 		r.own = t.Probe
 	}
@@ -110,6 +110,16 @@ type probeRouter struct {
 	busy        func(time.Duration) bool
 	count       *ProbeCount
 	pooled, own http.RoundTripper
+	bearer      string
+}
+
+// Authorize sets the credential on h, the headers of a probe built once and
+// sent many times: the credential round trippers then pass it on as it is
+// instead of copying the request to add it.
+func (p probeRouter) Authorize(h http.Header) {
+	if p.bearer != "" {
+		h["Authorization"] = []string{p.bearer}
+	}
 }
 
 func (p probeRouter) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -164,15 +174,20 @@ const (
 
 // Builder builds the transports of the servers of one cluster from one Config.
 // What does not depend on the server is built once and shared: the TLS
-// configuration with its CA pool and client certificate, the dialer, the
-// upgrade transports' TLS configuration. A cluster's servers differ only in
-// their connections.
+// configurations with the CA pool and client certificate, the dialer, the
+// upgrade transport. A cluster's servers differ only in their connections.
 type Builder struct {
-	cfg        Config
-	tlsConfig  *tls.Config // cloned by each pooled transport: HTTP/2 set-up edits it
-	upgradeTLS *tls.Config // shared: http.Transport clones it per connection
-	dial       dialFunc
-	bearer     string // the Authorization value with a token, "" with a client certificate
+	cfg Config
+	// tlsConfig and upgradeTLS are shared by the transports: http.Transport
+	// clones its configuration per connection, and HTTP/2 set-up leaves one
+	// alone that offers h2 and http/1.1 already.
+	tlsConfig, upgradeTLS *tls.Config
+	dial                  dialFunc
+	// upgrade is the upgrade transport of every server: UpgradeAwareHandler
+	// takes only its dialer and TLS configuration, and dials each upgrade
+	// itself.
+	upgrade *http.Transport
+	bearer  string // the Authorization value with a token, "" with a client certificate
 }
 
 // NewBuilder checks cfg and builds what its transports share.
@@ -210,7 +225,15 @@ func NewBuilder(cfg Config) (*Builder, error) {
 	}
 	upgradeTLS := tlsConfig.Clone()
 	upgradeTLS.NextProtos = []string{"http/1.1"}
+	tlsConfig.NextProtos = []string{"h2", "http/1.1"}
 	b := &Builder{cfg: cfg, tlsConfig: tlsConfig, upgradeTLS: upgradeTLS, dial: dial}
+	// Without ForceAttemptHTTP2 an http.Transport with a TLS configuration
+	// leaves it as it is: upgrades speak HTTP/1.1.
+	b.upgrade = &http.Transport{
+		DialContext:         keepDialError(dial),
+		TLSClientConfig:     upgradeTLS,
+		TLSHandshakeTimeout: tlsHandshakeTimeout,
+	}
 	if hasToken {
 		b.bearer = "Bearer " + cfg.BearerToken
 	}
@@ -234,7 +257,7 @@ func New(cfg Config) (*Transports, error) {
 func (b *Builder) New() *Transports {
 	pooled := utilnet.SetTransportDefaults(&http.Transport{
 		DialContext:         b.dial,
-		TLSClientConfig:     b.tlsConfig.Clone(),
+		TLSClientConfig:     b.tlsConfig,
 		TLSHandshakeTimeout: tlsHandshakeTimeout,
 		IdleConnTimeout:     idleConnTimeout,
 		MaxIdleConnsPerHost: maxIdleConnsPerHost,
@@ -243,13 +266,6 @@ func (b *Builder) New() *Transports {
 	// are reached directly or through spec.clientConfig.proxyURL, never
 	// through an environment proxy.
 	pooled.Proxy = nil
-	// Without ForceAttemptHTTP2 an http.Transport with a TLS configuration
-	// leaves it as it is: upgrades speak HTTP/1.1.
-	upgrade := &http.Transport{
-		DialContext:         keepDialError(b.dial),
-		TLSClientConfig:     b.upgradeTLS,
-		TLSHandshakeTimeout: tlsHandshakeTimeout,
-	}
 
 	// By default probes share the pooled connection, and keep it open: a
 	// handshake costs more CPU, on the gateway and on the member, than the
@@ -288,10 +304,10 @@ func (b *Builder) New() *Transports {
 	return &Transports{
 		RoundTripper: withIdentity(pooled),
 		Probe:        probe,
-		Upgrade:      proxyutil.NewUpgradeRequestRoundTripper(upgrade, withIdentity(proxyutil.MirrorRequest)),
+		Upgrade:      proxyutil.NewUpgradeRequestRoundTripper(b.upgrade, withIdentity(proxyutil.MirrorRequest)),
 		Pooled:       pooled,
 		pooled:       pooled,
-		upgrade:      upgrade,
+		upgrade:      b.upgrade,
 		probe:        probeTransport,
 		bearer:       b.bearer,
 		pooledProbe:  withCredential(pooled),

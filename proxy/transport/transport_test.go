@@ -256,9 +256,9 @@ func TestProbeConnections(t *testing.T) {
 }
 
 // The transports of one Builder share what does not depend on the server (the
-// CA pool and the TLS configuration of upgrades); each server has its own
-// connections, and with ProbeOwnConnections its own TLS session cache, since
-// servers of one cluster may share a name.
+// TLS configurations with the CA pool, the upgrade transport, which only
+// dials); each server has its own connections, and with ProbeOwnConnections
+// its own TLS session cache, since servers of one cluster may share a name.
 func TestBuilderShares(t *testing.T) {
 	url1, ca := member(t, tls.VersionTLS12, tls.VersionTLS13)
 	b, err := NewBuilder(Config{CAData: ca, BearerToken: token, ProbeOwnConnections: true})
@@ -266,20 +266,20 @@ func TestBuilderShares(t *testing.T) {
 		t.Fatal(err)
 	}
 	one, two := b.New(), b.New()
-	if one.pooled == two.pooled || one.upgrade == two.upgrade || one.probe == two.probe {
-		t.Fatal("two servers share a transport")
+	if one.pooled == two.pooled || one.probe == two.probe {
+		t.Fatal("two servers share a pooled transport")
 	}
-	if one.pooled.TLSClientConfig.RootCAs == nil || one.pooled.TLSClientConfig.RootCAs != two.pooled.TLSClientConfig.RootCAs {
-		t.Error("the servers' pooled transports have CA pools of their own")
+	if one.pooled.TLSClientConfig.RootCAs == nil || one.pooled.TLSClientConfig != two.pooled.TLSClientConfig {
+		t.Error("the servers' pooled transports have TLS configurations of their own")
 	}
-	if one.upgrade.TLSClientConfig != two.upgrade.TLSClientConfig {
-		t.Error("the servers' upgrade transports have TLS configurations of their own")
+	if one.upgrade != two.upgrade {
+		t.Error("the servers have upgrade transports of their own")
 	}
 	if one.probe.TLSClientConfig.ClientSessionCache == two.probe.TLSClientConfig.ClientSessionCache {
 		t.Error("the servers' probes share a TLS session cache")
 	}
-	// Both work, and the shared upgrade configuration still speaks HTTP/1.1
-	// only after the pooled transports set up HTTP/2 on their own copies.
+	// Both work, the shared upgrade configuration still speaks HTTP/1.1
+	// only, and the shared pooled one was left as built by HTTP/2 set-up.
 	for _, tr := range []*Transports{one, two} {
 		if err := probe(tr, url1); err != nil {
 			t.Fatal(err)
@@ -288,7 +288,7 @@ func TestBuilderShares(t *testing.T) {
 	if got := one.upgrade.TLSClientConfig.NextProtos; !slices.Equal(got, []string{"http/1.1"}) {
 		t.Errorf("upgrade ALPN %q, want http/1.1 only", got)
 	}
-	if got := one.pooled.TLSClientConfig.NextProtos; !slices.Contains(got, "h2") {
-		t.Errorf("pooled ALPN %q, want h2 offered", got)
+	if got := one.pooled.TLSClientConfig.NextProtos; !slices.Equal(got, []string{"h2", "http/1.1"}) {
+		t.Errorf("pooled ALPN %q, want h2 and http/1.1 offered", got)
 	}
 }

@@ -86,12 +86,16 @@ const (
 	// are retried at once): per cluster exponential backoff.
 	retryBaseDelay = 100 * time.Millisecond
 	retryMaxDelay  = 30 * time.Second
-	// Writes over all clusters: a new leader with many clusters to correct
-	// does not burst the storage, and a thousand clusters registered at once
-	// still show Ready within seconds (10 writes/s was far too slow for a
-	// thousand: docs/benchmark-history.md).
-	writeQPS   = 100
-	writeBurst = 200
+	// Writes over all clusters: a new leader correcting every status sends
+	// the gateway's own etcd a small part of the small writes one etcd
+	// member takes, and a fleet registered at once shows Ready soon after
+	// it is compiled (docs/benchmark.md, "10,000 clusters").
+	writeQPS   = 500
+	writeBurst = 500
+	// writeWorkers write different clusters at once: each write waits for
+	// a read and an update of etcd, and one at a time fell behind a burst
+	// of new clusters on a busy machine (docs/benchmark.md).
+	writeWorkers = 4
 )
 
 // Storage is the status subresource storage;
@@ -350,8 +354,15 @@ func (w *Writer) Run(ctx context.Context) {
 	}
 
 	logger.V(2).Info("Writing UpstreamCluster status")
-	for w.processNext(ctx, q, recorder) {
+	// The queue hands a cluster to one worker at a time.
+	var wg sync.WaitGroup
+	for range writeWorkers {
+		wg.Go(func() {
+			for w.processNext(ctx, q, recorder) {
+			}
+		})
 	}
+	wg.Wait()
 	logger.V(2).Info("Stopped writing UpstreamCluster status")
 }
 

@@ -668,3 +668,21 @@ func TestWriterCaches(t *testing.T) {
 		t.Fatalf("status.caches %+v after an empty report", got)
 	}
 }
+
+// A cluster whose storage calls are slow does not hold up the others: the
+// workers write different clusters at once, one cluster by one at a time.
+func TestWriterWritesClustersConcurrently(t *testing.T) {
+	s := newFakeStorage("member-a", "member-b")
+	blocked, release := make(chan struct{}, 1), make(chan struct{})
+	s.mu.Lock()
+	s.blockName, s.blockGet, s.blocked = "member-a", release, blocked
+	s.mu.Unlock()
+	w, events, _, _ := startWriter(t, s, clocktesting.NewFakePassiveClock(t0))
+	healthy := []health.ServerHealth{{Endpoint: epA, Healthy: true}}
+	w.Observe("member-a", 1, healthy)
+	waitFor(t, blocked, "the Get of member-a")
+	w.Observe("member-b", 1, healthy)
+	expectSync(t, events, "member-b", true)
+	close(release)
+	expectSync(t, events, "member-a", true)
+}

@@ -256,12 +256,15 @@ func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
 	p("%d UpstreamClusters applied (server-side apply, %d at a time) in one burst, next to the harness's two clusters. Their servers (`-cluster-servers=%s`): %s. ", k, o.Burst, c.ServerKind, c.Servers)
 	p("Compiled: every object's `status.observedGeneration` equals its generation; Ready: also its `Ready` condition is True (LIST through the hub every second). ")
 	p("Steady state: %s idle after all are Ready; the baseline is %s idle with the harness's two clusters before the burst. ", c.AfterIdle.For.Round(time.Second), c.BaselineIdle.For.Round(time.Second))
-	p("Health probes: `apiserver_request_total{subresource=\"/readyz\"}` of those servers (every probe of every cluster lands there). Status writes: MODIFIED events of the %d objects on a watch through the hub during the idle window.\n\n", k)
+	p("Health probes: `apiserver_request_total{subresource=\"/readyz\"}` of those servers (every probe of every cluster lands there). Status writes: MODIFIED events of the %d objects on a watch through the hub during the idle window. ", k)
+	p("File descriptors: the bench raised its limit, which the processes it starts inherit, from %d to %d; the gateway's is %d.\n\n", r.FDLimitBefore, r.FDLimit, r.GatewayFDLimit)
 	p("| metric | 2 clusters (harness) | %d clusters | per added cluster |\n|---|---:|---:|---:|\n", k+2)
 	b, a := c.Baseline, c.After
 	kib := func(x float64) string { return measure.KiB(x) }
 	p("| gateway RSS | %s | %s | %s |\n", measure.MB(float64(b.RSSKB)), measure.MB(float64(a.RSSKB)), per(float64(b.RSSKB)*1024, float64(a.RSSKB)*1024, k, kib))
 	p("| Go heap in use | %s | %s | %s |\n", mib(b.HeapInuse), mib(a.HeapInuse), per(b.HeapInuse, a.HeapInuse, k, kib))
+	p("| Go heap live (allocated, after the collections; the rest of in use is free space in used spans) | %s | %s | %s |\n", mib(b.HeapAlloc), mib(a.HeapAlloc), per(b.HeapAlloc, a.HeapAlloc, k, kib))
+	p("| Go stacks in use | %s | %s | %s |\n", mib(b.StackInuse), mib(a.StackInuse), per(b.StackInuse, a.StackInuse, k, kib))
 	p("| goroutines | %.0f | %.0f | %s |\n", b.Goroutines, a.Goroutines, per(b.Goroutines, a.Goroutines, k, func(x float64) string { return fmt.Sprintf("%.2f", x) }))
 	p("| open files | %d | %d | %s |\n", b.OpenFiles, a.OpenFiles, per(float64(b.OpenFiles), float64(a.OpenFiles), k, func(x float64) string { return fmt.Sprintf("%.2f", x) }))
 	p("| TCP gateway → the servers (per slot) | %s | %s | %s |\n", ints(b.ToFleet), ints(a.ToFleet), per(float64(sum(b.ToFleet)), float64(sum(a.ToFleet)), k, func(x float64) string { return fmt.Sprintf("%.2f", x) }))
