@@ -449,7 +449,7 @@ func (r *Reads) watch(w http.ResponseWriter, req *http.Request, rc *resourceCach
 		_, err := w.Write(buf)
 		return err == nil
 	}
-	// Bookmarks are never Tables: a Table watch gets none (parseRead).
+	// Bookmarks are never Tables: a Table watch gets none (below).
 	bookmark := func(rv string, initialEnd bool) *Object {
 		md := map[string]any{"resourceVersion": rv}
 		if initialEnd {
