@@ -3,12 +3,15 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"syscall"
 	"testing"
 	"time"
 
+	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
 	"github.com/kubewharf/kube-gateway/proxy/health"
 	"github.com/kubewharf/kube-gateway/proxy/metrics"
+	"github.com/kubewharf/kube-gateway/test/faultproxy"
 	"github.com/kubewharf/kube-gateway/test/harness"
 )
 
@@ -102,6 +105,45 @@ func TestHealthChecksSharedAcrossReplicas(t *testing.T) {
 	if three < 0.8 || three > 1.25 {
 		t.Fatalf("3 replicas sharing health checks probe each server %.2f times per interval, want about 1", three)
 	}
+
+	// A server that fails its probes is taken out by every replica: by the
+	// owner's probes, by the others from the published verdict (status),
+	// before any request reached them; requests then go to the other server
+	// through every replica, none retried off the bad one. Probes passing
+	// again bring it back everywhere.
+	bad := faultyReplica(t, faultproxy.Mode{Garbage: true})
+	uc := faultCluster("health-share-verdict", bad)
+	uc.Spec.HealthCheck = &gatewayv1alpha1.HealthCheck{Path: "/readyz", IntervalSeconds: 2, TimeoutSeconds: 1, UnhealthyThreshold: 1, HealthyThreshold: 1}
+	createCluster(t, uc)
+	target := faultTarget(ctx, t)
+	healthy := map[string]string{"cluster": uc.Name, "endpoint": bad.URL()}
+	everyReplica := func(what string, want float64) {
+		t.Helper()
+		// The test's context: a scrape cut by the poll's deadline would fail
+		// the test without saying which replica disagrees.
+		eventually(t, 30*time.Second, func(context.Context) error {
+			for i, g := range gws {
+				if v, ok := g.metric(ctx, "kube_gateway_upstream_server_healthy", healthy); !ok || v != want {
+					return errorf("replica %d: kube_gateway_upstream_server_healthy%v = %v (present %v), want %v: %s", i, healthy, v, ok, want, what)
+				}
+			}
+			return nil
+		})
+	}
+	everyReplica("the bad server taken out", 0)
+	for i, g := range gws {
+		g.prefix = harness.ProxyPath(uc.Name)
+		for range 10 {
+			if code, body := g.proxy(ctx, http.MethodGet, "/api/v1/namespaces/"+harness.AliceNamespace+"/configmaps/"+target); code != http.StatusOK {
+				t.Fatalf("GET through replica %d: %d %s", i, code, body)
+			}
+		}
+		if n, _ := g.metric(ctx, "kube_gateway_proxy_retries_total", healthy); n != 0 {
+			t.Errorf("replica %d retried %v requests off the bad server: it routed to a server the verdict took out", i, n)
+		}
+	}
+	bad.Set(faultproxy.PassThrough)
+	everyReplica("the server back once its probes pass", 1)
 
 	// The replica dies without deleting its Lease: the others count it
 	// until the Lease expires (15 s), then own its clusters.
