@@ -106,7 +106,9 @@ type Manager struct {
 	queue workqueue.TypedRateLimitingInterface[string]
 	ctx   context.Context // of Run, for the caches
 
-	mu      sync.Mutex
+	// mu guards members: written by syncs, read by every member read of a
+	// fan-out (lookup), which must not wait for each other.
+	mu      sync.RWMutex
 	members map[string]*member
 
 	// reporting orders reports: each is computed and handed on under it, so
@@ -375,14 +377,14 @@ func (m *Manager) Caches(name string) (_ []gatewayv1alpha1.UpstreamClusterCacheS
 		return nil, false
 	}
 	uc := obj.(*gatewayv1alpha1.UpstreamCluster)
-	m.mu.Lock()
+	m.mu.RLock()
 	mb := m.members[name]
 	var p *problem
 	var caches map[string]*entryCache
 	if mb != nil {
 		p, caches = mb.problem, maps.Clone(mb.caches)
 	}
-	m.mu.Unlock()
+	m.mu.RUnlock()
 	var out []gatewayv1alpha1.UpstreamClusterCacheStatus
 	for _, o := range m.cfg.Resources.GetIndexer().List() {
 		cr := o.(*gatewayv1alpha1.CachedResource)
@@ -463,8 +465,8 @@ func (m *Manager) retryOverLimit() {
 // lookup returns the cache of gvr on cluster name and the member's Access,
 // nil when the gateway keeps none.
 func (m *Manager) lookup(name string, gvr schema.GroupVersionResource) (*resourceCache, Access) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	mb := m.members[name]
 	if mb == nil {
 		return nil, nil
