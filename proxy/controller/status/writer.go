@@ -191,6 +191,10 @@ func (w *Writer) ObserveCaches(cluster string, caches []gatewayv1alpha1.Upstream
 	if len(caches) == 0 {
 		caches = nil
 	}
+	prev, had := w.caches[cluster]
+	if had && apiequality.Semantic.DeepEqual(prev, caches) {
+		return // the periodic report of unchanged caches: nothing to write
+	}
 	w.caches[cluster] = slices.Clone(caches)
 	if _, ok := w.observed[cluster]; ok && w.queue != nil {
 		w.queue.Add(cluster)
@@ -230,6 +234,9 @@ func (w *Writer) ObserveServed(cluster string, generation int64, named bool, uns
 	if !ok || o.generation != generation || o.problem != nil {
 		return
 	}
+	if p := o.served; p != nil && p.named == named && slices.Equal(p.unserved, unserved) {
+		return // the same outcome again: nothing to write
+	}
 	o.served = &servedCheck{named: named, unserved: slices.Clone(unserved)}
 	w.observed[cluster] = o
 	if w.queue != nil {
@@ -252,6 +259,10 @@ func (w *Writer) ObserveDoor(name string, generation int64, configured bool, err
 	d := &doorCheck{configured: configured}
 	if err != nil {
 		d.problem = &problem{reason: cluster.ConfigErrorReason(err), message: err.Error()}
+	}
+	if p := o.door; p != nil && p.configured == d.configured && (p.problem == nil) == (d.problem == nil) &&
+		(p.problem == nil || *p.problem == *d.problem) {
+		return // the same outcome again: nothing to write
 	}
 	o.door = d
 	w.observed[name] = o

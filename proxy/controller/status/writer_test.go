@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -478,6 +479,42 @@ func TestObserveServed(t *testing.T) {
 	}
 }
 
+// An outcome observed again unchanged (the caches' periodic report, a rule
+// check or door check repeated) queues nothing: the writer would read the
+// cluster only to find nothing to write.
+func TestObserveUnchangedQueuesNothing(t *testing.T) {
+	w := NewWriter(nil, clocktesting.NewFakePassiveClock(t0))
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
+	defer q.ShutDown()
+	w.queue = q // as Run sets it; nobody takes from it here
+	w.Observe("member-a", 1, []health.ServerHealth{{Endpoint: epA, Healthy: true}})
+	caches := []gatewayv1alpha1.UpstreamClusterCacheStatus{{CachedResource: "cms", Objects: 3}}
+	observe := map[string]func(){
+		"caches": func() { w.ObserveCaches("member-a", caches) },
+		"served": func() { w.ObserveServed("member-a", 1, true, []string{"x"}) },
+		"door": func() {
+			w.ObserveDoor("member-a", 1, true, &cluster.ConfigError{Reason: cluster.ReasonInvalidConfiguration, Err: errors.New("no")})
+		},
+	}
+	for what, fn := range observe {
+		fn()
+		if q.Len() != 1 {
+			t.Fatalf("%s: %d queued after a new outcome, want 1", what, q.Len())
+		}
+		c, _ := q.Get()
+		q.Done(c)
+		fn()
+		if q.Len() != 0 {
+			t.Errorf("%s: the same outcome again queued the cluster", what)
+		}
+	}
+	caches[0].Objects = 4
+	w.ObserveCaches("member-a", caches)
+	if q.Len() != 1 {
+		t.Errorf("changed caches: %d queued, want 1", q.Len())
+	}
+}
+
 // A server not checked yet has no healthy field, and the cluster is Ready only
 // once a server is known to be healthy.
 func TestDesiredStatusNotChecked(t *testing.T) {
@@ -640,7 +677,7 @@ func TestWriterOwnedClusters(t *testing.T) {
 }
 
 // status.caches is written as reported; a new health observation keeps it,
-// an empty report removes it, and an unchanged report writes nothing.
+// and an empty report removes it.
 func TestWriterCaches(t *testing.T) {
 	s := newFakeStorage("member-a")
 	clk := clocktesting.NewFakePassiveClock(t0)
@@ -655,8 +692,7 @@ func TestWriterCaches(t *testing.T) {
 	if got := s.stored("member-a").Status.Caches; len(got) != 1 || got[0] != caches[0] {
 		t.Fatalf("status.caches %+v, want %+v", got, caches)
 	}
-	w.ObserveCaches("member-a", caches)
-	expectSync(t, events, "member-a", false)
+	// An unchanged report queues nothing (TestObserveUnchangedQueuesNothing).
 	w.Observe("member-a", 1, []health.ServerHealth{{Endpoint: epA, Healthy: false, Reason: "ProbeFailed"}})
 	expectSync(t, events, "member-a", true)
 	if got := s.stored("member-a").Status.Caches; len(got) != 1 {
