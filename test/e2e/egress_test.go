@@ -102,19 +102,7 @@ func TestEgressProxy(t *testing.T) {
 		if _, err := upstreamClusters(t).Patch(ctx, viaSOCKS.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		cr := newCachedResource("egress-cache", "", "v1", "configmaps")
-		cr.Spec.ClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{label: "yes"}}
-		createCachedResource(t, cr)
-		eventually(t, time.Minute, func(ctx context.Context) error {
-			e, err := cacheEntry(ctx, t, viaSOCKS.Name, cr.Name)
-			if err != nil {
-				return err
-			}
-			if !e.Synced || e.Objects == 0 {
-				return errorf("not synced: %+v", e)
-			}
-			return nil
-		})
+		cacheLabelled(ctx, t, "egress-cache", label, viaSOCKS.Name)
 		waitMoreLines(t, dante.Process.LogFile, sessions, before, "the fleet cache's list and watch")
 	})
 

@@ -17,6 +17,26 @@ import (
 	"github.com/kubewharf/kube-gateway/test/harness"
 )
 
+// cacheLabelled creates a CachedResource name of ConfigMaps over the
+// clusters labelled label=yes, and waits until cluster's cache of it is
+// synced and holds objects.
+func cacheLabelled(ctx context.Context, t *testing.T, name, label, cluster string) {
+	t.Helper()
+	cr := newCachedResource(name, "", "v1", "configmaps")
+	cr.Spec.ClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{label: "yes"}}
+	createCachedResource(t, cr)
+	eventually(t, time.Minute, func(ctx context.Context) error {
+		e, err := cacheEntry(ctx, t, cluster, cr.Name)
+		if err != nil {
+			return err
+		}
+		if !e.Synced || e.Objects == 0 {
+			return errorf("not synced with objects: %+v", e)
+		}
+		return nil
+	})
+}
+
 // cacheEntry returns the status.caches entry of cluster for cachedResource.
 func cacheEntry(ctx context.Context, t *testing.T, cluster, cachedResource string) (*gatewayv1alpha1.UpstreamClusterCacheStatus, error) {
 	uc, err := upstreamClusters(t).Get(ctx, cluster, metav1.GetOptions{})

@@ -163,19 +163,8 @@ func TestJoinCacheIdentity(t *testing.T) {
 	if _, err := ucs.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"labels":{"`+label+`":"yes"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cr := newCachedResource("join-cache-e2e-configmaps", "", "v1", "configmaps")
-	cr.Spec.ClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{label: "yes"}}
-	createCachedResource(t, cr)
-	eventually(t, time.Minute, func(ctx context.Context) error {
-		e, err := cacheEntry(ctx, t, name, cr.Name)
-		if err != nil {
-			return err
-		}
-		if !e.Synced || e.Objects == 0 {
-			return errorf("not synced with objects: %+v", e)
-		}
-		return nil
-	})
+	const cachedResource = "join-cache-e2e-configmaps"
+	cacheLabelled(ctx, t, cachedResource, label, name)
 
 	// Another list: the role changes, nothing else, and the token is kept.
 	out = join("--cache-resources=deployments.apps,configmaps")
@@ -225,7 +214,7 @@ func TestJoinCacheIdentity(t *testing.T) {
 		return nil
 	})
 	eventually(t, time.Minute, func(ctx context.Context) error {
-		e, err := cacheEntry(ctx, t, name, cr.Name)
+		e, err := cacheEntry(ctx, t, name, cachedResource)
 		if err != nil {
 			return err
 		}

@@ -183,19 +183,7 @@ func TestKonnectivityTunnel(t *testing.T) {
 	if _, err := upstreamClusters(t).Patch(ctx, tunnelCluster, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cr := newCachedResource("tunnel-cache", "", "v1", "configmaps")
-	cr.Spec.ClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{label: "yes"}}
-	createCachedResource(t, cr)
-	eventually(t, time.Minute, func(ctx context.Context) error {
-		e, err := cacheEntry(ctx, t, tunnelCluster, cr.Name)
-		if err != nil {
-			return err
-		}
-		if !e.Synced || e.Objects == 0 {
-			return errorf("not synced: %+v", e)
-		}
-		return nil
-	})
+	cacheLabelled(ctx, t, "tunnel-cache", label, tunnelCluster)
 	if n := metric(k.AgentMetric, agentDials); n <= dialsBefore {
 		t.Errorf("the cache synced, but the agent dialed no connection for it")
 	}
