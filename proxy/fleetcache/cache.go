@@ -201,14 +201,15 @@ func (c *resourceCache) observe(src Source) Source {
 			if err != nil && ctx.Err() == nil {
 				c.set(func(s *state) { c.unsync(s, ReasonListFailed, err.Error()) })
 			}
-			if u, ok := l.(*unstructured.UnstructuredList); ok {
-				_, columns, err := takeTableFields(u.Object)
-				if err != nil {
-					return nil, err
-				}
-				c.store.SetColumns(columns)
-			}
 			if err == nil {
+				// A Table's columns ride on the list (listFromTable).
+				if u, ok := l.(*unstructured.UnstructuredList); ok {
+					_, columns, err := takeTableFields(u.Object)
+					if err != nil {
+						return nil, err
+					}
+					c.store.SetColumns(columns)
+				}
 				c.store.SetListKind(l.GetObjectKind().GroupVersionKind().Kind)
 			}
 			return l, err

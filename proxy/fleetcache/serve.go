@@ -108,10 +108,14 @@ func parseRead(req *http.Request, path string) (*readQuery, bool) {
 	if req.Method != http.MethodGet {
 		return nil, false
 	}
+	// The Accept header is parsed only when it asks for a conversion: once
+	// per member of a fan-out.
 	accept := req.Header.Get("Accept")
-	table := request.WantsTable(accept)
-	if !table && strings.Contains(accept, "as=") { // PartialObjectMetadata: not what the cache holds
-		return nil, false
+	table := false
+	if strings.Contains(accept, "as=") {
+		if table = request.WantsTable(accept); !table { // PartialObjectMetadata: not what the cache holds
+			return nil, false
+		}
 	}
 	q, err := url.ParseQuery(req.URL.RawQuery)
 	if err != nil {

@@ -193,6 +193,10 @@ func (s *Store) Delete(obj any) error {
 	if err != nil {
 		return err
 	}
+	// Watchers are told the object as the member's event had it (its final
+	// state, at the deletion's resourceVersion), as a member's watch tells
+	// them; encoded before the lock, as put does.
+	final, _, finalErr := toObject(obj)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := key(m.GetNamespace(), m.GetName())
@@ -203,15 +207,11 @@ func (s *Store) Delete(obj any) error {
 		delete(s.objects, k)
 		s.bytes -= old.size()
 		s.memory.take(-old.size())
-		// Watchers are told the object as the member's event had it (its
-		// final state, at the deletion's resourceVersion), as a member's
-		// watch tells them.
-		final := old
-		if o, _, err := toObject(obj); err == nil {
-			if o.cells == nil {
-				o.cells = old.cells
-			}
-			final = o
+		switch {
+		case finalErr != nil:
+			final = old
+		case final.cells == nil:
+			final.cells = old.cells
 		}
 		s.publishLocked(Event{Type: watch.Deleted, Object: final, Prev: old, ResourceVersion: s.rv})
 	}

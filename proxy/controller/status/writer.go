@@ -20,6 +20,7 @@ package status
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -260,8 +261,7 @@ func (w *Writer) ObserveDoor(name string, generation int64, configured bool, err
 	if err != nil {
 		d.problem = &problem{reason: cluster.ConfigErrorReason(err), message: err.Error()}
 	}
-	if p := o.door; p != nil && p.configured == d.configured && (p.problem == nil) == (d.problem == nil) &&
-		(p.problem == nil || *p.problem == *d.problem) {
+	if reflect.DeepEqual(o.door, d) {
 		return // the same outcome again: nothing to write
 	}
 	o.door = d
