@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/kubewharf/kube-gateway/test/bench/internal/measure"
@@ -80,6 +82,45 @@ func measureFanOut(ctx context.Context, directA, directB, hubB, fan *measure.Tar
 	return run, nil
 }
 
+// fanOutProfile is the gateway's CPU profile during one-member fan-out LISTs.
+type fanOutProfile struct {
+	File            string
+	Lists           int
+	Elapsed         time.Duration
+	TopCum, TopFlat string
+	Total           float64 // seconds of samples
+}
+
+// profileFanOut LISTs member-b's objects through the fan-out path, back to
+// back, for ProfileSeconds+3 s, with a CPU profile of the gateway meanwhile:
+// where the gateway's time over the hub path goes.
+func profileFanOut(ctx context.Context, env *harness.Env, gw, fan *measure.Target, o options, rep *report) error {
+	logf("profiling the gateway for %ds under one-member fan-out LISTs", o.ProfileSeconds)
+	done := make(chan fetched, 1)
+	go fetchPprof(ctx, gw.Client, gw.Header, env.GatewayURL+"/debug/pprof/profile", o.ProfileSeconds, done)
+	pf := &fanOutProfile{File: filepath.Join(o.OutDir, "kube-gateway-cpu-fanout.pprof")}
+	start := time.Now()
+	for time.Since(start) < time.Duration(o.ProfileSeconds+3)*time.Second {
+		if _, err := fan.DoEnc(ctx, listPath+"?"+strict, false, false); err != nil {
+			<-done
+			return fmt.Errorf("fan-out LIST: %w", err)
+		}
+		pf.Lists++
+	}
+	pf.Elapsed = time.Since(start)
+	p := <-done
+	if p.err != nil {
+		return p.err
+	}
+	if err := os.WriteFile(pf.File, p.data, 0o644); err != nil {
+		return err
+	}
+	bin, _ := harness.GatewayBinary(env.BinDir)
+	pf.TopCum, pf.TopFlat, _, pf.Total = analyzeProfile(ctx, bin, pf.File)
+	rep.FanOutProfile = pf
+	return nil
+}
+
 // fanOutSection reports the fan-out LISTs: medians, and medians of the
 // per-LIST ratios to the LISTs measured next to them.
 func (r *report) fanOutSection(p func(string, ...any)) {
@@ -109,5 +150,11 @@ func (r *report) fanOutSection(p func(string, ...any)) {
 	p("| direct member-a | direct member-b | fan-out (both) | fan-out ÷ (a + b) | fan-out ÷ max(a, b) |\n|---:|---:|---:|---:|---:|\n")
 	p("| %s | %s | %s | %s | %s |\n", measure.Sec(measure.Median(a)), measure.Sec(measure.Median(b)), measure.Sec(measure.Median(f)),
 		measure.X(measure.Median(ratio)), measure.X(measure.Median(ratioMax)))
+	if pf := r.FanOutProfile; pf != nil {
+		p("\n**Where the gateway's time goes.** %d one-member fan-out LISTs back to back in %s (%s each, not part of the medians above), with `GET /debug/pprof/profile?seconds=%d` on the gateway during them: %.2f s of samples, `%s`.\n\n",
+			pf.Lists, pf.Elapsed.Round(100*time.Millisecond), measure.Dur(pf.Elapsed/time.Duration(max(pf.Lists, 1))), r.Opts.ProfileSeconds, pf.Total, pf.File)
+		p("Top 15 by cumulative time (`go tool pprof -top -cum`):\n\n```\n%s```\n\n", measure.TrimPprof(pf.TopCum))
+		p("Top 15 by own time (`go tool pprof -top`):\n\n```\n%s```\n\n", measure.TrimPprof(pf.TopFlat))
+	}
 	p("\n")
 }

@@ -425,6 +425,9 @@ func bench(ctx context.Context, env *harness.Env, o options, floorBin string) (*
 				return nil, fmt.Errorf("profile at c=%d: %w", c, err)
 			}
 		}
+		if err := profileFanOut(ctx, env, gw, fan, o, rep); err != nil {
+			return nil, fmt.Errorf("fan-out profile: %w", err)
+		}
 		if floorProxy != nil {
 			if err := profileFloor(ctx, floorProxy, floorBin, floorTarget, procs, o, rep, o.Concurrency); err != nil {
 				return nil, fmt.Errorf("floor profile at c=%d: %w", o.Concurrency, err)

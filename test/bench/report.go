@@ -36,6 +36,7 @@ type report struct {
 	FirstLists []firstList
 
 	Profiles      []profileResult
+	FanOutProfile *fanOutProfile
 	ProfileBinary string
 
 	// FloorProfile is the floor proxy's CPU profile at the throughput
