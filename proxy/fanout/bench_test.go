@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -126,7 +127,7 @@ func benchmarkStream(b *testing.B, a, c []byte) {
 		results := make([]result, 2)
 		for i, body := range [][]byte{a, c} {
 			s := newMemberStream(fmt.Sprint("member-", i), nil)
-			s.start(func() {})
+			s.start(context.Background(), func() {})
 			if _, err := s.Write(body); err != nil {
 				b.Fatal(err)
 			}

@@ -36,6 +36,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	genericfeatures "k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/warning"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -184,7 +185,14 @@ func (h *Handler) Serve(w http.ResponseWriter, req *http.Request, name, path str
 		fail(err)
 		return
 	}
-	responsewriters.SerializeObject("application/json", listEncoder{header: w.Header(), client: req.Context()}, w, req, http.StatusOK, mergedObject{merged})
+	// The list compresses itself (listEncoder): SerializeObject, given the
+	// request without Accept-Encoding, writes what the encoder writes.
+	enc := listEncoder{header: w.Header(), client: req.Context(),
+		gzip: responsewriters.ContentEncodingSupported(req, genericfeatures.APIResponseCompression) == "gzip"}
+	plain := req.WithContext(req.Context())
+	plain.Header = req.Header.Clone()
+	plain.Header.Del("Accept-Encoding")
+	responsewriters.SerializeObject("application/json", enc, w, plain, http.StatusOK, mergedObject{merged})
 }
 
 // listCall is one fan-out list being served: what each member is asked.

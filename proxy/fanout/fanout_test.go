@@ -4,6 +4,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -366,20 +367,25 @@ func TestMemberWarningsArePassedOn(t *testing.T) {
 // large.
 func TestLargeListIsCompressed(t *testing.T) {
 	h, _ := newHandler(nil)
-	list := configMapList(1000) // about 640 KB
+	var list []byte
 	h.Member = func(w http.ResponseWriter, _ *http.Request, _, _ string) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(list)
 	}
 	for _, c := range []struct {
+		items                        int // per member: 1,000 are about 640 KB
 		acceptEncoding, wantEncoding string
-	}{{"gzip", "gzip"}, {"", ""}} {
+	}{{1000, "gzip", "gzip"}, {1000, "deflate, gzip", "gzip"}, {1000, "", ""}, {1000, "deflate", ""}, {10, "gzip", ""}} {
+		list = configMapList(c.items)
 		rec := do(h, "*", "/api/v1/configmaps", "", http.Header{"Accept-Encoding": {c.acceptEncoding}})
 		if rec.Code != http.StatusOK || rec.Header().Get("Content-Encoding") != c.wantEncoding {
-			t.Fatalf("Accept-Encoding %q: %d, Content-Encoding %q, want %q", c.acceptEncoding, rec.Code, rec.Header().Get("Content-Encoding"), c.wantEncoding)
+			t.Fatalf("%d items, Accept-Encoding %q: %d, Content-Encoding %q, want %q", c.items, c.acceptEncoding, rec.Code, rec.Header().Get("Content-Encoding"), c.wantEncoding)
 		}
 		body := io.Reader(rec.Body)
 		if c.wantEncoding == "gzip" {
+			if v := rec.Header().Get("Vary"); v != "Accept-Encoding" {
+				t.Errorf("Vary %q, want Accept-Encoding", v)
+			}
 			zr, err := gzip.NewReader(rec.Body)
 			if err != nil {
 				t.Fatal(err)
@@ -390,10 +396,11 @@ func TestLargeListIsCompressed(t *testing.T) {
 			Items []metav1.PartialObjectMetadata
 		}
 		if err := json.NewDecoder(body).Decode(&got); err != nil {
-			t.Fatalf("Accept-Encoding %q: %v", c.acceptEncoding, err)
+			t.Fatalf("%d items, Accept-Encoding %q: %v", c.items, c.acceptEncoding, err)
 		}
-		if len(got.Items) != 3000 || got.Items[2999].Annotations[ClusterAnnotation] != "c" || got.Items[2999].Name != "cm-00999" {
-			t.Errorf("Accept-Encoding %q: %d items, want 3000, the last cm-00999 of c", c.acceptEncoding, len(got.Items))
+		last := fmt.Sprintf("cm-%05d", c.items-1)
+		if n := len(got.Items); n != 3*c.items || got.Items[n-1].Annotations[ClusterAnnotation] != "c" || got.Items[n-1].Name != last {
+			t.Errorf("%d items, Accept-Encoding %q: %d items, want %d, the last %s of c", c.items, c.acceptEncoding, n, 3*c.items, last)
 		}
 	}
 }

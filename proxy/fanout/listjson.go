@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/go-json-experiment/json/jsontext"
+	"github.com/klauspost/compress/gzip"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -285,9 +286,8 @@ func tokenItems(p part) (jsontext.Value, error) {
 var listEnd = []byte("]}\n")
 
 // mergedObject carries a merged list through
-// responsewriters.SerializeObject, which compresses the response as the
-// apiserver compresses its own (gzip when the client accepts it and the
-// body is large); listEncoder writes it.
+// responsewriters.SerializeObject, which writes it with listEncoder, and
+// writes a Status instead when the list fails before any of it was sent.
 type mergedObject struct{ *mergedList }
 
 func (mergedObject) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
@@ -299,18 +299,21 @@ func (o mergedObject) DeepCopyObject() runtime.Object { return o }
 // listEncoder encodes a mergedObject, and the Status SerializeObject writes
 // in its place when the list fails before any of it was sent.
 type listEncoder struct {
-	// header is the response's: Retry-After goes there with such a Status.
+	// header is the response's: Retry-After goes there with such a Status,
+	// Content-Encoding when the list is compressed.
 	header http.Header
 	// client is the client's request's context.
 	client context.Context
+	// gzip: the client accepts gzip, and the apiserver would compress.
+	gzip bool
 }
 
 func (listEncoder) Identifier() runtime.Identifier { return "fanout-list-json" }
 
-// encodeChunk is the size of the writes to SerializeObject's writer, which
-// decides on compression by the size of the first: above its threshold
-// (128 KiB), it compresses. Nothing of the list is sent before it is
-// written: a list that fails until then fails with a Status.
+// encodeChunk is the size of the writes to the compressing writer, which
+// decides on compression by the size of the first. Nothing of the list is
+// sent before it is written: a list that fails until then fails with a
+// Status.
 const encodeChunk = 256 << 10
 
 func (e listEncoder) Encode(obj runtime.Object, w io.Writer) error {
@@ -318,16 +321,19 @@ func (e listEncoder) Encode(obj runtime.Object, w io.Writer) error {
 	if !ok {
 		return json.NewEncoder(w).Encode(obj)
 	}
-	sent := &sentWriter{w: w}
-	bw := bufio.NewWriterSize(sent, encodeChunk)
+	out := &listWriter{w: w, header: e.header, gzip: e.gzip}
+	bw := bufio.NewWriterSize(out, encodeChunk)
 	err := m.writeTo(bw)
 	if err == nil {
 		err = bw.Flush()
 	}
+	if err == nil {
+		err = out.close()
+	}
 	switch {
 	case err == nil:
 		return nil
-	case sent.any:
+	case out.sent:
 		// Part of the list is on its way, under 200: only a response that
 		// breaks off tells the client that it is not whole.
 		if e.client.Err() == nil {
@@ -344,13 +350,43 @@ func (e listEncoder) Encode(obj runtime.Object, w io.Writer) error {
 	return err
 }
 
-// sentWriter tells whether anything was written to w.
-type sentWriter struct {
-	w   io.Writer
-	any bool
+// gzipThreshold is the apiserver's: a response whose first write is larger
+// is compressed.
+const gzipThreshold = 128 << 10
+
+// listWriter writes the merged list to w, compressed as the apiserver
+// compresses its own responses (gzip at level 1, when the client accepts it
+// and the first write is past gzipThreshold), but with klauspost/compress,
+// which takes less CPU than compress/gzip at the same level: compression is
+// a large part of what the gateway adds to a large list (docs/benchmark.md).
+// sent tells whether anything was written.
+type listWriter struct {
+	w      io.Writer
+	header http.Header
+	gzip   bool
+	gz     *gzip.Writer
+	sent   bool
 }
 
-func (s *sentWriter) Write(b []byte) (int, error) {
-	s.any = true
-	return s.w.Write(b)
+func (l *listWriter) Write(b []byte) (int, error) {
+	if !l.sent {
+		l.sent = true
+		if l.gzip && len(b) > gzipThreshold {
+			l.header.Set("Content-Encoding", "gzip")
+			l.header.Add("Vary", "Accept-Encoding")
+			l.gz, _ = gzip.NewWriterLevel(l.w, gzip.BestSpeed) // a valid level
+		}
+	}
+	if l.gz != nil {
+		return l.gz.Write(b)
+	}
+	return l.w.Write(b)
+}
+
+// close ends the compressed stream.
+func (l *listWriter) close() error {
+	if l.gz == nil {
+		return nil
+	}
+	return l.gz.Close()
 }

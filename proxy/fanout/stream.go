@@ -24,7 +24,9 @@ import (
 // known, which is all the merged head, the warnings and strict need; then
 // the members' items follow, member after member in cluster order, as they
 // arrive. What members sent and the list has not written yet (the answers of
-// members whose turn has not come) is held within ListMemory.
+// members whose turn has not come) is held within ListMemory; the member
+// whose items the list is writing is held back once it is streamAhead ahead
+// of them, so that its answer is never held whole.
 //
 // A member whose answer ended by the time the list begins is merged whole,
 // as a page's members are (parseList): a broken one is left out with a
@@ -64,7 +66,7 @@ func (h *Handler) list(c *listCall, members []member, strict bool) (*mergedList,
 func (h *Handler) serveStream(c *listCall, req *http.Request, s *memberStream) {
 	ctx, cancel := context.WithTimeout(req.Context(), c.timeout)
 	defer cancel()
-	if !s.start(cancel) {
+	if !s.start(ctx, cancel) {
 		return
 	}
 	// Warnings of this member's request (e.g. from admission) are collected
@@ -120,7 +122,11 @@ type memberStream struct {
 	// closed: the list left the member out, or read all of its list; what
 	// comes is refused or dropped (drop).
 	closed, drop bool
-	cancel       context.CancelFunc // ends the member's request
+	// streaming: the list is writing the member's items (writeItems), and
+	// Write waits while the answer is streamAhead ahead of what it read.
+	streaming bool
+	ctx       context.Context    // the member's request's
+	cancel    context.CancelFunc // ends it
 
 	// dec reads the answer, for the writer of the merged list only.
 	dec *jsontext.Decoder
@@ -132,18 +138,31 @@ func newMemberStream(cluster string, memory *hold) *memberStream {
 	return s
 }
 
-// start records how to end the member's request; false: the member was left
-// out before it was asked.
-func (s *memberStream) start(cancel context.CancelFunc) bool {
+// start records the member's request's context and how to end it; false:
+// the member was left out before it was asked.
+func (s *memberStream) start(ctx context.Context, cancel context.CancelFunc) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		s.done = true
 		return false
 	}
-	s.cancel = cancel
+	s.ctx, s.cancel = ctx, cancel
+	// A Write waiting for the list wakes when the request ends.
+	context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.cond.Broadcast()
+	})
 	return true
 }
+
+// streamAhead is how much of a streamed member's answer the list holds
+// unread before the member's writes wait: enough to keep both sides busy,
+// little enough that the buffer stays small and is reused, not grown with
+// the answer (growing it took a fifth of the gateway's CPU in a large list;
+// docs/benchmark.md).
+const streamAhead = 512 << 10
 
 func (s *memberStream) Header() http.Header { return s.header }
 
@@ -168,11 +187,16 @@ func (s *memberStream) Write(b []byte) (int, error) {
 	if s.code == 0 {
 		s.answered(http.StatusOK)
 	}
+	for s.streaming && !s.closed && s.ctx.Err() == nil && s.base+int64(len(s.buf))-s.read >= streamAhead {
+		s.cond.Wait()
+	}
 	switch {
 	case s.drop:
 		return len(b), nil
 	case s.closed:
 		return 0, errLeftOut
+	case s.ctx.Err() != nil:
+		return 0, s.ctx.Err()
 	}
 	if err := s.memory.take(len(b)); err != nil {
 		return 0, err
@@ -207,6 +231,9 @@ func (s *memberStream) Read(p []byte) (int, error) {
 	}
 	n := copy(p, s.buf[i:])
 	s.read += int64(n)
+	if s.streaming {
+		s.cond.Broadcast() // a Write may wait for this
+	}
 	return n, nil
 }
 
@@ -344,6 +371,7 @@ func (r *result) leaveOut() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
+	s.cond.Broadcast()
 	s.memory.give(int(s.held))
 	s.held, s.buf = 0, nil
 	if s.cancel != nil {
@@ -383,6 +411,9 @@ func (s *memberStream) release(to int64) {
 // says that items came before. An error of the answer fails the list.
 func (s *memberStream) writeItems(w io.Writer, table bool, text *clusterText, wrote *bool) error {
 	dec := s.dec
+	s.mu.Lock()
+	s.streaming = true
+	s.mu.Unlock()
 	s.release(dec.InputOffset()) // the head
 	sp := &itemSplicer{dec: dec, src: s, memory: s.memory}
 	defer func() { s.memory.give(sp.charged) }()

@@ -1,14 +1,17 @@
 package fanout
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,7 +31,7 @@ func streamJSON(t testing.TB, clusters, bodies []string, strict bool) ([]byte, [
 	defer cancel() // the list read what it reads
 	for i, body := range bodies {
 		s := newMemberStream(clusters[i], nil)
-		s.start(func() {})
+		s.start(context.Background(), func() {})
 		b := []byte(body)
 		_, _ = s.Write(b[:len(b)-1])
 		feeders.Add(1)
@@ -103,6 +106,147 @@ func TestStreamedBrokenItemFailsTheList(t *testing.T) {
 	_, _, err := streamJSON(t, []string{"a", "b"}, []string{broken, podListB}, false)
 	if err == nil || !strings.Contains(err.Error(), `upstream cluster "a": its answer is not a JSON list`) {
 		t.Errorf("got %v, want the list failed naming a", err)
+	}
+}
+
+// blockedWriter blocks its first Write until release is closed.
+type blockedWriter struct {
+	release chan struct{}
+	out     bytes.Buffer
+}
+
+func (w *blockedWriter) Write(b []byte) (int, error) {
+	<-w.release
+	return w.out.Write(b)
+}
+
+// writeBuffered writes m to w as listEncoder does, through a buffer of
+// encodeChunk.
+func writeBuffered(m *mergedList, w io.Writer) error {
+	bw := bufio.NewWriterSize(w, encodeChunk)
+	if err := m.writeTo(bw); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// feed writes body to s in the reverse proxy's 32 KiB writes, counting what
+// it wrote in fed, and ends s; done closes when it returns. Past the first
+// write it waits for the list to stream s: what a member sends while the
+// list waits for the others' heads is held whole.
+func feed(s *memberStream, body []byte, fed *atomic.Int64, done chan<- error) {
+	defer close(done)
+	for i := 0; i < len(body); i += 32 << 10 {
+		if i > 0 {
+			if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Microsecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				return s.streaming, nil
+			}); err != nil {
+				s.finish(errBrokeOff)
+				done <- errors.New("the list did not stream the member")
+				return
+			}
+		}
+		if _, err := s.Write(body[i:min(i+32<<10, len(body))]); err != nil {
+			s.finish(errBrokeOff)
+			done <- err
+			return
+		}
+		fed.Store(int64(min(i+32<<10, len(body))))
+	}
+	s.finish(nil)
+}
+
+// A member whose items the list writes is held back while the list does not
+// read them: the list never holds much more than streamAhead of its answer,
+// and gets all of it once it reads again.
+func TestStreamedMemberWaitsForTheList(t *testing.T) {
+	body := configMapList(20000) // many times streamAhead
+	s := newMemberStream("a", nil)
+	s.start(context.Background(), func() {})
+	var fed atomic.Int64
+	done := make(chan error, 1)
+	go feed(s, body, &fed, done)
+	r := s.head()
+	if r.stream == nil {
+		t.Fatal("not streamed")
+	}
+	merged, _, err := merge([]result{r}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &blockedWriter{release: make(chan struct{})}
+	wrote := make(chan error, 1)
+	go func() { wrote <- writeBuffered(merged, w) }()
+	// Held back, the member cannot write its whole answer; without the
+	// bound it would, long before the deadline.
+	err = wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 300*time.Millisecond, true, func(context.Context) (bool, error) {
+		return fed.Load() == int64(len(body)), nil
+	})
+	if err == nil {
+		t.Fatalf("the member wrote its whole answer (%d bytes) while the list read none of it", len(body))
+	}
+	s.mu.Lock()
+	held := len(s.buf)
+	s.mu.Unlock()
+	if limit := streamAhead + 2*encodeChunk + 64<<10; held > limit {
+		t.Errorf("the list holds %d bytes of the member's answer, want at most %d", held, limit)
+	}
+	close(w.release)
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	want, _, err := mergeJSON([]result{ok("a", string(body))}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(w.out.Bytes(), want) {
+		t.Errorf("the list differs from the one merged whole: %d bytes, want %d", w.out.Len(), len(want))
+	}
+}
+
+// A member held back by a list that stopped reading is let go when its
+// request ends: the request's goroutine does not wait for ever.
+func TestHeldBackMemberEndsWithItsRequest(t *testing.T) {
+	body := configMapList(20000)
+	ctx, cancel := context.WithCancel(context.Background())
+	s := newMemberStream("a", nil)
+	s.start(ctx, cancel)
+	var fed atomic.Int64
+	done := make(chan error, 1)
+	go feed(s, body, &fed, done)
+	r := s.head()
+	if r.stream == nil {
+		t.Fatal("not streamed")
+	}
+	merged, _, err := merge([]result{r}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &blockedWriter{release: make(chan struct{})}
+	wrote := make(chan error, 1)
+	go func() { wrote <- writeBuffered(merged, w) }()
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return fed.Load() >= streamAhead, nil
+	}); err != nil {
+		t.Fatalf("the member wrote %d bytes, want at least %d", fed.Load(), streamAhead)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("the member's write ended with %v, want %v", err, context.Canceled)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the member's write still waits after its request ended")
+	}
+	close(w.release)
+	if err := <-wrote; err == nil {
+		t.Error("the list of a member whose answer broke off ended without an error")
 	}
 }
 
