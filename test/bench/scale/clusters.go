@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -453,7 +454,8 @@ func (s *scene) gatewayProbes(ctx context.Context) (pooled, own float64, err err
 
 // hubConfigMaps creates n ConfigMaps in scaleNS on the hub, c at a time,
 // holding what the burst's first UpstreamCluster holds (its spec and status
-// as JSON), so that both lists carry about as many bytes.
+// as JSON) and padded to its size (managedFields included), so that both
+// lists carry about as many bytes.
 func hubConfigMaps(ctx context.Context, cs kubernetes.Interface, ucs dynamic.NamespaceableResourceInterface, f *fleet, n, c int) error {
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: scaleNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
@@ -470,6 +472,29 @@ func hubConfigMaps(ctx context.Context, cs kubernetes.Interface, ucs dynamic.Nam
 	if err != nil {
 		return err
 	}
+	data := map[string]string{"spec": string(spec), "status": string(status)}
+	// The padding: what the UpstreamCluster is larger than a ConfigMap of
+	// this data, less what the key and its managed field add.
+	size, err := json.Marshal(obj.Object)
+	if err != nil {
+		return err
+	}
+	probe := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "size-probe", Labels: map[string]string{"bench-size-probe": "true"}}, Data: data}
+	created, err := cs.CoreV1().ConfigMaps(scaleNS).Create(ctx, probe, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		created, err = cs.CoreV1().ConfigMaps(scaleNS).Get(ctx, probe.Name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return err
+	}
+	created.APIVersion, created.Kind = "v1", "ConfigMap"
+	cmSize, err := json.Marshal(created)
+	if err != nil {
+		return err
+	}
+	if pad := len(size) - len(cmSize) - len(`,"pad":""`) - len(`,"f:pad":{}`); pad > 0 {
+		data["pad"] = strings.Repeat("x", pad)
+	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make([]error, c)
@@ -482,7 +507,7 @@ func hubConfigMaps(ctx context.Context, cs kubernetes.Interface, ucs dynamic.Nam
 				if i >= n || ctx.Err() != nil {
 					return
 				}
-				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: clusterName(i), Labels: map[string]string{scaleLabel: "true"}}, Data: map[string]string{"spec": string(spec), "status": string(status)}}
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: clusterName(i), Labels: map[string]string{scaleLabel: "true"}}, Data: data}
 				if _, err := cs.CoreV1().ConfigMaps(scaleNS).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 					errs[w] = err
 					return

@@ -317,7 +317,7 @@ func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
 
 	r.replicaSection(p, c)
 	p("### LIST and WATCH of %d objects through the hub\n\n", k)
-	p("The %d UpstreamClusters (served by the gateway from its etcd, through the hub's aggregator) against %d ConfigMaps on the hub holding the same spec as JSON; median of %d. WATCH: from no resourceVersion until the initial ADDED event of every object arrived.\n\n", k, k, o.ListRepeats)
+	p("The %d UpstreamClusters (served by the gateway from its etcd, through the hub's aggregator) against %d ConfigMaps on the hub holding the same spec and status as JSON, padded to the UpstreamClusters' size (managedFields included); median of %d. WATCH: from no resourceVersion until the initial ADDED event of every object arrived.\n\n", k, k, o.ListRepeats)
 	u, m := c.UpstreamClusters, c.ConfigMaps
 	p("| | UpstreamClusters | ConfigMaps on the hub | UpstreamClusters / ConfigMaps |\n|---|---:|---:|---:|\n")
 	p("| LIST time | %s | %s | ×%.2f |\n", measure.Dur(medianDur(u.List)), measure.Dur(medianDur(m.List)), ratio(medianDur(u.List), medianDur(m.List)))
