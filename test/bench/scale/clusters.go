@@ -65,8 +65,12 @@ type clusterResult struct {
 	HeapTop                string
 	AfterIdle              idle
 	Gets                   measure.Run
-	// LIST and WATCH through the hub.
+	// LIST and WATCH through the hub; the UpstreamClusters' LIST also
+	// straight from the gateway (GatewayList), and the gateway's CPU
+	// profile over LISTs of them through the hub (ListCPUFile, its top).
 	UpstreamClusters, ConfigMaps listStat
+	GatewayList                  []time.Duration
+	ListCPUFile, ListCPUTop      string
 	Series                       []point
 	// FanOut lists and watches over every registered cluster.
 	FanOut *fanOutResult
@@ -269,8 +273,20 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 	q := "?" + url.Values{"labelSelector": {scaleLabel + "=true"}}.Encode()
 	res.UpstreamClusters = s.listAndWatch(ctx, ucPath+q, o.Clusters, o.ListRepeats)
 	res.ConfigMaps = s.listAndWatch(ctx, "/api/v1/namespaces/"+scaleNS+"/configmaps"+q, o.Clusters, o.ListRepeats)
-	logf("clusters: LIST through the hub: UpstreamClusters %s, ConfigMaps %s; WATCH: %s, %s",
-		measure.Dur(medianDur(res.UpstreamClusters.List)), measure.Dur(medianDur(res.ConfigMaps.List)),
+	res.GatewayList = s.lists(ctx, s.gatewayRoot, ucPath+q, o.ListRepeats, 0)
+	res.ListCPUFile = filepath.Join(o.OutDir, "kube-gateway-cpu-uclist.pprof")
+	profiled := make(chan error, 1)
+	go func() { profiled <- s.cpuProfile(ctx, 4*time.Second, res.ListCPUFile) }()
+	s.lists(ctx, s.hubRoot, ucPath+q, 0, 4*time.Second)
+	if err := <-profiled; err != nil {
+		logf("clusters: LIST CPU profile: %v", err)
+		res.ListCPUFile = ""
+	} else {
+		bin, _ := harness.GatewayBinary(s.env.BinDir)
+		res.ListCPUTop = measure.Pprof(ctx, bin, res.ListCPUFile, "-top", "-cum", "-nodecount=25")
+	}
+	logf("clusters: LIST through the hub: UpstreamClusters %s, ConfigMaps %s; UpstreamClusters straight from the gateway %s; WATCH: %s, %s",
+		measure.Dur(medianDur(res.UpstreamClusters.List)), measure.Dur(medianDur(res.ConfigMaps.List)), measure.Dur(medianDur(res.GatewayList)),
 		measure.Dur(medianDur(res.UpstreamClusters.Watch)), measure.Dur(medianDur(res.ConfigMaps.Watch)))
 
 	if f.Kind != serversMemberA {
@@ -553,6 +569,21 @@ func (s *scene) listAndWatch(ctx context.Context, path string, n, repeats int) l
 		st.Watch = append(st.Watch, el)
 	}
 	return st
+}
+
+// lists LISTs path with t n times, or for d: the time of each LIST.
+func (s *scene) lists(ctx context.Context, t *measure.Target, path string, n int, d time.Duration) []time.Duration {
+	var took []time.Duration
+	start := time.Now()
+	for i := 0; (i < n || time.Since(start) < d) && ctx.Err() == nil; i++ {
+		t0 := time.Now()
+		if _, err := t.Do(ctx, path); err != nil {
+			logf("clusters: LIST %s: %v", path, err)
+			return took
+		}
+		took = append(took, time.Since(t0))
+	}
+	return took
 }
 
 // watchInitial opens the watch path and reads events until n arrived.

@@ -323,6 +323,12 @@ func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
 	p("| LIST time | %s | %s | ×%.2f |\n", measure.Dur(medianDur(u.List)), measure.Dur(medianDur(m.List)), ratio(medianDur(u.List), medianDur(m.List)))
 	p("| LIST body (JSON, as received) | %s | %s | |\n", measure.KiB(float64(u.Bytes)), measure.KiB(float64(m.Bytes)))
 	p("| WATCH, all initial events | %s | %s | ×%.2f |\n", measure.Dur(medianDur(u.Watch)), measure.Dur(medianDur(m.Watch)), ratio(medianDur(u.Watch), medianDur(m.Watch)))
+	if len(c.GatewayList) > 0 {
+		p("| LIST straight from the gateway (no hub) | %s | | ×%.2f |\n", measure.Dur(medianDur(c.GatewayList)), ratio(medianDur(c.GatewayList), medianDur(m.List)))
+	}
+	if c.ListCPUTop != "" {
+		p("\nThe gateway's CPU over LISTs of the UpstreamClusters through the hub, back to back for 4 s (`%s`; `go tool pprof -top -cum`):\n\n```\n%s```\n", c.ListCPUFile, measure.TrimPprof(c.ListCPUTop))
+	}
 	for _, e := range []string{u.Err, m.Err} {
 		if e != "" {
 			p("\nNot measured: %s.\n", e)
