@@ -160,8 +160,8 @@ func (s *memberStream) start(ctx context.Context, cancel context.CancelFunc) boo
 // streamAhead is how much of a streamed member's answer the list holds
 // unread before the member's writes wait: enough to keep both sides busy,
 // little enough that the buffer stays small and is reused, not grown with
-// the answer (growing it took a fifth of the gateway's CPU in a large list;
-// docs/benchmark.md).
+// the answer (growing it was a large share of the gateway's CPU in a large
+// list; docs/benchmark.md).
 const streamAhead = 512 << 10
 
 func (s *memberStream) Header() http.Header { return s.header }
