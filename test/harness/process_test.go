@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 func TestStartReadyRetriesOnPortClash(t *testing.T) {
@@ -67,6 +69,12 @@ func TestStopFromState(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Stop()
+	// Start returns once the child has begun its exec; /proc shows the new
+	// command line only when the kernel has loaded it.
+	shown := func(context.Context) (bool, error) { return isOurs(p.PID(), p.Args), nil }
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, shown); err != nil {
+		t.Fatalf("/proc/%d/cmdline never showed %q", p.PID(), p.Args)
+	}
 	// A recorded process whose command line no longer matches is left alone.
 	st := State{WorkDir: dir, Processes: []StateProcess{
 		{Name: "other", PID: p.PID(), Args: []string{sleep, "61"}},
