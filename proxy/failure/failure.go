@@ -5,6 +5,7 @@ package failure
 
 import (
 	"errors"
+	"io"
 	"net"
 	"strconv"
 	"syscall"
@@ -71,4 +72,23 @@ func Of(err error) Kind {
 		return Connect
 	}
 	return Other
+}
+
+// Broken reports whether err says that a connection the request went out on
+// ended under it (end of file, reset, broken pipe, closed) before the answer,
+// rather than that the server could not be reached or did not answer in
+// time. The next request opens a new connection: all pooled connections to
+// a server break at once when what carried them (a konnectivity server, an
+// egress proxy) goes away, and a new one goes through what is left.
+func Broken(err error) bool {
+	switch Of(err) {
+	case Proxy, Tunnel, Timeout:
+		return false
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return false
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
 }

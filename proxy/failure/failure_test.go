@@ -64,3 +64,34 @@ func TestOf(t *testing.T) {
 		}
 	}
 }
+
+// Broken: only a connection that ended under the request, never a dial, a
+// tunnel or an egress proxy that failed, nor a timeout.
+func TestBroken(t *testing.T) {
+	inURL := func(err error) error { return &url.Error{Op: "Get", URL: "https://192.0.2.10:6443/api", Err: err} }
+	dial := func(err error) error {
+		return &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 10), Port: 6443}, Err: err}
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"end of file (a tunnel's write after its konnectivity server went)", inURL(io.EOF), true},
+		{"unexpected end of file", io.ErrUnexpectedEOF, true},
+		{"reset", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, true},
+		{"broken pipe", &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}, true},
+		{"closed", fmt.Errorf("read: %w", net.ErrClosed), true},
+		{"nil", nil, false},
+		{"dial reset", dial(os.NewSyscallError("connect", syscall.ECONNRESET)), false},
+		{"dial refused", inURL(dial(os.NewSyscallError("connect", syscall.ECONNREFUSED))), false},
+		{"egress proxy closed", &transport.ProxyError{Proxy: "http://192.0.2.20:3128", Err: io.EOF}, false},
+		{"konnectivity", dial(&konnectivity.Error{Server: "192.0.2.30:8090", Err: io.EOF}), false},
+		{"late and broken", errors.Join(timedOut{}, io.EOF), false},
+		{"TLS", inURL(x509.UnknownAuthorityError{}), false},
+	} {
+		if got := failure.Broken(tc.err); got != tc.want {
+			t.Errorf("%s: Broken(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		}
+	}
+}

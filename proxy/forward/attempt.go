@@ -23,13 +23,15 @@ import (
 // into Status responses, reports failures to the cluster's health checking, and
 // holds back a retryable error so that another server can be tried.
 type attempt struct {
-	cluster   *cluster.Cluster
-	endpoint  *balance.Endpoint
-	path      string // the member path
-	rawQuery  string // the client's query, as it sent it
-	identity  clienttransport.ImpersonationConfig
-	errors    ErrorWriter
-	retryable bool
+	cluster  *cluster.Cluster
+	endpoint *balance.Endpoint
+	path     string // the member path
+	rawQuery string // the client's query, as it sent it
+	identity clienttransport.ImpersonationConfig
+	errors   ErrorWriter
+	// retryable: a failure is held back for another try; retryBroken: only
+	// a connection that broke under the request is (see Forwarder.attempts).
+	retryable, retryBroken bool
 	// headerTimeout bounds the wait for the response headers; zero: none.
 	headerTimeout time.Duration
 	// client is the client's request context; cancel, set with
@@ -52,6 +54,7 @@ type attempt struct {
 	dialError *transport.DialError
 
 	failed      bool
+	broken      bool  // the failure was a connection that broke (failure.Broken)
 	deferred    error // a retryable error, not written yet
 	writtenCode int   // the status code of the error written, if any
 }
@@ -100,7 +103,8 @@ func (a *attempt) Error(_ http.ResponseWriter, req *http.Request, err error) {
 	// could not serve.
 	a.cluster.ReportFailure(a.endpoint, err)
 	status := a.status(failure.Of(err), err)
-	if a.retryable {
+	a.broken = failure.Broken(err)
+	if a.retryable || a.retryBroken && a.broken {
 		a.deferred = status
 		return
 	}

@@ -189,3 +189,125 @@ func TestServeBrokenResponseAborts(t *testing.T) {
 		t.Errorf("requests counted with %v: %v, want 1", labels, got)
 	}
 }
+
+// breakingMember closes the connection of each of its first breaks requests
+// before answering (every request, with breaks < 0), and answers the others.
+func breakingMember(t *testing.T, breaks int32) (m *member, served *atomic.Int32) {
+	return breakingMemberAfter(t, breaks, nil)
+}
+
+// breakingMemberAfter is breakingMember, whose broken answers begin with
+// what begin writes (and flushes) when not nil.
+func breakingMemberAfter(t *testing.T, breaks int32, begin func(http.ResponseWriter)) (m *member, served *atomic.Int32) {
+	t.Helper()
+	served = &atomic.Int32{}
+	m = &member{}
+	m.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n := served.Add(1); breaks < 0 || n <= breaks {
+			if begin != nil {
+				begin(w)
+				w.(http.Flusher).Flush()
+			}
+			panic(http.ErrAbortHandler) // the connection closes
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	m.Config.ErrorLog = log.New(io.Discard, "", 0)
+	m.StartTLS()
+	t.Cleanup(m.Close)
+	m.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: m.Certificate().Raw})
+	return m, served
+}
+
+// A connection that breaks under an idempotent request does not use up its
+// retry: when what carried the connections to a member went away, those to
+// every server of it break together, and a try on a new connection gets
+// through. The tries stay bounded: three at most, never for a request that
+// may have had effects.
+func TestServeRetriesBrokenConnections(t *testing.T) {
+	get := func(g *gateway) (*http.Response, []byte) {
+		req, _ := http.NewRequest(http.MethodGet, g.URL+proxyPrefix+"/api/v1/pods", nil)
+		return do(t, req)
+	}
+	t.Run("both servers' connections broke", func(t *testing.T) {
+		a, servedA := breakingMember(t, 1)
+		b, servedB := breakingMember(t, 1)
+		c := compile(t, append(append([]byte{}, a.caPEM...), b.caPEM...), nil, a.URL, b.URL)
+		g := faultGateway(t, forward.NewForwarder(metrics.New()), c)
+		if resp, body := get(g); resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET: %d %s, want 200 on a new connection", resp.StatusCode, body)
+		}
+		if n := servedA.Load() + servedB.Load(); n > 3 {
+			t.Errorf("the servers got %d requests, want 3 at most", n)
+		}
+	})
+	t.Run("the only server's connection broke", func(t *testing.T) {
+		a, served := breakingMember(t, 1)
+		g := faultGateway(t, forward.NewForwarder(metrics.New()), compile(t, a.caPEM, nil, a.URL))
+		if resp, body := get(g); resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET: %d %s, want 200 on a new connection", resp.StatusCode, body)
+		}
+		if n := served.Load(); n != 2 {
+			t.Errorf("the server got %d requests, want 2", n)
+		}
+	})
+	t.Run("every connection breaks", func(t *testing.T) {
+		a, servedA := breakingMember(t, -1)
+		b, servedB := breakingMember(t, -1)
+		c := compile(t, append(append([]byte{}, a.caPEM...), b.caPEM...), nil, a.URL, b.URL)
+		g := faultGateway(t, forward.NewForwarder(metrics.New()), c)
+		resp, body := get(g)
+		if resp.StatusCode != http.StatusBadGateway {
+			t.Errorf("GET: %d %s, want 502", resp.StatusCode, body)
+		}
+		if !strings.Contains(string(body), `"`+clusterName+`"`) || !strings.Contains(string(body), "EOF") {
+			t.Errorf("the error %q does not name the cluster and what broke", body)
+		}
+		if n := servedA.Load() + servedB.Load(); n != 3 {
+			t.Errorf("the servers got %d requests, want 3", n)
+		}
+	})
+	t.Run("a POST is not retried", func(t *testing.T) {
+		a, servedA := breakingMember(t, 1)
+		b, servedB := breakingMember(t, 1)
+		c := compile(t, append(append([]byte{}, a.caPEM...), b.caPEM...), nil, a.URL, b.URL)
+		g := faultGateway(t, forward.NewForwarder(metrics.New()), c)
+		req, _ := http.NewRequest(http.MethodPost, g.URL+proxyPrefix+"/api/v1/namespaces/default/configmaps", strings.NewReader("{}"))
+		if resp, body := do(t, req); resp.StatusCode != http.StatusBadGateway {
+			t.Errorf("POST: %d %s, want 502", resp.StatusCode, body)
+		}
+		if n := servedA.Load() + servedB.Load(); n != 1 {
+			t.Errorf("the servers got %d requests, want 1", n)
+		}
+	})
+}
+
+// A response whose connection broke after its headers came, and before the
+// gateway passed anything on, is retried as if the headers had not come:
+// when a konnectivity server goes away between the two, the client gets its
+// answer from another try. Once part of the body went to the client, it is
+// not (TestServeBrokenResponseAborts).
+func TestServeRetriesBodyThatBrokeBeforeItBegan(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		begin func(http.ResponseWriter)
+	}{
+		{"headers only", func(w http.ResponseWriter) { w.WriteHeader(http.StatusOK) }},
+		{"part of a body of declared length", func(w http.ResponseWriter) {
+			w.Header().Set("Content-Length", "100")
+			_, _ = io.WriteString(w, `{"kind":"Pod",`)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, served := breakingMemberAfter(t, 1, tc.begin)
+			g := faultGateway(t, forward.NewForwarder(metrics.New()), compile(t, a.caPEM, nil, a.URL))
+			req, _ := http.NewRequest(http.MethodGet, g.URL+proxyPrefix+"/api/v1/namespaces/default/pods/p", nil)
+			if resp, body := do(t, req); resp.StatusCode != http.StatusOK || string(body) != "ok" {
+				t.Fatalf("GET: %d %q, want 200 %q from the try after the break", resp.StatusCode, body, "ok")
+			}
+			if n := served.Load(); n != 2 {
+				t.Errorf("the server got %d requests, want 2", n)
+			}
+		})
+	}
+}

@@ -249,17 +249,25 @@ func noop() {}
 // failure may not be retried, or no server is left. ok is false when not even
 // one server could be tried. The inbound request is never changed: each
 // attempt sends a copy.
+//
+// A retryable request is tried on one other server, and once more when a
+// connection broke under it (failure.Broken): every pooled connection to a
+// member can break at once when the konnectivity server or egress proxy that
+// carried them goes away, so the other server's may be gone too; that try
+// may go to any server, the one whose connection broke included, and opens
+// a new connection.
 func (f *Forwarder) attempts(w *statusRecorder, req *http.Request, r Request, route *cluster.Route, attrs *request.Attributes, upgrade bool) (last *attempt, ok bool) {
 	retryable := isRetryable(req, attrs, upgrade)
+	otherServer, newConnection := retryable, retryable
 	policy := r.Cluster.Impersonation
 	if r.MemberIdentity {
 		policy = impersonate.AsIs
 	}
 	identity := policy.Identity(r.User)
 	storage := reachesStorage(attrs, r.RawQuery)
-	var failed *balance.Endpoint
-	for n := 0; ; n++ {
-		endpoint := route.Pick(failed)
+	var exclude *balance.Endpoint
+	for {
+		endpoint := route.Pick(exclude)
 		if endpoint == nil {
 			if last == nil {
 				return nil, false
@@ -267,11 +275,12 @@ func (f *Forwarder) attempts(w *statusRecorder, req *http.Request, r Request, ro
 			last.writeDeferred() // no other server to try
 			return last, true
 		}
-		if failed != nil {
-			f.Metrics.Retried(r.Cluster.Name, failed.URL.String())
+		if last != nil {
+			f.Metrics.Retried(r.Cluster.Name, last.endpoint.URL.String())
 		}
 		last = &attempt{cluster: r.Cluster, endpoint: endpoint,
-			path: r.Path, rawQuery: r.RawQuery, identity: identity, errors: r.Errors, retryable: retryable && n == 0, viaHub: r.ViaHub, reachesStorage: storage}
+			path: r.Path, rawQuery: r.RawQuery, identity: identity, errors: r.Errors,
+			retryable: otherServer, retryBroken: newConnection, viaHub: r.ViaHub, reachesStorage: storage}
 		if !attrs.LongRunning && !upgrade {
 			last.headerTimeout = f.ResponseHeaderTimeout
 		}
@@ -280,7 +289,11 @@ func (f *Forwarder) attempts(w *statusRecorder, req *http.Request, r Request, ro
 		if last.deferred == nil {
 			return last, true
 		}
-		failed = endpoint
+		if last.broken && newConnection {
+			newConnection, exclude = false, nil
+		} else {
+			otherServer, exclude = false, endpoint
+		}
 	}
 }
 

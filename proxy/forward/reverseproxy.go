@@ -142,8 +142,79 @@ func (rp *reverseProxy) RoundTrip(req *http.Request) (*http.Response, error) {
 		cancel()
 		return nil, err
 	}
+	if a.retryable || a.retryBroken {
+		if resp.Body, err = rp.peek(client, resp); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
 	resp.Body = newBody(client, resp.Body, rp.stopping, cancel, a.bodyFailed)
 	return resp, nil
+}
+
+// peek reads the start of the body of a response whose request may still be
+// retried before the response is passed on, and returns the body to pass on
+// in its place: all of it when its declared length fits a copy buffer (a
+// GET's object), else what its first read returns, which does not hold back
+// a streamed list. A connection that breaks in that time (what carried it, a
+// konnectivity server or an egress proxy, went away after the headers came)
+// then fails the attempt while nothing was sent to the client, and the
+// request is tried again; a break later in a longer body still aborts the
+// response.
+func (rp *reverseProxy) peek(client context.Context, resp *http.Response) (io.ReadCloser, error) {
+	if resp.Body == http.NoBody || resp.ContentLength == 0 {
+		return resp.Body, nil
+	}
+	pool := rp.proxy.BufferPool
+	buf := pool.Get()
+	whole := resp.ContentLength > 0 && resp.ContentLength <= int64(len(buf))
+	n, err := resp.Body.Read(buf)
+	for whole && err == nil && n < len(buf) {
+		var m int
+		m, err = resp.Body.Read(buf[n:])
+		n += m
+	}
+	if err != nil && err != io.EOF {
+		pool.Put(buf)
+		_ = resp.Body.Close()
+		if client.Err() != nil {
+			return nil, client.Err() // the client went away; not the server's failure
+		}
+		return nil, err
+	}
+	return &peeked{pool: pool, buf: buf, unread: buf[:n], rest: resp.Body, ended: err == io.EOF}, nil
+}
+
+// peeked is a response body whose start was read ahead (reverseProxy.peek):
+// it returns unread, then the rest. The buffer goes back to the pool on Close,
+// which is safe because a peeked body is not long-running: nothing closes it
+// while it is read (see body).
+type peeked struct {
+	pool   httputil.BufferPool
+	buf    []byte // nil once closed
+	unread []byte
+	rest   io.ReadCloser
+	ended  bool // rest is at its end
+}
+
+func (p *peeked) Read(b []byte) (int, error) {
+	if len(p.unread) > 0 {
+		n := copy(b, p.unread)
+		p.unread = p.unread[n:]
+		return n, nil
+	}
+	if p.ended {
+		return 0, io.EOF
+	}
+	return p.rest.Read(b)
+}
+
+func (p *peeked) Close() error {
+	if p.buf != nil {
+		p.pool.Put(p.buf)
+		p.buf, p.unread = nil, nil
+	}
+	return p.rest.Close()
 }
 
 // Canonical keys of the headers the gateway's chain sets on every response.
