@@ -285,7 +285,7 @@ func NewChecker(endpoints []*balance.Endpoint, probe func(*balance.Endpoint) htt
 			Method: http.MethodGet, URL: &u, Host: u.Host,
 			Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h,
 		}
-		st.next = &dueProbe{c: c, s: st, index: -1}
+		st.next = &dueProbe{c: c, s: st, index: -1, parkedAt: -1}
 		c.endpoints = append(c.endpoints, st)
 		c.byPtr[e] = st
 	}
@@ -451,12 +451,21 @@ func (c *Checker) Follow(endpoint string, healthy bool, reason, message string, 
 		}
 	case s.outLocally:
 		s.published = 1 // this replica's own probe brings it back
+		c.needProbe(s)
 	default:
 		s.published = 1
 		if s.e.SetHealthy(true) || !s.judged {
 			s.judged = true
 			c.enqueue(t)
 		}
+	}
+}
+
+// needProbe tells the scheduler that s may need a probe of this replica's
+// although another owns the cluster (see skipReason). With s.mu held.
+func (c *Checker) needProbe(s *endpointState) {
+	if c.sched != nil {
+		c.sched.unpark(s.next)
 	}
 }
 
@@ -472,6 +481,7 @@ func (c *Checker) failure(s *endpointState, reason, msg string, probe, refused b
 	n := s.failures.Add(1)
 	if (refused || n >= int64(c.cfg.UnhealthyThreshold) || s.probeFailures >= c.cfg.UnhealthyThreshold) && s.e.SetHealthy(false) {
 		s.judged, s.outLocally = true, true
+		c.needProbe(s)
 		c.enqueue(ServerHealth{Endpoint: s.name, Healthy: false, Reason: reason, Message: msg, Since: c.clk.Now()})
 	}
 }

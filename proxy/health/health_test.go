@@ -1033,10 +1033,31 @@ func TestFollowVerdicts(t *testing.T) {
 	case <-time.After(testTimeout):
 		t.Fatal("the first probe was neither sent nor skipped")
 	}
+	// A probe found not needed is parked: it falls due, and counts as
+	// skipped, every interval without being popped to be skipped again.
+	parked := func() bool {
+		h.sched.mu.Lock()
+		defer h.sched.mu.Unlock()
+		return h.c.endpoints[0].next.parkedAt >= 0
+	}
 	expectSkipped := func() {
 		t.Helper()
-		if got := h.dueRound(skips)[a.srv.URL]; got.skipped != SkipNotOwner {
-			t.Fatalf("due probe: %+v, want skipped %s", got, SkipNotOwner)
+		before := notOwner()
+		h.clk.Step(h.cfg.Interval)
+		if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, testTimeout, true, func(context.Context) (bool, error) {
+			return parked() && notOwner() == before+1, nil
+		}); err != nil {
+			t.Fatalf("due probe: parked %v, %d counted skipped as not owned; want parked, %d", parked(), notOwner(), before+1)
+		}
+		select {
+		case p := <-h.probes:
+			t.Fatalf("probed %s, want skipped %s", p.endpoint, SkipNotOwner)
+		default:
+		}
+		for len(skips) > 0 {
+			if s := <-skips; s.endpoint != a.srv.URL+" "+SkipNotOwner {
+				t.Fatalf("skipped %q, want %s", s.endpoint, SkipNotOwner)
+			}
 		}
 	}
 	expectSent := func() {
@@ -1078,12 +1099,23 @@ func TestFollowVerdicts(t *testing.T) {
 	h.c.Follow(a.srv.URL, true, ReasonProbeSucceeded, "GET /readyz: 200 OK", h.clk.Now())
 	expectSent()
 	h.expect(a, true, ReasonProbeSucceeded)
-	if n := notOwner(); n != 4 {
-		t.Errorf("%d probes counted skipped as not owned, want 4", n)
+	// Parked over several intervals, each counts.
+	expectSkipped()
+	before := notOwner()
+	h.clk.Step(3 * h.cfg.Interval)
+	if n := notOwner(); n != before+3 {
+		t.Errorf("%d probes counted skipped as not owned after three intervals, want %d", n, before+3)
+	}
+	if n := notOwner(); n != 8 {
+		t.Errorf("%d probes counted skipped as not owned, want 8", n)
 	}
 
-	// Ownership moves here: it probes, and follows no one.
+	// Ownership moves here (Reshard): it probes, and follows no one.
 	owner.Store(true)
+	h.sched.Reshard()
+	if n := notOwner(); n != 8 {
+		t.Errorf("%d probes counted skipped as not owned after Reshard, want still 8", n)
+	}
 	expectSent()
 	h.c.Follow(a.srv.URL, false, ReasonProbeFailed, "GET /readyz: 500 Internal Server Error", h.clk.Now())
 	h.expectNone()

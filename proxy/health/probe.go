@@ -40,10 +40,19 @@ func (c *Checker) startProbe(s *endpointState, at time.Time) {
 	if !c.begin() {
 		return
 	}
+	handover := c.sched.handover()
 	if reason := c.skipReason(s); reason != "" {
 		s.skips++
 		c.sched.skip(reason)
 		next := at.Add(c.cfg.Interval)
+		if reason == SkipNotOwner {
+			c.sched.park(s.next, next, handover)
+			if c.skipped != nil {
+				c.skipped(s.e, reason)
+			}
+			c.end()
+			return
+		}
 		if c.skipped != nil {
 			c.skipped(s.e, reason)
 		}

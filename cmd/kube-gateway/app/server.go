@@ -198,7 +198,10 @@ func (c CompletedConfig) New() (*Server, error) {
 		share := flowcontrol.NewShare(clock.RealClock{})
 		controller.ClusterOptions.FlowShare = share
 		members = replicas.New(replicas.Config{Client: c.hub, Namespace: c.extra.SecretNamespace, Group: c.extra.StatusLeaseName,
-			Identity: identity, OnChange: share.SetReplicas, OnMembers: statusWriter.Reshard})
+			Identity: identity, OnChange: share.SetReplicas, OnMembers: func() {
+				statusWriter.Reshard()
+				controller.OwnersChanged()
+			}})
 		liveReplicas = members.Live
 	}
 	// Health checks shared: the owner of a cluster probes it and writes its

@@ -229,6 +229,11 @@ func (c *Controller) Lookup(name string) (*cluster.Cluster, error) {
 // by reason (health.Scheduler.Skipped).
 func (c *Controller) ProbesSkipped() map[string]uint64 { return c.probes.Skipped() }
 
+// OwnersChanged tells the health checks that ProbeOwner's answers may have
+// changed (the replicas did): the probes this replica left to the owners are
+// found needed or not anew.
+func (c *Controller) OwnersChanged() { c.probes.Reshard() }
+
 // EachServer calls fn for every enabled server of every compiled cluster with
 // its current health (for metrics, at scrape time).
 func (c *Controller) EachServer(fn func(cluster, endpoint string, healthy bool)) {
