@@ -219,13 +219,18 @@ func TestKubectlOnUpstreamClusters(t *testing.T) {
 		return nil
 	})
 
-	out, _, err = env.Kubectl(ctx, "hub-admin", "explain", "upstreamclusters.spec.servers")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(out, "endpoint") || !strings.Contains(out, "https URL of the apiserver") {
-		t.Fatalf("kubectl explain lacks the field docs:\n%s", out)
-	}
+	// The hub loads the gateway's OpenAPI in the background, after the
+	// APIService is Available.
+	eventually(t, 30*time.Second, func(ctx context.Context) error {
+		out, _, err := env.Kubectl(ctx, "hub-admin", "explain", "upstreamclusters.spec.servers")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(out, "endpoint") || !strings.Contains(out, "https URL of the apiserver") {
+			return errorf("kubectl explain lacks the field docs:\n%s", out)
+		}
+		return nil
+	})
 
 	manifest := `apiVersion: gateway.kubewharf.io/v1alpha1
 kind: UpstreamCluster
@@ -245,9 +250,31 @@ spec:
 			t.Fatalf("kubectl apply --server-side: %v\n%s", err, out)
 		}
 	}
+	// A LIST shows each version once applied: listed objects' JSON is kept
+	// between LISTs, by resourceVersion.
+	listedServers := func() int {
+		t.Helper()
+		list, err := upstreamClusters(t).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, uc := range list.Items {
+			if uc.Name == "applied" {
+				return len(uc.Spec.Servers)
+			}
+		}
+		t.Fatalf("applied is not in the list")
+		return 0
+	}
 	apply("")
 	t.Cleanup(func() { _ = upstreamClusters(t).Delete(context.Background(), "applied", metav1.DeleteOptions{}) })
+	if n := listedServers(); n != 1 {
+		t.Fatalf("listed after the first apply: %d servers, want 1", n)
+	}
 	apply("  - endpoint: https://127.0.0.1:2\n")
+	if n := listedServers(); n != 2 {
+		t.Fatalf("listed after the second apply: %d servers, want 2", n)
+	}
 	uc, err := upstreamClusters(t).Get(ctx, "applied", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -40,8 +40,13 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/metrics"
 	"github.com/kubewharf/kube-gateway/proxy/transport"
 	"github.com/kubewharf/kube-gateway/registry/cachedresource"
+	"github.com/kubewharf/kube-gateway/registry/listencoding"
 	"github.com/kubewharf/kube-gateway/registry/upstreamcluster"
 )
+
+// listItemCacheBytes bounds the JSON kept of listed objects: enough for two
+// generations of more than 10,000 UpstreamClusters (about 2 KB each).
+const listItemCacheBytes = 64 << 20
 
 // Config is the whole configuration of a kube-gateway server: the generic
 // apiserver's, and what the gateway adds.
@@ -284,6 +289,8 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 
 	apiGroupInfo := genericapiserver.NewDefaultAPIGroupInfo(gatewayv1alpha1.GroupName, c.extra.Scheme, runtime.NewParameterCodec(c.extra.Scheme), c.extra.Codecs)
+	// LISTs write unchanged objects' JSON from the last LIST.
+	apiGroupInfo.NegotiatedSerializer = listencoding.Wrap(apiGroupInfo.NegotiatedSerializer, gatewayv1alpha1.SchemeGroupVersion.String(), listItemCacheBytes)
 	apiGroupInfo.VersionedResourcesStorageMap[gatewayv1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"upstreamclusters":        storage.UpstreamCluster,
 		"upstreamclusters/status": storage.Status,
