@@ -30,36 +30,47 @@ func readProbeCounts(ctx context.Context, g extraGatewayClient) probeCounts {
 }
 
 // probesPerServer measures, over the replicas gws, how many probes each
-// member server gets per health check interval from them together: every
-// replica's due probes are one per server and interval, so the probes sent
-// divided by the due ones, times the replicas, is it. The window is the
-// time the replicas take to reach minDue due probes.
+// member server gets per health check interval from them together: a
+// replica's due probes are one per server and interval, so the probes all
+// sent divided by the due ones of a replica counted over the whole window
+// (the most) is it. The window is the time the replicas take to reach
+// minDue due probes together.
 func probesPerServer(ctx context.Context, t *testing.T, minDue float64, gws ...extraGatewayClient) float64 {
 	t.Helper()
 	before := make([]probeCounts, len(gws))
 	for i, g := range gws {
 		before[i] = readProbeCounts(ctx, g)
 	}
-	var sent, due float64
+	return probesPerServerSince(ctx, t, minDue, before, gws...)
+}
+
+// probesPerServerSince is probesPerServer from the counts before (zero for
+// a replica counted from its start).
+func probesPerServerSince(ctx context.Context, t *testing.T, minDue float64, before []probeCounts, gws ...extraGatewayClient) float64 {
+	t.Helper()
+	var sent, due, most float64
 	eventually(t, 2*time.Minute, func(ctx context.Context) error {
-		sent, due = 0, 0
+		sent, due, most = 0, 0, 0
 		for i, g := range gws {
 			c := readProbeCounts(ctx, g)
 			sent += c.sent - before[i].sent
-			due += c.due() - before[i].due()
+			d := c.due() - before[i].due()
+			due += d
+			most = max(most, d)
 		}
 		if due < minDue {
 			return errorf("%v due probes over %d replicas, waiting for %v", due, len(gws), minDue)
 		}
 		return nil
 	})
-	return sent / due * float64(len(gws))
+	return sent / most
 }
 
 // Three replicas sharing health checks probe each member server about once
 // per interval between them, not three times; when one dies (SIGKILL: its
 // Lease stays until it expires), the two others take its clusters over
-// within a Lease lifetime, and each server is still probed once.
+// within a Lease lifetime, and each server is still probed once; when a
+// replica joins, counted from its start, still about once.
 //
 // The replicas are gateways of the test's own, in a replica group of their
 // own; they compile every UpstreamCluster of the suite, and the probe
@@ -156,4 +167,21 @@ func TestHealthChecksSharedAcrossReplicas(t *testing.T) {
 	if two < 0.8 || two > 1.25 {
 		t.Fatalf("after a replica died, the other 2 probe each server %.2f times per interval, want about 1 (its clusters taken over)", two)
 	}
+
+	// A replica joins (the dead one's pod started again). Counted from its
+	// start: it owns nothing the others keep probing once it sees their
+	// Leases and they see its, and nothing is left unprobed meanwhile.
+	before := []probeCounts{readProbeCounts(ctx, gws[0]), readProbeCounts(ctx, gws[1]), {}}
+	p, url, err := env.StartExtraGateway(ctx, "kube-gateway-health-share-joined", "--status-lease-name="+group)
+	t.Cleanup(func() { _ = p.Stop() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	gws[2] = extraGatewayClient{t: t, url: url, c: gatewayClient(t, true)}
+	joined := probesPerServerSince(ctx, t, minDue, before, gws[:]...)
+	t.Logf("3 replicas, counted from the third's start: %.2f probes per server per interval", joined)
+	if joined < 0.8 || joined > 1.25 {
+		t.Fatalf("while a replica joined, the 3 probed each server %.2f times per interval, want about 1", joined)
+	}
+	waitReplicas(30*time.Second, 3, gws[:]...)
 }
