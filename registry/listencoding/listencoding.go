@@ -163,7 +163,10 @@ func (s *Serializer) encodeList(l list, w *bufio.Writer) error {
 			if err != nil {
 				return err
 			}
-			w.Write(b)
+			// Stop at a failed write (the client went away).
+			if _, err := w.Write(b); err != nil {
+				return err
+			}
 		}
 		w.WriteByte(']')
 	}

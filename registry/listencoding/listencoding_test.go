@@ -2,6 +2,7 @@ package listencoding
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strconv"
 	"testing"
@@ -238,5 +239,30 @@ func BenchmarkListOfUpstreamClusters(b *testing.B) {
 			}
 			b.SetBytes(int64(buf.Len()))
 		})
+	}
+}
+
+// failingWriter fails every write, counting them.
+type failingWriter struct{ writes int }
+
+func (w *failingWriter) Write([]byte) (int, error) {
+	w.writes++
+	return 0, errors.New("connection reset")
+}
+
+func TestListStopsAtAFailedWrite(t *testing.T) {
+	_, plain := codecs(t)
+	wrapped := Wrap(plain, gatewayv1alpha1.SchemeGroupVersion.String(), 64<<20)
+	enc := wrapped.EncoderForVersion(jsonInfo(t, wrapped).Serializer, gatewayv1alpha1.SchemeGroupVersion)
+	var w failingWriter
+	if err := enc.Encode(clusters(500), &w); err == nil {
+		t.Fatal("no error from a writer that fails")
+	}
+	if w.writes != 1 {
+		t.Fatalf("%d writes after the first failed, want none", w.writes-1)
+	}
+	c := jsonInfo(t, wrapped).Serializer.(*Serializer).items
+	if n := len(c.current); n >= 500 {
+		t.Fatalf("all %d items encoded after the first write failed", n)
 	}
 }
