@@ -91,6 +91,9 @@ var (
 // ListMeta as "metadata,omitempty", items as "items") with items whose
 // pointers carry object metadata.
 func (s *Serializer) listParts(obj runtime.Object) (list, bool) {
+	if _, ok := obj.(json.Marshaler); ok {
+		return list{}, false // written as it marshals itself
+	}
 	v := reflect.ValueOf(obj)
 	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
 		return list{}, false

@@ -90,6 +90,8 @@ func encode(t testing.TB, ns runtime.NegotiatedSerializer, obj runtime.Object) [
 	return buf.Bytes()
 }
 
+// The envelope is a copy of apimachinery's list encoder: this fails when
+// apimachinery writes lists differently.
 func TestListsAreWrittenAsTheInnerSerializerWritesThem(t *testing.T) {
 	_, plain := codecs(t)
 	wrapped := Wrap(plain, gatewayv1alpha1.SchemeGroupVersion.String(), 1<<20)
