@@ -169,8 +169,9 @@ func TestHealthChecksSharedAcrossReplicas(t *testing.T) {
 	}
 
 	// A replica joins (the dead one's pod started again). Counted from its
-	// start: it owns nothing the others keep probing once it sees their
-	// Leases and they see its, and nothing is left unprobed meanwhile.
+	// start: once it sees the others' Leases it probes only what it owns,
+	// once they see its Lease they stop probing that, and nothing goes
+	// unprobed meanwhile.
 	before := []probeCounts{readProbeCounts(ctx, gws[0]), readProbeCounts(ctx, gws[1]), {}}
 	p, url, err := env.StartExtraGateway(ctx, "kube-gateway-health-share-joined", "--status-lease-name="+group)
 	t.Cleanup(func() { _ = p.Stop() })
