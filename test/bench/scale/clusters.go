@@ -40,7 +40,7 @@ type clusterResult struct {
 	// With the harness's two clusters only.
 	Baseline     snapshot
 	BaselineIdle idle
-	BaselineGets measure.Run
+	BaselineGets gets
 	// Servers describes the servers of the burst's clusters, ServerKind is
 	// their -cluster-servers.
 	Servers, ServerKind string
@@ -64,7 +64,7 @@ type clusterResult struct {
 	HeapFile, HeapBaseFile string
 	HeapTop                string
 	AfterIdle              idle
-	Gets                   measure.Run
+	Gets                   gets
 	// LIST and WATCH through the hub; the UpstreamClusters' LIST also
 	// straight from the gateway (GatewayList), and the gateway's CPU
 	// profile over LISTs of them through the hub (ListCPUFile, its top).
@@ -149,8 +149,10 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 	}
 
 	// Baseline: the harness's two clusters.
-	if r := s.gateway.Load(ctx, getTarget, 1, 50, 0); r.Errors > 0 {
-		return nil, fmt.Errorf("warm-up GET %s through the gateway: %v", getTarget, r.FirstErr)
+	for name, t := range map[string]*measure.Target{"through the gateway": s.gateway, "directly": s.direct} {
+		if r := t.Load(ctx, getTarget, 1, 50, 0); r.Errors > 0 {
+			return nil, fmt.Errorf("warm-up GET %s %s: %v", getTarget, name, r.FirstErr)
+		}
 	}
 	res.Baseline = s.take(ctx, "2 clusters", true)
 	res.ReplicasBefore = takeReplicas()
@@ -162,9 +164,10 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 	baseIdle := max(o.ClusterIdle/3, 5*time.Second)
 	logf("clusters: baseline: %s idle with the harness's 2 clusters", baseIdle)
 	res.BaselineIdle = s.idle(ctx, baseIdle, nil, "")
-	res.BaselineGets = s.gateway.Load(ctx, getTarget, 1, o.Gets, 0)
-	logf("clusters: baseline: RSS %s, %.0f goroutines, CPU %.1f ms/s, %.1f probes/s, c=1 GET p50 %s",
-		measure.MB(float64(res.Baseline.RSSKB)), res.Baseline.Goroutines, 1e3*res.BaselineIdle.GatewayCPU, res.BaselineIdle.Probes, measure.Dur(res.BaselineGets.Pct(50)))
+	res.BaselineGets = pairedGets(ctx, s, o.Gets)
+	logf("clusters: baseline: RSS %s, %.0f goroutines, CPU %.1f ms/s, %.1f probes/s, c=1 GET p50 %s, ÷ direct %s",
+		measure.MB(float64(res.Baseline.RSSKB)), res.Baseline.Goroutines, 1e3*res.BaselineIdle.GatewayCPU, res.BaselineIdle.Probes,
+		measure.Dur(res.BaselineGets.Gateway.Pct(50)), res.BaselineGets.ratioSpread())
 
 	// The burst.
 	var ready atomic.Int64
@@ -252,13 +255,15 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 	rw := startReplicaWindow(ctx, reps)
 	res.AfterIdle = s.idle(ctx, o.ClusterIdle, ucs, filepath.Join(o.OutDir, "kube-gateway-cpu-clusters.pprof"))
 	rw.end(ctx, res.ReplicasAfter)
-	if err := s.gateway.Load(ctx, getTarget, 1, 50, 0).FirstErr; err != nil {
-		logf("clusters: warm-up GET: %v", err)
+	for _, t := range []*measure.Target{s.gateway, s.direct} {
+		if err := t.Load(ctx, getTarget, 1, 50, 0).FirstErr; err != nil {
+			logf("clusters: warm-up GET: %v", err)
+		}
 	}
-	res.Gets = s.gateway.Load(ctx, getTarget, 1, o.Gets, 0)
-	logf("clusters: RSS %s, %.0f goroutines, connections to the servers %v, CPU %.1f ms/s, %.1f probes/s, %d status writes in %s, c=1 GET p50 %s",
+	res.Gets = pairedGets(ctx, s, o.Gets)
+	logf("clusters: RSS %s, %.0f goroutines, connections to the servers %v, CPU %.1f ms/s, %.1f probes/s, %d status writes in %s, c=1 GET p50 %s, ÷ direct %s",
 		measure.MB(float64(res.After.RSSKB)), res.After.Goroutines, res.After.ToFleet, 1e3*res.AfterIdle.GatewayCPU, res.AfterIdle.Probes,
-		res.AfterIdle.StatusWrites, res.AfterIdle.For.Round(time.Second), measure.Dur(res.Gets.Pct(50)))
+		res.AfterIdle.StatusWrites, res.AfterIdle.For.Round(time.Second), measure.Dur(res.Gets.Gateway.Pct(50)), res.Gets.ratioSpread())
 
 	// LIST and WATCH through the hub: the K UpstreamClusters against K
 	// ConfigMaps of the same content on the hub.

@@ -80,7 +80,7 @@ type options struct {
 	Burst           int           // concurrent applies of the burst
 	ReadyTimeout    time.Duration
 	ClusterIdle     time.Duration // steady-state window with K clusters
-	Gets            int           // c=1 GETs with 2 and with K+2 clusters
+	Gets            int           // c=1 GETs per target (direct, gateway) with 2 and with K+2 clusters
 	ListRepeats     int           // LISTs and WATCHes per kind
 	RemoteClusters  int           // UpstreamClusters behind relays with RemoteLatency
 	RemoteLatency   time.Duration
@@ -123,7 +123,7 @@ func main() {
 	flag.IntVar(&o.Burst, "burst-concurrency", 32, "concurrent server-side applies of the burst")
 	flag.DurationVar(&o.ReadyTimeout, "ready-timeout", 5*time.Minute, "longest wait for every applied UpstreamCluster to be Ready")
 	flag.DurationVar(&o.ClusterIdle, "cluster-idle", 30*time.Second, "steady-state window with the clusters registered (CPU, probes, status writes)")
-	flag.IntVar(&o.Gets, "gets", 500, "c=1 GETs through the gateway alone with the harness's clusters and again with K more")
+	flag.IntVar(&o.Gets, "gets", 500, "c=1 GETs directly to member-b and as many through the gateway alone, in alternating rounds, with the harness's clusters and again with K more")
 	flag.IntVar(&o.RemoteClusters, "remote-clusters", 200, "UpstreamClusters whose servers are member-a's behind relays that add -remote-latency, listed with a fan-out after the cluster phase (0: none)")
 	flag.DurationVar(&o.RemoteLatency, "remote-latency", 20*time.Millisecond, "delay the relays of -remote-clusters add to everything the servers send")
 	flag.IntVar(&o.ListRepeats, "list-repeats", 3, "LISTs and WATCHes through the hub per kind (UpstreamClusters, ConfigMaps)")

@@ -277,8 +277,17 @@ func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
 	p("| the servers' RSS (all together) | %s | %s | |\n", measure.MB(float64(b.FleetRSSKB)), measure.MB(float64(a.FleetRSSKB)))
 	p("| gateway probes over pooled / new connections (`kube_gateway_health_probes_total`), idle | %.1f / %.1f /s | %.1f / %.1f /s | |\n", c.BaselineIdle.ProbesPooled, c.BaselineIdle.ProbesNew, c.AfterIdle.ProbesPooled, c.AfterIdle.ProbesNew)
 	p("| status writes, idle | – | %d in %s (%.2f /s) | |\n", c.AfterIdle.StatusWrites, c.AfterIdle.For.Round(time.Second), float64(c.AfterIdle.StatusWrites)/c.AfterIdle.For.Seconds())
-	p("| proxy GET p50, c=1, gateway alone | %s | %s | ×%.2f |\n", measure.Dur(c.BaselineGets.Pct(50)), measure.Dur(c.Gets.Pct(50)), ratio(c.Gets.Pct(50), c.BaselineGets.Pct(50)))
-	p("| proxy GET p99, c=1, gateway alone | %s | %s | ×%.2f |\n\n", measure.Dur(c.BaselineGets.Pct(99)), measure.Dur(c.Gets.Pct(99)), ratio(c.Gets.Pct(99), c.BaselineGets.Pct(99)))
+	bg, ag := c.BaselineGets, c.Gets
+	p("| proxy GET p50, c=1, gateway alone | %s | %s | ×%.2f |\n", measure.Dur(bg.Gateway.Pct(50)), measure.Dur(ag.Gateway.Pct(50)), ratio(ag.Gateway.Pct(50), bg.Gateway.Pct(50)))
+	p("| the same GET p50 directly (same rounds) | %s | %s | ×%.2f |\n", measure.Dur(bg.Direct.Pct(50)), measure.Dur(ag.Direct.Pct(50)), ratio(ag.Direct.Pct(50), bg.Direct.Pct(50)))
+	p("| proxy ÷ direct p50, median of %d rounds (range) | %s | %s | ×%.2f |\n", getRounds, bg.ratioSpread(), ag.ratioSpread(), measure.Median(ag.Ratio)/measure.Median(bg.Ratio))
+	p("| proxy − direct p50, median of %d rounds (range) | %s | %s | |\n", getRounds, bg.addedSpread(), ag.addedSpread())
+	p("| proxy GET p99, c=1, gateway alone | %s | %s | ×%.2f |\n\n", measure.Dur(bg.Gateway.Pct(99)), measure.Dur(ag.Gateway.Pct(99)), ratio(ag.Gateway.Pct(99), bg.Gateway.Pct(99)))
+	verdict := "outside"
+	if withinNoise(bg, ag) {
+		verdict = "within"
+	}
+	p("**Proxy GET p50 with %d clusters registered against 2: %s noise** (the rounds' proxy ÷ direct ratios with %d clusters overlap those with 2, or not; each round sends the GETs directly and through the gateway back to back, so the ratio cancels the machine's drift).\n\n", k+2, verdict, k+2)
 	if lim := r.GatewayFDLimit; lim > 0 && uint64(a.OpenFiles)+16 >= lim {
 		p("**The gateway ran out of file descriptors**: it held %d, its limit (RLIMIT_NOFILE) is %d. It keeps a connection open to every server of every cluster that its probes keep alive, so it needs more than one descriptor per server; past the limit it can neither dial the servers that are left, nor its etcd, nor accept connections. Give it a higher limit, or spread the clusters over replicas (`-replicas`).\n\n", a.OpenFiles, lim)
 	}
@@ -307,7 +316,7 @@ func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
 		p("All Ready %s after the last apply. ", (c.ReadyTook - c.ApplyTook).Round(100*time.Millisecond))
 	}
 	p("Connections (polled every 250 ms) show when the data plane has every cluster; the status figures also include the gateway's status writer, which is rate-limited. ")
-	p("GETs: %d per run, `%s` on member-b; %d and %d errors.", o.Gets, getTarget, c.BaselineGets.Errors, c.Gets.Errors)
+	p("GETs: %d per target in %d rounds, `%s` on member-b; %d and %d errors through the gateway.", o.Gets, getRounds, getTarget, c.BaselineGets.Gateway.Errors, c.Gets.Gateway.Errors)
 	for _, e := range []string{c.BaselineIdle.Err, c.AfterIdle.Err} {
 		if e != "" {
 			p(" Not measured: %s.", e)
