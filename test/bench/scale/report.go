@@ -283,11 +283,11 @@ func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
 	p("| proxy ÷ direct p50, median of %d rounds (range) | %s | %s | ×%.2f |\n", getRounds, bg.ratioSpread(), ag.ratioSpread(), measure.Median(ag.Ratio)/measure.Median(bg.Ratio))
 	p("| proxy − direct p50, median of %d rounds (range) | %s | %s | |\n", getRounds, bg.addedSpread(), ag.addedSpread())
 	p("| proxy GET p99, c=1, gateway alone | %s | %s | ×%.2f |\n\n", measure.Dur(bg.Gateway.Pct(99)), measure.Dur(ag.Gateway.Pct(99)), ratio(ag.Gateway.Pct(99), bg.Gateway.Pct(99)))
-	verdict := "outside"
+	verdict := "outside noise: the proxy ÷ direct ratios of its rounds do not overlap those with 2"
 	if withinNoise(bg, ag) {
-		verdict = "within"
+		verdict = "within noise: the proxy ÷ direct ratios of its rounds overlap those with 2"
 	}
-	p("**Proxy GET p50 with %d clusters registered against 2: %s noise** (the rounds' proxy ÷ direct ratios with %d clusters overlap those with 2, or not; each round sends the GETs directly and through the gateway back to back, so the ratio cancels the machine's drift).\n\n", k+2, verdict, k+2)
+	p("**Proxy GET p50 with %d clusters registered against 2: %s** (each round sends its GETs directly and through the gateway back to back, so the ratio cancels the machine's drift between rounds).\n\n", k+2, verdict)
 	if lim := r.GatewayFDLimit; lim > 0 && uint64(a.OpenFiles)+16 >= lim {
 		p("**The gateway ran out of file descriptors**: it held %d, its limit (RLIMIT_NOFILE) is %d. It keeps a connection open to every server of every cluster that its probes keep alive, so it needs more than one descriptor per server; past the limit it can neither dial the servers that are left, nor its etcd, nor accept connections. Give it a higher limit, or spread the clusters over replicas (`-replicas`).\n\n", a.OpenFiles, lim)
 	}
