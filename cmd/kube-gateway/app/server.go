@@ -40,13 +40,14 @@ import (
 	"github.com/kubewharf/kube-gateway/proxy/metrics"
 	"github.com/kubewharf/kube-gateway/proxy/transport"
 	"github.com/kubewharf/kube-gateway/registry/cachedresource"
-	"github.com/kubewharf/kube-gateway/registry/listencoding"
+	"github.com/kubewharf/kube-gateway/registry/jsoncache"
 	"github.com/kubewharf/kube-gateway/registry/upstreamcluster"
 )
 
-// listItemCacheBytes bounds the JSON kept of listed objects: enough for two
-// generations of more than 10,000 UpstreamClusters (about 2 KB each).
-const listItemCacheBytes = 64 << 20
+// jsonCacheBytes bounds the JSON kept of listed objects, and as much again
+// of watched ones: enough for two generations of more than 10,000
+// UpstreamClusters (about 2 KB each).
+const jsonCacheBytes = 64 << 20
 
 // Config is the whole configuration of a kube-gateway server: the generic
 // apiserver's, and what the gateway adds.
@@ -130,7 +131,13 @@ type Server struct {
 // New builds the server: the UpstreamCluster and CachedResource APIs, the proxy
 // subresource and the controller that compiles clusters for the data plane.
 func (c CompletedConfig) New() (*Server, error) {
-	storage, err := upstreamcluster.NewStorage(c.extra.Scheme, c.generic.RESTOptionsGetter, validation.Options{SecretNamespace: c.extra.SecretNamespace})
+	// LISTs and WATCHes write unchanged objects' JSON from the last time.
+	// The group is served with c.extra.Codecs (NewDefaultAPIGroupInfo, below).
+	kept, err := jsoncache.New(c.extra.Codecs, gatewayv1alpha1.SchemeGroupVersion, jsonCacheBytes)
+	if err != nil {
+		return nil, err
+	}
+	storage, err := upstreamcluster.NewStorage(c.extra.Scheme, c.generic.RESTOptionsGetter, validation.Options{SecretNamespace: c.extra.SecretNamespace}, kept.Watch)
 	if err != nil {
 		return nil, err
 	}
@@ -289,8 +296,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 
 	apiGroupInfo := genericapiserver.NewDefaultAPIGroupInfo(gatewayv1alpha1.GroupName, c.extra.Scheme, runtime.NewParameterCodec(c.extra.Scheme), c.extra.Codecs)
-	// LISTs write unchanged objects' JSON from the last LIST.
-	apiGroupInfo.NegotiatedSerializer = listencoding.Wrap(apiGroupInfo.NegotiatedSerializer, gatewayv1alpha1.SchemeGroupVersion.String(), listItemCacheBytes)
+	apiGroupInfo.NegotiatedSerializer = kept.NegotiatedSerializer()
 	apiGroupInfo.VersionedResourcesStorageMap[gatewayv1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"upstreamclusters":        storage.UpstreamCluster,
 		"upstreamclusters/status": storage.Status,

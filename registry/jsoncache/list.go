@@ -1,14 +1,4 @@
-// Package listencoding writes LISTs of the gateway's own objects with each
-// item's JSON kept from the last time it was written: an item whose UID and
-// resourceVersion have not changed is written as the same bytes again instead
-// of being encoded again.
-//
-// Encoding is most of what a LIST of UpstreamClusters costs the gateway: their
-// managed fields and timestamps marshal themselves, and encoding/json
-// re-compacts what they produce (docs/benchmark.md, "10,000 clusters"). The
-// output is byte for byte what apimachinery's streaming JSON list encoder
-// writes, so the wrapped serializer keeps the inner one's Identifier.
-package listencoding
+package jsoncache
 
 import (
 	"bufio"
@@ -16,21 +6,19 @@ import (
 	"encoding/json"
 	"io"
 	"reflect"
-	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 )
 
-// Wrap returns ns with its application/json serializer replaced by one that
-// writes lists whose apiVersion is apiVersion from an item cache of at most
-// maxBytes. Every other object, media type and direction is ns's own.
-func Wrap(ns runtime.NegotiatedSerializer, apiVersion string, maxBytes int64) runtime.NegotiatedSerializer {
+// wrapLists returns ns with its application/json serializer replaced by one
+// that writes lists whose apiVersion is apiVersion from items. Every other
+// object, media type and direction is ns's own.
+func wrapLists(ns runtime.NegotiatedSerializer, apiVersion string, items *itemCache) runtime.NegotiatedSerializer {
 	infos := append([]runtime.SerializerInfo(nil), ns.SupportedMediaTypes()...)
 	for i := range infos {
 		if infos[i].MediaType == runtime.ContentTypeJSON {
-			infos[i].Serializer = NewSerializer(infos[i].Serializer, apiVersion, maxBytes)
+			infos[i].Serializer = &Serializer{Serializer: infos[i].Serializer, apiVersion: apiVersion, items: items}
 		}
 	}
 	return negotiated{NegotiatedSerializer: ns, infos: infos}
@@ -44,19 +32,15 @@ type negotiated struct {
 func (n negotiated) SupportedMediaTypes() []runtime.SerializerInfo { return n.infos }
 
 // Serializer is a JSON serializer that writes lists of one apiVersion from
-// its item cache and hands everything else to the serializer it wraps.
+// its item cache and hands everything else to the serializer it wraps,
+// apimachinery's (with or without streaming collections: both write lists
+// alike). Its lists are byte for byte what apimachinery's streaming JSON list
+// encoder writes, so it keeps the inner serializer's Identifier.
 type Serializer struct {
 	// The JSON serializer it wraps: decoding, Identifier, every other object.
 	runtime.Serializer
 	apiVersion string
 	items      *itemCache
-}
-
-// NewSerializer wraps inner, a JSON serializer (apimachinery's, with or
-// without streaming collections: both write lists alike), for lists whose
-// apiVersion is apiVersion; the item cache holds at most maxBytes.
-func NewSerializer(inner runtime.Serializer, apiVersion string, maxBytes int64) *Serializer {
-	return &Serializer{Serializer: inner, apiVersion: apiVersion, items: newItemCache(maxBytes)}
 }
 
 // Encode implements runtime.Encoder.
@@ -203,74 +187,4 @@ func (s *Serializer) item(obj runtime.Object, m metav1.Object, buf *bytes.Buffer
 	b = bytes.Clone(b)
 	s.items.put(key, b)
 	return b, nil
-}
-
-// itemKey names one version of one object as it is written: objects are
-// stored whole under a resourceVersion, so the same UID and resourceVersion
-// are the same bytes. The item's own kind and apiVersion are in the key
-// because they are in its JSON (empty for items read from storage).
-type itemKey struct {
-	uid             types.UID
-	resourceVersion string
-	typeMeta        metav1.TypeMeta
-}
-
-// itemCache keeps items' JSON in two generations: entries are added to the
-// current one, which becomes the previous one when it would pass half the
-// bound; an entry found in the previous generation moves to the current.
-// Items every LIST writes stay; versions no LIST writes any more (updated or
-// deleted objects) are dropped within two turns.
-type itemCache struct {
-	mu           sync.Mutex
-	generation   int64 // bytes per generation
-	current      map[itemKey][]byte
-	currentBytes int64
-	previous     map[itemKey][]byte
-}
-
-func newItemCache(maxBytes int64) *itemCache {
-	return &itemCache{generation: maxBytes / 2, current: map[itemKey][]byte{}}
-}
-
-// entryOverhead is a rough cost of a map entry beside its bytes and strings.
-const entryOverhead = 96
-
-func entrySize(k itemKey, b []byte) int64 {
-	return int64(len(b)+len(k.uid)+len(k.resourceVersion)+len(k.typeMeta.Kind)+len(k.typeMeta.APIVersion)) + entryOverhead
-}
-
-func (c *itemCache) get(k itemKey) ([]byte, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if b, ok := c.current[k]; ok {
-		return b, true
-	}
-	b, ok := c.previous[k]
-	if ok {
-		c.addLocked(k, b)
-	}
-	return b, ok
-}
-
-func (c *itemCache) put(k itemKey, b []byte) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.addLocked(k, b)
-}
-
-func (c *itemCache) addLocked(k itemKey, b []byte) {
-	if _, ok := c.current[k]; ok {
-		return
-	}
-	size := entrySize(k, b)
-	if size > c.generation {
-		return
-	}
-	if c.currentBytes+size > c.generation {
-		c.previous = c.current
-		c.current = make(map[itemKey][]byte, len(c.previous))
-		c.currentBytes = 0
-	}
-	c.current[k] = b
-	c.currentBytes += size
 }

@@ -1,4 +1,4 @@
-package listencoding
+package jsoncache
 
 import (
 	"bytes"
@@ -26,6 +26,16 @@ func codecs(t testing.TB) (*runtime.Scheme, serializer.CodecFactory) {
 	}
 	metav1.AddToGroupVersion(scheme, metav1.SchemeGroupVersion)
 	return scheme, serializer.NewCodecFactory(scheme, serializer.WithStreamingCollectionEncodingToJSON())
+}
+
+// wrap returns plain with LISTs from a cache of at most maxBytes.
+func wrap(t testing.TB, plain runtime.NegotiatedSerializer, maxBytes int64) runtime.NegotiatedSerializer {
+	t.Helper()
+	c, err := New(plain, gatewayv1alpha1.SchemeGroupVersion, maxBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.NegotiatedSerializer()
 }
 
 func jsonInfo(t testing.TB, ns runtime.NegotiatedSerializer) runtime.SerializerInfo {
@@ -94,7 +104,7 @@ func encode(t testing.TB, ns runtime.NegotiatedSerializer, obj runtime.Object) [
 // apimachinery writes lists differently.
 func TestListsAreWrittenAsTheInnerSerializerWritesThem(t *testing.T) {
 	_, plain := codecs(t)
-	wrapped := Wrap(plain, gatewayv1alpha1.SchemeGroupVersion.String(), 1<<20)
+	wrapped := wrap(t, plain, 1<<20)
 	withoutUID := clusters(2)
 	withoutUID.Items[1].UID = ""
 	withoutRV := clusters(2)
@@ -130,7 +140,7 @@ func TestListsAreWrittenAsTheInnerSerializerWritesThem(t *testing.T) {
 
 func TestOtherGroupsAndMediaTypesAreDelegated(t *testing.T) {
 	_, plain := codecs(t)
-	wrapped := Wrap(plain, gatewayv1alpha1.SchemeGroupVersion.String(), 1<<20)
+	wrapped := wrap(t, plain, 1<<20)
 	if len(wrapped.SupportedMediaTypes()) != len(plain.SupportedMediaTypes()) {
 		t.Fatalf("media types: %d, want %d", len(wrapped.SupportedMediaTypes()), len(plain.SupportedMediaTypes()))
 	}
@@ -163,7 +173,7 @@ func TestOtherGroupsAndMediaTypesAreDelegated(t *testing.T) {
 
 func TestItemsAreKeptByUIDAndResourceVersion(t *testing.T) {
 	_, plain := codecs(t)
-	wrapped := Wrap(plain, gatewayv1alpha1.SchemeGroupVersion.String(), 1<<20)
+	wrapped := wrap(t, plain, 1<<20)
 	l := clusters(3)
 	encode(t, wrapped, l)
 
@@ -185,7 +195,7 @@ func TestCacheStaysWithinItsBound(t *testing.T) {
 	_, plain := codecs(t)
 	one := int64(len(encode(t, plain, new(cluster(0)))))
 	// Room for about ten items per generation.
-	wrapped := Wrap(plain, gatewayv1alpha1.SchemeGroupVersion.String(), 20*(one+entryOverhead+100))
+	wrapped := wrap(t, plain, 20*(one+entryOverhead+100))
 	c := jsonInfo(t, wrapped).Serializer.(*Serializer).items
 	l := clusters(50)
 	for round := range 3 {
@@ -228,7 +238,7 @@ func BenchmarkListOfUpstreamClusters(b *testing.B) {
 	l := clusters(3000)
 	for name, ns := range map[string]runtime.NegotiatedSerializer{
 		"plain":  plain,
-		"cached": Wrap(plain, gatewayv1alpha1.SchemeGroupVersion.String(), 64<<20),
+		"cached": wrap(b, plain, 64<<20),
 	} {
 		b.Run(name, func(b *testing.B) {
 			enc := ns.EncoderForVersion(jsonInfo(b, ns).Serializer, gatewayv1alpha1.SchemeGroupVersion)
@@ -254,7 +264,7 @@ func (w *failingWriter) Write([]byte) (int, error) {
 
 func TestListStopsAtAFailedWrite(t *testing.T) {
 	_, plain := codecs(t)
-	wrapped := Wrap(plain, gatewayv1alpha1.SchemeGroupVersion.String(), 64<<20)
+	wrapped := wrap(t, plain, 64<<20)
 	enc := wrapped.EncoderForVersion(jsonInfo(t, wrapped).Serializer, gatewayv1alpha1.SchemeGroupVersion)
 	var w failingWriter
 	if err := enc.Encode(clusters(500), &w); err == nil {
