@@ -200,10 +200,21 @@ func (m *Manager) Run(ctx context.Context) {
 		return
 	}
 	go wait.UntilWithContext(ctx, m.work, time.Second)
-	go wait.UntilWithContext(ctx, func(context.Context) {
-		m.retryOverLimit()
-		m.reportAll()
-	}, ReportPeriod)
+	// Every sync reports its cluster, so the periodic reports start one
+	// period in rather than repeat them all at start.
+	go func() {
+		tick := time.NewTicker(ReportPeriod)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				m.retryOverLimit()
+				m.reportAll()
+			}
+		}
+	}()
 	<-ctx.Done()
 	m.mu.Lock()
 	defer m.mu.Unlock()

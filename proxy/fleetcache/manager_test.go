@@ -209,6 +209,17 @@ func TestManagerStartsRestartsAndStopsCaches(t *testing.T) {
 
 	// A status write (the cluster's own, coming back as an update) changes
 	// nothing: no report, or the counts would be written on every write.
+	// "a" was reported twice so far, by the sync that started its cache and
+	// by the cache when it synced; the second may land after the report the
+	// wait above saw (both read the cache's state when they run).
+	mt.until("both reports of the started cache are in", func() error {
+		mt.members.mu.Lock()
+		defer mt.members.mu.Unlock()
+		if n := mt.members.counts["a"]; n != 2 {
+			return fmt.Errorf("%d reports of a", n)
+		}
+		return nil
+	})
 	// One worker syncs in order: once "other" is reported, "a" was synced.
 	mt.members.mu.Lock()
 	reportsOfA, reportsOfOther := mt.members.counts["a"], mt.members.counts["other"]

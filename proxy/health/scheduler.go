@@ -106,6 +106,13 @@ func (s *Scheduler) Run(ctx context.Context) {
 			}
 			timer = s.clk.NewTimer(d)
 			fired = timer.C()
+			// A clock that passed armed while the timer was made (a test's
+			// fake clock, stepped at any moment) would not fire it for a
+			// whole step more.
+			if !s.clk.Now().Before(armed) {
+				timer.Stop()
+				continue
+			}
 		}
 		select {
 		case <-ctx.Done():
