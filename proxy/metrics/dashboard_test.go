@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/component-base/metrics/legacyregistry"
+
+	"github.com/kubewharf/kube-gateway/registry/jsoncache"
 )
 
 // The Grafana dashboard and docs/metrics.md are checked against the metrics the
@@ -49,6 +51,7 @@ func registeredFamilies(t *testing.T) map[string]family {
 	reg.MustRegister(NewFanOutCollector(fanOutMemory{}))
 	reg.MustRegister(NewHealthProbesCollector(probeCounts{}))
 	reg.MustRegister(NewHealthProbesSkippedCollector(func() map[string]uint64 { return map[string]uint64{"Traffic": 3} }))
+	reg.MustRegister(NewObjectEncodingsCollector(func() jsoncache.Writes { return jsoncache.Writes{ListKept: 2} }))
 	m.Observe(Series{Cluster: "member-a", Door: DoorHub, Policy: "p", Schema: "s"}, "get", "pods", 200, time.Millisecond)
 	m.InFlight(Series{Cluster: "member-a", Door: DoorHub, Policy: "p", Schema: "s"}).Inc()
 	m.Rejected(Series{Cluster: "member-a", Door: DoorHub, Policy: "p", Schema: "s"}, ReasonTokenBucket)

@@ -51,6 +51,11 @@
 // NewHealthProbesSkippedCollector): health probes that fell due and were not
 // sent, by reason.
 //
+// kube_gateway_object_encodings_total{response,result} (counter, see
+// NewObjectEncodingsCollector): UpstreamCluster objects written in LIST and
+// WATCH responses of the gateway's own API, by whether their JSON was kept
+// from an earlier response or encoded.
+//
 // # Labels
 //
 // Every label set is bounded; no label ever holds a raw path or a user name.
@@ -74,6 +79,7 @@
 //   - reason: see kube_gateway_proxy_rejected_requests_total.
 //   - endpoint: a server of spec.servers as written there (https://host:port).
 //   - connection: pooled or new.
+//   - response: list or watch; result: kept or encoded.
 //
 // ForgetCluster deletes every series of a deleted cluster.
 package metrics

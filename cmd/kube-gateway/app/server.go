@@ -155,6 +155,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := proxyMetrics.Register(legacyregistry.Registerer()); err != nil {
 		return nil, err
 	}
+	if err := legacyregistry.Registerer().Register(metrics.NewObjectEncodingsCollector(kept.Writes)); err != nil {
+		return nil, err
+	}
 	// Every replica observes health; the leader writes it to status.
 	statusWriter := status.NewWriter(storage.Status, clock.RealClock{})
 	statusWriter.RecordEvents(c.hub.CoreV1()) // Events on the hub, by the leader only
