@@ -67,10 +67,13 @@ type clusterResult struct {
 	Gets                   gets
 	// LIST and WATCH through the hub; the UpstreamClusters' LIST also
 	// straight from the gateway (GatewayList), and the gateway's CPU
-	// profile over LISTs of them through the hub (ListCPUFile, its top).
+	// profile over LISTs of them through the hub (ListCPUFile, its top);
+	// the same for WATCH (GatewayWatch, WatchCPUFile).
 	UpstreamClusters, ConfigMaps listStat
 	GatewayList                  []time.Duration
 	ListCPUFile, ListCPUTop      string
+	GatewayWatch                 []time.Duration
+	WatchCPUFile, WatchCPUTop    string
 	Series                       []point
 	// FanOut lists and watches over every registered cluster.
 	FanOut *fanOutResult
@@ -290,9 +293,20 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 		bin, _ := harness.GatewayBinary(s.env.BinDir)
 		res.ListCPUTop = measure.Pprof(ctx, bin, res.ListCPUFile, "-top", "-cum", "-nodecount=25")
 	}
-	logf("clusters: LIST through the hub: UpstreamClusters %s, ConfigMaps %s; UpstreamClusters straight from the gateway %s; WATCH: %s, %s",
+	res.GatewayWatch = s.watches(ctx, s.gatewayRoot, ucPath+q, o.Clusters, o.ListRepeats, 0)
+	res.WatchCPUFile = filepath.Join(o.OutDir, "kube-gateway-cpu-ucwatch.pprof")
+	go func() { profiled <- s.cpuProfile(ctx, 4*time.Second, res.WatchCPUFile) }()
+	s.watches(ctx, s.hubRoot, ucPath+q, o.Clusters, 0, 4*time.Second)
+	if err := <-profiled; err != nil {
+		logf("clusters: WATCH CPU profile: %v", err)
+		res.WatchCPUFile = ""
+	} else {
+		bin, _ := harness.GatewayBinary(s.env.BinDir)
+		res.WatchCPUTop = measure.Pprof(ctx, bin, res.WatchCPUFile, "-top", "-cum", "-nodecount=25")
+	}
+	logf("clusters: LIST through the hub: UpstreamClusters %s, ConfigMaps %s; UpstreamClusters straight from the gateway %s; WATCH: %s, %s, straight from the gateway %s",
 		measure.Dur(medianDur(res.UpstreamClusters.List)), measure.Dur(medianDur(res.ConfigMaps.List)), measure.Dur(medianDur(res.GatewayList)),
-		measure.Dur(medianDur(res.UpstreamClusters.Watch)), measure.Dur(medianDur(res.ConfigMaps.Watch)))
+		measure.Dur(medianDur(res.UpstreamClusters.Watch)), measure.Dur(medianDur(res.ConfigMaps.Watch)), measure.Dur(medianDur(res.GatewayWatch)))
 
 	if f.Kind != serversMemberA {
 		logf("clusters: no fan-out phase: the stand-ins serve no ConfigMaps (-cluster-servers=%s has one)", serversMemberA)
@@ -562,16 +576,12 @@ func (s *scene) listAndWatch(ctx context.Context, path string, n, repeats int) l
 		st.List = append(st.List, time.Since(t0))
 		st.Bytes = r.Bytes
 
-		rctx, cancel = context.WithTimeout(ctx, 2*time.Minute)
-		t0 = time.Now()
-		got, err := watchInitial(rctx, s.hubRoot, path+"&watch=1", n)
-		el := time.Since(t0)
-		cancel()
-		if err != nil || got < n {
-			st.Err = fmt.Sprintf("watch: %d of %d initial events: %v", got, n, err)
+		w := s.watches(ctx, s.hubRoot, path, n, 1, 0)
+		if len(w) == 0 {
+			st.Err = fmt.Sprintf("watch: not all %d initial events arrived (the log says why)", n)
 			return st
 		}
-		st.Watch = append(st.Watch, el)
+		st.Watch = append(st.Watch, w...)
 	}
 	return st
 }
@@ -584,6 +594,25 @@ func (s *scene) lists(ctx context.Context, t *measure.Target, path string, n int
 		t0 := time.Now()
 		if _, err := t.Do(ctx, path); err != nil {
 			logf("clusters: LIST %s: %v", path, err)
+			return took
+		}
+		took = append(took, time.Since(t0))
+	}
+	return took
+}
+
+// watches WATCHes path with t from no resourceVersion until the initial
+// events of n objects arrived, k times or for d: the time of each.
+func (s *scene) watches(ctx context.Context, t *measure.Target, path string, n, k int, d time.Duration) []time.Duration {
+	var took []time.Duration
+	start := time.Now()
+	for i := 0; (i < k || time.Since(start) < d) && ctx.Err() == nil; i++ {
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		t0 := time.Now()
+		got, err := watchInitial(wctx, t, path+"&watch=1", n)
+		cancel()
+		if err != nil || got < n {
+			logf("clusters: WATCH %s: %d of %d initial events: %v", path, got, n, err)
 			return took
 		}
 		took = append(took, time.Since(t0))

@@ -335,8 +335,14 @@ func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
 	if len(c.GatewayList) > 0 {
 		p("| LIST straight from the gateway (no hub) | %s | | ×%.2f |\n", measure.Dur(medianDur(c.GatewayList)), ratio(medianDur(c.GatewayList), medianDur(m.List)))
 	}
+	if len(c.GatewayWatch) > 0 {
+		p("| WATCH straight from the gateway (no hub) | %s | | ×%.2f |\n", measure.Dur(medianDur(c.GatewayWatch)), ratio(medianDur(c.GatewayWatch), medianDur(m.Watch)))
+	}
 	if c.ListCPUTop != "" {
 		p("\nThe gateway's CPU over LISTs of the UpstreamClusters through the hub, back to back for 4 s (`%s`; `go tool pprof -top -cum`):\n\n```\n%s```\n", c.ListCPUFile, measure.TrimPprof(c.ListCPUTop))
+	}
+	if c.WatchCPUTop != "" {
+		p("\nThe gateway's CPU over WATCHes of the UpstreamClusters through the hub (from no resourceVersion until every initial event arrived), back to back for 4 s (`%s`; `go tool pprof -top -cum`):\n\n```\n%s```\n", c.WatchCPUFile, measure.TrimPprof(c.WatchCPUTop))
 	}
 	for _, e := range []string{u.Err, m.Err} {
 		if e != "" {
