@@ -10,7 +10,7 @@ import (
 // written in LIST and WATCH responses, by where their JSON came from.
 const ObjectEncodingsName = "kube_gateway_object_encodings_total"
 
-// Labels values of kube_gateway_object_encodings_total.
+// Label values of kube_gateway_object_encodings_total.
 const (
 	ResponseList  = "list"
 	ResponseWatch = "watch"
