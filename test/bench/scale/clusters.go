@@ -282,28 +282,13 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 	res.UpstreamClusters = s.listAndWatch(ctx, ucPath+q, o.Clusters, o.ListRepeats)
 	res.ConfigMaps = s.listAndWatch(ctx, "/api/v1/namespaces/"+scaleNS+"/configmaps"+q, o.Clusters, o.ListRepeats)
 	res.GatewayList = s.lists(ctx, s.gatewayRoot, ucPath+q, o.ListRepeats, 0)
-	res.ListCPUFile = filepath.Join(o.OutDir, "kube-gateway-cpu-uclist.pprof")
-	profiled := make(chan error, 1)
-	go func() { profiled <- s.cpuProfile(ctx, 4*time.Second, res.ListCPUFile) }()
-	s.lists(ctx, s.hubRoot, ucPath+q, 0, 4*time.Second)
-	if err := <-profiled; err != nil {
-		logf("clusters: LIST CPU profile: %v", err)
-		res.ListCPUFile = ""
-	} else {
-		bin, _ := harness.GatewayBinary(s.env.BinDir)
-		res.ListCPUTop = measure.Pprof(ctx, bin, res.ListCPUFile, "-top", "-cum", "-nodecount=25")
-	}
+	res.ListCPUFile, res.ListCPUTop = s.profileWhile(ctx, filepath.Join(o.OutDir, "kube-gateway-cpu-uclist.pprof"), func(d time.Duration) {
+		s.lists(ctx, s.hubRoot, ucPath+q, 0, d)
+	})
 	res.GatewayWatch = s.watches(ctx, s.gatewayRoot, ucPath+q, o.Clusters, o.ListRepeats, 0)
-	res.WatchCPUFile = filepath.Join(o.OutDir, "kube-gateway-cpu-ucwatch.pprof")
-	go func() { profiled <- s.cpuProfile(ctx, 4*time.Second, res.WatchCPUFile) }()
-	s.watches(ctx, s.hubRoot, ucPath+q, o.Clusters, 0, 4*time.Second)
-	if err := <-profiled; err != nil {
-		logf("clusters: WATCH CPU profile: %v", err)
-		res.WatchCPUFile = ""
-	} else {
-		bin, _ := harness.GatewayBinary(s.env.BinDir)
-		res.WatchCPUTop = measure.Pprof(ctx, bin, res.WatchCPUFile, "-top", "-cum", "-nodecount=25")
-	}
+	res.WatchCPUFile, res.WatchCPUTop = s.profileWhile(ctx, filepath.Join(o.OutDir, "kube-gateway-cpu-ucwatch.pprof"), func(d time.Duration) {
+		s.watches(ctx, s.hubRoot, ucPath+q, o.Clusters, 0, d)
+	})
 	logf("clusters: LIST through the hub: UpstreamClusters %s, ConfigMaps %s; UpstreamClusters straight from the gateway %s; WATCH: %s, %s, straight from the gateway %s",
 		measure.Dur(medianDur(res.UpstreamClusters.List)), measure.Dur(medianDur(res.ConfigMaps.List)), measure.Dur(medianDur(res.GatewayList)),
 		measure.Dur(medianDur(res.UpstreamClusters.Watch)), measure.Dur(medianDur(res.ConfigMaps.Watch)), measure.Dur(medianDur(res.GatewayWatch)))
@@ -599,6 +584,22 @@ func (s *scene) lists(ctx context.Context, t *measure.Target, path string, n int
 		took = append(took, time.Since(t0))
 	}
 	return took
+}
+
+// profileWhile takes the gateway's CPU profile into file while load runs
+// for 4 s, and returns file and pprof's top of it; "" for both when the
+// profile failed.
+func (s *scene) profileWhile(ctx context.Context, file string, load func(d time.Duration)) (string, string) {
+	const d = 4 * time.Second
+	profiled := make(chan error, 1)
+	go func() { profiled <- s.cpuProfile(ctx, d, file) }()
+	load(d)
+	if err := <-profiled; err != nil {
+		logf("clusters: CPU profile %s: %v", filepath.Base(file), err)
+		return "", ""
+	}
+	bin, _ := harness.GatewayBinary(s.env.BinDir)
+	return file, measure.Pprof(ctx, bin, file, "-top", "-cum", "-nodecount=25")
 }
 
 // watches WATCHes path with t from no resourceVersion until the initial
