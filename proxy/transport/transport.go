@@ -170,6 +170,14 @@ const (
 	// sessionCacheSize: TLS sessions kept for probes on connections of their
 	// own; one server, known by one or two names.
 	sessionCacheSize = 4
+	// responseHeaderTable is the HPACK table each HTTP/2 connection keeps for
+	// the member's response headers (SETTINGS_HEADER_TABLE_SIZE), a quarter
+	// of the default. A kube-apiserver's Audit-Id and Date change with every
+	// response, so a probed connection soon fills any table: the default's
+	// costs an idle cluster's connections more memory than the bytes it saves
+	// per response are worth (docs/benchmark.md, "Per registered
+	// UpstreamCluster").
+	responseHeaderTable = 1024
 )
 
 // Builder builds the transports of the servers of one cluster from one Config.
@@ -187,7 +195,9 @@ type Builder struct {
 	// takes only its dialer and TLS configuration, and dials each upgrade
 	// itself.
 	upgrade *http.Transport
-	bearer  string // the Authorization value with a token, "" with a client certificate
+	// http2 configures the HTTP/2 connections of the pooled transports.
+	http2  *http.HTTP2Config
+	bearer string // the Authorization value with a token, "" with a client certificate
 }
 
 // NewBuilder checks cfg and builds what its transports share.
@@ -226,7 +236,8 @@ func NewBuilder(cfg Config) (*Builder, error) {
 	upgradeTLS := tlsConfig.Clone()
 	upgradeTLS.NextProtos = []string{"http/1.1"}
 	tlsConfig.NextProtos = []string{"h2", "http/1.1"}
-	b := &Builder{cfg: cfg, tlsConfig: tlsConfig, upgradeTLS: upgradeTLS, dial: dial}
+	b := &Builder{cfg: cfg, tlsConfig: tlsConfig, upgradeTLS: upgradeTLS, dial: dial,
+		http2: &http.HTTP2Config{MaxDecoderHeaderTableSize: responseHeaderTable}}
 	// Without ForceAttemptHTTP2 an http.Transport with a TLS configuration
 	// leaves it as it is: upgrades speak HTTP/1.1.
 	b.upgrade = &http.Transport{
@@ -261,6 +272,7 @@ func (b *Builder) New() *Transports {
 		TLSHandshakeTimeout: tlsHandshakeTimeout,
 		IdleConnTimeout:     idleConnTimeout,
 		MaxIdleConnsPerHost: maxIdleConnsPerHost,
+		HTTP2:               b.http2,
 	})
 	// SetTransportDefaults fills a nil Proxy with the environment's: members
 	// are reached directly or through spec.clientConfig.proxyURL, never

@@ -1,11 +1,13 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -17,6 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubewharf/kube-gateway/test/testca"
@@ -290,5 +295,79 @@ func TestBuilderShares(t *testing.T) {
 	}
 	if got := one.pooled.TLSClientConfig.NextProtos; !slices.Equal(got, []string{"h2", "http/1.1"}) {
 		t.Errorf("pooled ALPN %q, want h2 and http/1.1 offered", got)
+	}
+}
+
+// The pooled transports ask members for a small HPACK table for their
+// response headers: a table a kube-apiserver's Audit-Id and Date keep full
+// is memory every connection holds, idle or not.
+func TestPooledConnectionsAskForASmallHeaderTable(t *testing.T) {
+	settings := make(chan http2.SettingsFrame, 1)
+	s := httptest.NewUnstartedServer(http.NotFoundHandler())
+	s.TLS = &tls.Config{NextProtos: []string{"h2"}}
+	// The server reads the client's preface and first SETTINGS frame, and
+	// hangs up: the round trip fails, the setting is what counts.
+	s.Config.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){
+		"h2": func(_ *http.Server, c *tls.Conn, _ http.Handler) {
+			defer c.Close()
+			if _, err := io.ReadFull(c, make([]byte, len(http2.ClientPreface))); err != nil {
+				return
+			}
+			f, err := http2.NewFramer(io.Discard, c).ReadFrame()
+			if sf, ok := f.(*http2.SettingsFrame); ok && err == nil {
+				settings <- *sf
+			}
+		},
+	}
+	s.Config.ErrorLog = log.New(io.Discard, "", 0)
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.Certificate().Raw})
+
+	tr, err := New(Config{CAData: ca, BearerToken: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = probeVia(tr.Pooled, s.URL)
+	select {
+	case sf := <-settings:
+		if got, ok := sf.Value(http2.SettingHeaderTableSize); !ok || got != responseHeaderTable {
+			t.Errorf("SETTINGS_HEADER_TABLE_SIZE %d (sent: %v), want %d", got, ok, responseHeaderTable)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no SETTINGS frame from the pooled transport")
+	}
+}
+
+// BenchmarkResponseHeaderBlock reports what a response's HTTP/2 header block
+// takes on the wire when the member's encoder may keep table bytes of it: a
+// kube-apiserver's answer to a probe, its Audit-Id and Date new every time.
+func BenchmarkResponseHeaderBlock(b *testing.B) {
+	for _, table := range []uint32{4096, responseHeaderTable, 512, 0} {
+		b.Run(fmt.Sprintf("table=%d", table), func(b *testing.B) {
+			var buf bytes.Buffer
+			enc := hpack.NewEncoder(&buf)
+			enc.SetMaxDynamicTableSizeLimit(table)
+			flowSchema, priorityLevel := string(uuid.NewUUID()), string(uuid.NewUUID())
+			date := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+			written := 0
+			for i := range b.N + 100 {
+				if i == 100 { // the table is full by now
+					written = 0
+				}
+				buf.Reset()
+				for _, f := range [][2]string{{":status", "200"}, {"audit-id", string(uuid.NewUUID())},
+					{"cache-control", "no-cache, private"}, {"content-type", "application/json"},
+					{"x-content-type-options", "nosniff"}, {"x-kubernetes-pf-flowschema-uid", flowSchema},
+					{"x-kubernetes-pf-prioritylevel-uid", priorityLevel},
+					{"date", date.Add(time.Duration(i) * 5 * time.Second).Format(http.TimeFormat)}, {"content-length", "3456"}} {
+					if err := enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				written += buf.Len()
+			}
+			b.ReportMetric(float64(written)/float64(b.N), "bytes/response")
+		})
 	}
 }

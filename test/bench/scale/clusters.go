@@ -242,22 +242,24 @@ func clusterPhase(ctx context.Context, s *scene, o options) (*clusterResult, err
 		res.Compiled, res.CompiledTook.Round(100*time.Millisecond), res.Ready, res.ReadyTook.Round(100*time.Millisecond))
 
 	sr.setPhase("ready")
-	res.After = s.take(ctx, fmt.Sprintf("%d clusters", o.Clusters+2), true)
-	res.HeapFile = filepath.Join(o.OutDir, "kube-gateway-heap-clusters.pprof")
-	if res.HeapTop, err = s.heapProfile(ctx, res.HeapFile, res.HeapBaseFile); err != nil {
-		logf("clusters: heap profile: %v", err)
-		res.HeapFile = ""
-	}
 	// The series scrapes the gateway's /metrics every second, far more often
 	// than a monitoring system does, and that scrape (a series per cluster
 	// and server) would count as idle CPU: it ends before the idle window.
 	res.Series = sr.Stop()
 	sr = nil
 	logf("clusters: steady state: %s idle", o.ClusterIdle)
-	res.ReplicasAfter = takeReplicas()
 	rw := startReplicaWindow(ctx, reps)
 	res.AfterIdle = s.idle(ctx, o.ClusterIdle, ucs, filepath.Join(o.OutDir, "kube-gateway-cpu-clusters.pprof"))
+	// Memory after the idle window: what a connection keeps of the probes'
+	// responses grows over its first probes.
+	res.ReplicasAfter = takeReplicas()
 	rw.end(ctx, res.ReplicasAfter)
+	res.After = s.take(ctx, fmt.Sprintf("%d clusters", o.Clusters+2), true)
+	res.HeapFile = filepath.Join(o.OutDir, "kube-gateway-heap-clusters.pprof")
+	if res.HeapTop, err = s.heapProfile(ctx, res.HeapFile, res.HeapBaseFile); err != nil {
+		logf("clusters: heap profile: %v", err)
+		res.HeapFile = ""
+	}
 	for _, t := range []*measure.Target{s.gateway, s.direct} {
 		if err := t.Load(ctx, getTarget, 1, 50, 0).FirstErr; err != nil {
 			logf("clusters: warm-up GET: %v", err)

@@ -71,7 +71,7 @@ func (f *fleet) describe() string {
 	}
 	return fmt.Sprintf("%d stand-in member servers, processes of their own (`%s`, test/bench/scale/standin.go), on %s with %d ports each: "+
 		"TLS 1.3 with HTTP/2 offered, a client certificate required and verified against a client CA (the gateway's comes from the hub Secret `%s`), "+
-		"answering `/readyz`, `/livez`, `/healthz`, `/version`, `/api` and `/apis` as a kube-apiserver does and 404 otherwise; "+
+		"answering `/readyz`, `/livez`, `/healthz`, `/version`, `/api` and `/apis` as a kube-apiserver does (its response headers too, a new Audit-Id each) and 404 otherwise; "+
 		"cluster i has its servers on port i mod %d of each, so every cluster's two servers are distinct hosts, and clusters share servers as they share member-a's in the other mode "+
 		"(the gateway keeps transports and connections per cluster and server, so that changes nothing)",
 		len(f.Slots), standInCommand, strings.Join(hosts, " and "), n, f.Secret, n)

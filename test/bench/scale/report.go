@@ -255,7 +255,7 @@ func (r *report) clusterSection(p func(string, ...any), c *clusterResult) {
 	}
 	p("%d UpstreamClusters applied (server-side apply, %d at a time) in one burst, next to the harness's two clusters. Their servers (`-cluster-servers=%s`): %s. ", k, o.Burst, c.ServerKind, c.Servers)
 	p("Compiled: every object's `status.observedGeneration` equals its generation; Ready: also its `Ready` condition is True (LIST through the hub every second). ")
-	p("Steady state: %s idle after all are Ready; the baseline is %s idle with the harness's two clusters before the burst. ", c.AfterIdle.For.Round(time.Second), c.BaselineIdle.For.Round(time.Second))
+	p("Steady state: %s idle after all are Ready, the memory taken at its end (an HTTP/2 connection's header table fills over its first few dozen probes); the baseline is %s idle with the harness's two clusters before the burst. ", c.AfterIdle.For.Round(time.Second), c.BaselineIdle.For.Round(time.Second))
 	p("Health probes: `apiserver_request_total{subresource=\"/readyz\"}` of those servers (every probe of every cluster lands there). Status writes: MODIFIED events of the %d objects on a watch through the hub during the idle window. ", k)
 	p("File descriptors: the bench raised its limit, which the processes it starts inherit, from %d to %d; the gateway's is %d.\n\n", r.FDLimitBefore, r.FDLimit, r.GatewayFDLimit)
 	p("| metric | 2 clusters (harness) | %d clusters | per added cluster |\n|---|---:|---:|---:|\n", k+2)

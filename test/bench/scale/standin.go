@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/version"
 )
 
@@ -99,10 +100,13 @@ func standInMain(args []string) error {
 
 // newStandInHandler answers as a kube-apiserver does: ok on /readyz, /livez
 // and /healthz, the version on /version, the core and group discovery on
-// /api and /apis, and 404 with a Status otherwise; every request counted in
-// apiserver_request_total by path, as the apiserver labels its health checks
-// (subresource="/readyz"), served on /metrics.
+// /api and /apis, and 404 with a Status otherwise, with the response headers
+// a kube-apiserver sends (a new Audit-Id each: what the gateway's HTTP/2
+// connections keep of them is a share of an idle cluster's memory); every
+// request counted in apiserver_request_total by path, as the apiserver labels
+// its health checks (subresource="/readyz"), served on /metrics.
 func newStandInHandler() http.Handler {
+	flowSchema, priorityLevel := string(uuid.NewUUID()), string(uuid.NewUUID())
 	reg := prometheus.NewRegistry()
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "apiserver_request_total", Help: "Requests the stand-in served, by path and code."},
 		[]string{"verb", "subresource", "code"})
@@ -147,7 +151,13 @@ func newStandInHandler() http.Handler {
 			path = "other" // a label per unknown path would grow without bound
 		}
 		requests.WithLabelValues(r.Method, path, fmt.Sprint(code)).Inc()
-		w.Header().Set("Content-Type", ctype)
+		h := w.Header()
+		h.Set("Audit-Id", string(uuid.NewUUID()))
+		h.Set("Cache-Control", "no-cache, private")
+		h.Set("Content-Type", ctype)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Kubernetes-Pf-Flowschema-Uid", flowSchema)
+		h.Set("X-Kubernetes-Pf-Prioritylevel-Uid", priorityLevel)
 		w.WriteHeader(code)
 		_, _ = w.Write(body)
 	})
