@@ -19,21 +19,23 @@ import (
 // watch.Filter).
 const eventBuffer = 100
 
-// Watch returns w with the objects of its events wrapped so that the API
-// server's watch encoder writes each event from the cache: the objects that
-// carry a UID and resourceVersion and are not shared already. Events the
-// watch cache dispatches are shared (one encoding for all watchers, a
-// runtime.CacheableObject of its own) and pass as they are; the initial
-// events of a watch are copies for this watch alone, and are what the cache
-// is for. A watch's objects are always stored versions, never a dry run's,
-// so a UID and resourceVersion name their content.
-func (c *Cache) Watch(w watch.Interface) watch.Interface {
-	k := &keptWatch{in: w, out: make(chan watch.Event, eventBuffer), stop: make(chan struct{})}
+// Watch returns the events initial, then those of w, with their objects
+// wrapped so that the API server's watch encoder writes each event from the
+// cache: the objects that carry a UID and resourceVersion and are not shared
+// already. Events the watch cache dispatches are shared (one encoding for
+// all watchers, a runtime.CacheableObject of its own) and pass as they are;
+// the initial events of a watch are what the cache is for. A watch's objects
+// and a LIST's are always stored versions, never a dry run's, so a UID and
+// resourceVersion name their content. The encoder only reads the objects:
+// initial may share what the watch cache holds, as a LIST's items do.
+func (c *Cache) Watch(initial []watch.Event, w watch.Interface) watch.Interface {
+	k := &keptWatch{initial: initial, in: w, out: make(chan watch.Event, eventBuffer), stop: make(chan struct{})}
 	go k.run(c)
 	return k
 }
 
 type keptWatch struct {
+	initial  []watch.Event // sent first; each let go once sent
 	in       watch.Interface
 	out      chan watch.Event
 	stop     chan struct{}
@@ -42,6 +44,15 @@ type keptWatch struct {
 
 func (k *keptWatch) run(c *Cache) {
 	defer close(k.out)
+	for i, ev := range k.initial {
+		k.initial[i] = watch.Event{}
+		ev.Object = c.keep(ev.Object)
+		select {
+		case k.out <- ev:
+		case <-k.stop:
+			return
+		}
+	}
 	in := k.in.ResultChan()
 	for {
 		var ev watch.Event

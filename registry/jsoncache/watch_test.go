@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,10 +23,13 @@ import (
 )
 
 // watcher serves watches whose events are copies of objects, as the watch
-// cache sends a watch's initial events, through wrap when it is set.
+// cache sends a watch's initial events, through wrap when it is set; with
+// fromList, wrap gets the objects themselves as initial events, as a LIST of
+// the watch cache shares them, and a watch with no events.
 type watcher struct {
-	objects []gatewayv1alpha1.UpstreamCluster
-	wrap    func(watch.Interface) watch.Interface
+	objects  []gatewayv1alpha1.UpstreamCluster
+	wrap     func([]watch.Event, watch.Interface) watch.Interface
+	fromList bool
 }
 
 func (s *watcher) New() runtime.Object     { return &gatewayv1alpha1.UpstreamCluster{} }
@@ -40,12 +44,17 @@ func (s *watcher) ConvertToTable(ctx context.Context, obj runtime.Object, opts r
 
 func (s *watcher) Watch(context.Context, *metainternalversion.ListOptions) (watch.Interface, error) {
 	w := watch.NewFakeWithChanSize(len(s.objects), false)
+	var initial []watch.Event
 	for i := range s.objects {
-		w.Add(s.objects[i].DeepCopy())
+		if s.fromList {
+			initial = append(initial, watch.Event{Type: watch.Added, Object: &s.objects[i]})
+		} else {
+			w.Add(s.objects[i].DeepCopy())
+		}
 	}
 	w.Stop() // the events sent, the watch ends
 	if s.wrap != nil {
-		return s.wrap(w), nil
+		return s.wrap(initial, w), nil
 	}
 	return w, nil
 }
@@ -111,6 +120,20 @@ func TestWatchEventsAreWrittenAsTheAPIServerWritesThem(t *testing.T) {
 	if got, want := c.Writes(), (Writes{WatchEncoded: 19, WatchKept: 19}); got != want {
 		t.Fatalf("writes %+v, want %+v", got, want)
 	}
+	// Initial events from a LIST: the same bytes, from the same kept JSON,
+	// and the shared objects left as they were.
+	before := clusters(20).Items
+	before[3].UID = ""
+	listed := &watcher{objects: objects, wrap: c.Watch, fromList: true}
+	if got := serveWatch(t, c.NegotiatedSerializer(), listed, runtime.ContentTypeJSON); !bytes.Equal(got, want) {
+		t.Fatalf("initial events from a LIST:\n got %s\nwant %s", got, want)
+	}
+	if got, want := c.Writes(), (Writes{WatchEncoded: 19, WatchKept: 38}); got != want {
+		t.Fatalf("writes %+v, want %+v", got, want)
+	}
+	if !apiequality.Semantic.DeepEqual(objects, before) {
+		t.Fatal("writing the initial events changed the objects they share")
+	}
 
 	// Same UID and resourceVersion: the bytes written before, although the
 	// object differs (storage never does that; this shows the cache answered).
@@ -151,7 +174,7 @@ func TestConvertingWatchesAreNotKept(t *testing.T) {
 func TestKeptWatchStops(t *testing.T) {
 	c, _ := newCache(t)
 	in := watch.NewFake()
-	w := c.Watch(in)
+	w := c.Watch(nil, in)
 	obj := cluster(1)
 	go in.Add(&obj)
 	ev := <-w.ResultChan()
@@ -168,4 +191,31 @@ func TestKeptWatchStops(t *testing.T) {
 	for range w.ResultChan() {
 	}
 	w.Stop() // twice is fine
+}
+
+// A watch stopped while it sends its initial events ends: it sends no more
+// of them and stops the watch they precede.
+func TestKeptWatchStopsDuringInitialEvents(t *testing.T) {
+	c, _ := newCache(t)
+	list := clusters(3 * eventBuffer).Items
+	initial := make([]watch.Event, len(list))
+	for i := range list {
+		initial[i] = watch.Event{Type: watch.Added, Object: &list[i]}
+	}
+	in := watch.NewFake()
+	w := c.Watch(initial, in)
+	if ev := <-w.ResultChan(); ev.Type != watch.Added {
+		t.Fatalf("first event %s, want ADDED", ev.Type)
+	}
+	w.Stop()
+	n := 1
+	for range w.ResultChan() {
+		n++
+	}
+	if n >= len(initial) {
+		t.Fatalf("all %d initial events sent after Stop", n)
+	}
+	if !in.IsStopped() {
+		t.Fatal("the inner watch was not stopped")
+	}
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/kubewharf/kube-gateway/apis/client/clientset/versioned"
 	gatewayv1alpha1 "github.com/kubewharf/kube-gateway/apis/gateway/v1alpha1"
@@ -167,4 +169,86 @@ func objectEncodings(t *testing.T) encodingCounts {
 		return gatewayCounter(t, "kube_gateway_object_encodings_total", map[string]string{"response": response, "result": result})
 	}
 	return encodingCounts{get("list", "kept"), get("list", "encoded"), get("watch", "kept"), get("watch", "encoded")}
+}
+
+// A watch from no resourceVersion, or from "0", starts with an ADDED event
+// of every object it selects and goes on with what changes after them:
+// nothing between the two missed, nothing sent twice. A watch-list request
+// (sendInitialEvents, bookmarks allowed: client-go's reflectors) also gets the
+// bookmark that marks the end of the initial events, before any change.
+func TestWatchFromNoResourceVersionStartsWithTheState(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	const label = "e2e-watch-state"
+	for i, color := range []string{"red", "red", "blue"} {
+		// A disabled server: one status write, no probes that change it later.
+		uc := newCluster(fmt.Sprintf("watch-state-%d", i), "https://127.0.0.1:1")
+		uc.Spec.Servers[0].Disabled = true
+		uc.Labels = map[string]string{label: color}
+		createCluster(t, uc)
+	}
+	ucs := upstreamClusters(t)
+	yes := true
+	for round, opts := range []metav1.ListOptions{
+		{ResourceVersion: ""},
+		{ResourceVersion: "0"},
+		{SendInitialEvents: &yes, AllowWatchBookmarks: true, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan},
+	} {
+		opts.LabelSelector = label + "=red"
+		name := fmt.Sprintf("watch from %q, sendInitialEvents %v", opts.ResourceVersion, opts.SendInitialEvents != nil)
+		w, err := ucs.Watch(ctx, opts)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		next := func() (watch.EventType, *gatewayv1alpha1.UpstreamCluster) {
+			t.Helper()
+			for {
+				select {
+				case ev, ok := <-w.ResultChan():
+					if !ok {
+						t.Fatalf("%s: the watch ended", name)
+					}
+					uc, ok := ev.Object.(*gatewayv1alpha1.UpstreamCluster)
+					if !ok {
+						t.Fatalf("%s: a %s event of %T: %v", name, ev.Type, ev.Object, ev.Object)
+					}
+					if ev.Type == watch.Bookmark && uc.Annotations[metav1.InitialEventsAnnotationKey] != "true" {
+						continue // a periodic bookmark
+					}
+					return ev.Type, uc
+				case <-ctx.Done():
+					t.Fatalf("%s: %v", name, ctx.Err())
+				}
+			}
+		}
+		added := map[string]bool{}
+		for len(added) < 2 {
+			typ, uc := next()
+			if typ != watch.Added || added[uc.Name] || uc.Labels[label] != "red" {
+				t.Fatalf("%s: initial event %s of %s (labels %v), want an ADDED event of each red cluster", name, typ, uc.Name, uc.Labels)
+			}
+			added[uc.Name] = true
+		}
+		if opts.AllowWatchBookmarks {
+			if typ, uc := next(); typ != watch.Bookmark || uc.ResourceVersion == "" {
+				t.Fatalf("%s: %s event of %q (resourceVersion %q) after the initial events, want the bookmark that ends them", name, typ, uc.Name, uc.ResourceVersion)
+			}
+		}
+		// A change after the initial events arrives, and no initial event
+		// again before it (status writes may come in between).
+		touched := fmt.Sprint(round)
+		patch := []byte(`{"metadata":{"annotations":{"e2e-touched":"` + touched + `"}}}`)
+		if _, err := ucs.Patch(ctx, "watch-state-0", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			typ, uc := next()
+			if typ != watch.Modified {
+				t.Fatalf("%s: %s event of %s after the initial events, want MODIFIED", name, typ, uc.Name)
+			}
+			if uc.Name == "watch-state-0" && uc.Annotations["e2e-touched"] == touched {
+				break
+			}
+		}
+		w.Stop()
+	}
 }
