@@ -8,10 +8,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -79,11 +79,16 @@ type Controller struct {
 	clusters cache.SharedIndexInformer
 	secrets  cache.SharedIndexInformer
 	queue    workqueue.TypedRateLimitingInterface[string]
-	state    atomic.Pointer[map[string]*entry]
+	// state holds the *entry of every cluster by name: written by the one
+	// worker (swap), read by every request. A map copied on write would copy
+	// every cluster for each change, quadratic in a burst of applies.
+	state sync.Map
 	// doors maps each member-door server name to what serves it, rebuilt
-	// with state.
+	// from doorEntries when an entry with door names comes or goes.
 	doors atomic.Pointer[map[string]doorSlot]
-	hooks Hooks
+	// doorEntries are the entries with door names, by cluster: the worker's.
+	doorEntries map[string]*entry
+	hooks       Hooks
 	// probes paces the health probes of every compiled cluster.
 	probes *health.Scheduler
 	// ClusterOptions apply to every cluster compiled, DoorOptions to every
@@ -122,8 +127,8 @@ func NewController(clusterSource cache.ListerWatcher, secrets cache.SharedIndexI
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "upstreamclusters"}),
 	}
-	c.state.Store(&map[string]*entry{})
 	c.doors.Store(&map[string]doorSlot{})
+	c.doorEntries = map[string]*entry{}
 	if err := c.clusters.SetTransform(DropManagedFields); err != nil {
 		return nil, err
 	}
@@ -200,9 +205,8 @@ func (c *Controller) HasSynced() bool {
 	if !c.clusters.HasSynced() || !c.secrets.HasSynced() {
 		return false
 	}
-	state := *c.state.Load()
 	for _, key := range c.clusters.GetIndexer().ListKeys() {
-		if _, ok := state[key]; !ok {
+		if c.entry(key) == nil {
 			return false
 		}
 	}
@@ -215,9 +219,9 @@ var ErrUnknown = fmt.Errorf("unknown cluster")
 // Lookup returns the compiled cluster called name. err is ErrUnknown when the
 // gateway has no such cluster, or says why the cluster cannot be used.
 func (c *Controller) Lookup(name string) (*cluster.Cluster, error) {
-	e, ok := (*c.state.Load())[name]
+	e := c.entry(name)
 	switch {
-	case !ok:
+	case e == nil:
 		return nil, ErrUnknown
 	case e.err != nil:
 		return nil, e.err
@@ -237,16 +241,24 @@ func (c *Controller) OwnersChanged() { c.probes.Reshard() }
 // EachServer calls fn for every enabled server of every compiled cluster with
 // its current health (for metrics, at scrape time).
 func (c *Controller) EachServer(fn func(cluster, endpoint string, healthy bool)) {
-	for name, e := range *c.state.Load() {
-		if e.cluster == nil {
-			continue
-		}
-		for _, s := range e.cluster.Servers() {
-			if s.Reason != gatewayv1alpha1.ServerReasonDisabled {
-				fn(name, s.Endpoint, s.Healthy)
+	c.state.Range(func(name, v any) bool {
+		if e := v.(*entry); e.cluster != nil {
+			for _, s := range e.cluster.Servers() {
+				if s.Reason != gatewayv1alpha1.ServerReasonDisabled {
+					fn(name.(string), s.Endpoint, s.Healthy)
+				}
 			}
 		}
+		return true
+	})
+}
+
+// entry returns the entry of the cluster called name, nil if there is none.
+func (c *Controller) entry(name string) *entry {
+	if v, ok := c.state.Load(name); ok {
+		return v.(*entry)
 	}
+	return nil
 }
 
 func (c *Controller) work(ctx context.Context) {
@@ -262,7 +274,7 @@ func (c *Controller) work(ctx context.Context) {
 
 func (c *Controller) sync(ctx context.Context, name string) {
 	logger := klog.FromContext(ctx).WithValues("upstreamcluster", name)
-	old := (*c.state.Load())[name]
+	old := c.entry(name)
 	obj, exists, err := c.clusters.GetIndexer().GetByKey(name)
 	if err != nil || !exists {
 		if old != nil {
@@ -313,7 +325,7 @@ func (c *Controller) sync(ctx context.Context, name string) {
 	generation := uc.Generation
 	observe := func(cl *cluster.Cluster, _ health.ServerHealth) {
 		// A replaced cluster's checker may still report for a moment.
-		if cur := (*c.state.Load())[name]; cur != nil && cur.cluster == cl && c.hooks.Observed != nil {
+		if cur := c.entry(name); cur != nil && cur.cluster == cl && c.hooks.Observed != nil {
 			c.hooks.Observed(name, generation, cl.Servers())
 		}
 	}
@@ -378,18 +390,24 @@ func (c *Controller) follow(cl *cluster.Cluster, uc *gatewayv1alpha1.UpstreamClu
 	}
 }
 
-// swap installs next for name (nil removes it) with copy-on-write, then releases
-// the connections of the replaced cluster that the new one does not reuse.
+// swap installs next for name (nil removes it), then releases the
+// connections of the replaced cluster that the new one does not reuse. Only
+// the worker calls it.
 func (c *Controller) swap(name string, next *entry) {
-	m := maps.Clone(*c.state.Load())
-	old := m[name]
+	old := c.entry(name)
 	if next == nil {
-		delete(m, name)
+		c.state.Delete(name)
 	} else {
-		m[name] = next
+		c.state.Store(name, next)
 	}
-	c.state.Store(&m)
-	c.doors.Store(doorIndex(m))
+	if (old != nil && len(old.doorNames) > 0) || (next != nil && len(next.doorNames) > 0) {
+		if next != nil && len(next.doorNames) > 0 {
+			c.doorEntries[name] = next
+		} else {
+			delete(c.doorEntries, name)
+		}
+		c.doors.Store(doorIndex(c.doorEntries))
+	}
 	if old != nil && old.stopHealth != nil {
 		old.stopHealth()
 	}
