@@ -206,13 +206,20 @@ func NewBuilder(cfg Config) (*Builder, error) {
 	if hasToken == hasCert {
 		return nil, fmt.Errorf("exactly one credential is required: a bearer token or a client certificate and key")
 	}
-	tlsConfig, err := transport.TLSConfigFor(&transport.Config{TLS: transport.TLSConfig{
-		CAData:     cfg.CAData,
-		ServerName: cfg.ServerName,
-		Insecure:   cfg.Insecure,
-		CertData:   cfg.CertData,
-		KeyData:    cfg.KeyData,
-	}})
+	tlsCfg := transport.TLSConfig{CAData: cfg.CAData, ServerName: cfg.ServerName, Insecure: cfg.Insecure}
+	if hasCert {
+		cert, err := tls.X509KeyPair(cfg.CertData, cfg.KeyData)
+		if err != nil {
+			return nil, err
+		}
+		// The parsed leaf serves a server choosing among its certificates; a
+		// client only sends the certificate, and would keep the leaf with
+		// every idle cluster (docs/benchmark.md, "Per registered
+		// UpstreamCluster").
+		cert.Leaf = nil
+		tlsCfg.GetCertHolder = &transport.GetCertHolder{GetCert: func() (*tls.Certificate, error) { return &cert, nil }}
+	}
+	tlsConfig, err := transport.TLSConfigFor(&transport.Config{TLS: tlsCfg})
 	if err != nil {
 		return nil, err
 	}

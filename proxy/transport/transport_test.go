@@ -298,6 +298,56 @@ func TestBuilderShares(t *testing.T) {
 	}
 }
 
+// A client certificate reaches the member, and the builder keeps no parsed
+// leaf of it: a client only sends the certificate, and every idle cluster
+// would hold the leaf.
+func TestClientCertificate(t *testing.T) {
+	clients := testca.New(t, "member-clients")
+	gateway := clients.Issue(t, testca.Spec{CommonName: "kube-gateway", Usage: x509.ExtKeyUsageClientAuth})
+	pool := x509.NewCertPool()
+	pool.AddCert(clients.Cert)
+	var seen []string
+	var mu sync.Mutex
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range r.TLS.PeerCertificates {
+			seen = append(seen, c.Subject.CommonName)
+		}
+	}))
+	s.TLS = &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool}
+	s.EnableHTTP2 = true
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.Certificate().Raw})
+
+	b, err := NewBuilder(Config{CAData: ca, CertData: gateway.CertPEM, KeyData: gateway.KeyPEM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := b.New()
+	defer tr.CloseIdleConnections()
+	if err := probe(tr, s.URL); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if !slices.Equal(seen, []string{"kube-gateway"}) {
+		t.Errorf("the member saw client certificates %q, want kube-gateway's", seen)
+	}
+	mu.Unlock()
+	cert, err := b.tlsConfig.GetClientCertificate(&tls.CertificateRequestInfo{})
+	if err != nil || cert == nil || len(cert.Certificate) == 0 {
+		t.Fatalf("GetClientCertificate = %v, %v; want the certificate", cert, err)
+	}
+	if cert.Leaf != nil {
+		t.Error("the builder keeps the parsed leaf of its client certificate")
+	}
+
+	if _, err := NewBuilder(Config{CAData: ca, CertData: gateway.CertPEM, KeyData: clients.KeyPEM}); err == nil {
+		t.Error("a certificate with another key's private key was accepted")
+	}
+}
+
 // The pooled transports ask members for a small HPACK table for their
 // response headers: a table a kube-apiserver's Audit-Id and Date keep full
 // is memory every connection holds, idle or not.
