@@ -400,12 +400,14 @@ func (c *Controller) swap(name string, next *entry) {
 	} else {
 		c.state.Store(name, next)
 	}
-	if (old != nil && len(old.doorNames) > 0) || (next != nil && len(next.doorNames) > 0) {
-		if next != nil && len(next.doorNames) > 0 {
-			c.doorEntries[name] = next
-		} else {
-			delete(c.doorEntries, name)
-		}
+	_, hadDoor := c.doorEntries[name]
+	hasDoor := next != nil && len(next.doorNames) > 0
+	if hasDoor {
+		c.doorEntries[name] = next
+	} else {
+		delete(c.doorEntries, name)
+	}
+	if hadDoor || hasDoor {
 		c.doors.Store(doorIndex(c.doorEntries))
 	}
 	if old != nil && old.stopHealth != nil {
