@@ -87,7 +87,8 @@ type Cluster struct {
 	flowControl *flowcontrol.Set
 	// builder builds the transports of every server from the credential and
 	// connection settings: while they stay the same, it is kept, and a server
-	// that stays in spec.servers keeps its transports, connections and health.
+	// that stays in spec.servers keeps its transports and health (and its
+	// connections, unless another server leaves: see Release).
 	builder *transport.Builder
 	// tunnel dials the servers through spec.clientConfig.konnectivity (nil: direct),
 	// built from tunnelConfig; shared by the transports of every server.
@@ -380,9 +381,11 @@ func mustPicker(s gatewayv1alpha1.Strategy) balance.Picker {
 func (c *Cluster) Transports(e *balance.Endpoint) *transport.Transports { return e.Transports }
 
 // Release closes the idle connections of the transports of a cluster replaced
-// by next (nil when deleted) that next does not reuse: those of removed servers,
-// or all after a change of credential or connection settings. Requests in flight
-// finish on their connections.
+// by next (nil when deleted) that next does not reuse: all of them after a
+// change of credential or connection settings, and when a server left
+// spec.servers, since the servers share one pool (transport.Builder), its
+// idle connections and those of the servers that stay, which reopen on their
+// next request or probe. Requests in flight finish on their connections.
 func (c *Cluster) Release(next *Cluster) {
 	for _, e := range c.Endpoints {
 		if next == nil || !slices.Contains(next.Endpoints, e) {

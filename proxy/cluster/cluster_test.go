@@ -586,10 +586,12 @@ func TestCompileConfigErrors(t *testing.T) {
 	}
 }
 
-// TestTransportsPerServer checks that each server has its own pooled transports:
-// a server that stays keeps its connection across a change of spec.servers, a
-// removed one has its idle connections closed at once, and a new credential
-// generation builds new transports for every server.
+// TestTransportsPerServer checks that the servers of a cluster share their
+// pooled transports, a connection each: a change of spec.servers keeps them,
+// a removed server has its idle connections closed at once (and with them
+// those of the servers that stay, which reopen on their next request), a
+// change that leaves the credential alone keeps every connection, and a new
+// credential generation builds new transports.
 func TestTransportsPerServer(t *testing.T) {
 	serverCA := testca.New(t, "server-ca")
 	m1, m2 := newMember(t, serverCA, serverCA), newMember(t, serverCA, serverCA)
@@ -600,8 +602,8 @@ func TestTransportsPerServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if both.Transports(both.Endpoints[0]) == both.Transports(both.Endpoints[1]) {
-		t.Fatal("two servers share one set of transports")
+	if both.Transports(both.Endpoints[0]) != both.Transports(both.Endpoints[1]) {
+		t.Fatal("two servers of one cluster have transports of their own")
 	}
 	for _, m := range []*member{m1, m2} {
 		if err := get(t, both, m.URL); err != nil {
@@ -612,7 +614,8 @@ func TestTransportsPerServer(t *testing.T) {
 		}
 	}
 
-	// m2 leaves spec.servers: its connection closes, m1's stays in use.
+	// m2 leaves spec.servers: its connection closes, and so does m1's idle
+	// one, which the next request reopens.
 	one, err := cluster.Compile(upstreamCluster(m1.URL), sec, both, nil, cluster.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -622,11 +625,12 @@ func TestTransportsPerServer(t *testing.T) {
 	}
 	both.Release(one)
 	waitConns(t, m2, 0)
+	waitConns(t, m1, 0)
 	if err := get(t, one, m1.URL); err != nil {
 		t.Fatal(err)
 	}
-	if accepted, open := m1.conns(); accepted != 1 || open != 1 {
-		t.Errorf("%s after m2 left: %d connections accepted, %d open; want its first one, still open", m1.URL, accepted, open)
+	if accepted, open := m1.conns(); accepted != 2 || open != 1 {
+		t.Errorf("%s after m2 left: %d connections accepted, %d open; want 2 and 1", m1.URL, accepted, open)
 	}
 
 	// A new Secret version with the same credential (a label changed): the
@@ -643,6 +647,12 @@ func TestTransportsPerServer(t *testing.T) {
 	}
 	one.Release(relabeled)
 	one = relabeled
+	if err := get(t, one, m1.URL); err != nil {
+		t.Fatal(err)
+	}
+	if accepted, open := m1.conns(); accepted != 2 || open != 1 {
+		t.Errorf("%s after a relabeled Secret: %d connections accepted, %d open; want 2 and 1", m1.URL, accepted, open)
+	}
 
 	// A new credential: new transports, the old connection closes.
 	sec = sec.DeepCopy()
@@ -661,8 +671,8 @@ func TestTransportsPerServer(t *testing.T) {
 	if err := get(t, rotated, m1.URL); err != nil {
 		t.Fatal(err)
 	}
-	if accepted, open := m1.conns(); accepted != 2 || open != 1 {
-		t.Errorf("%s after rotation: %d connections accepted, %d open; want 2 and 1", m1.URL, accepted, open)
+	if accepted, open := m1.conns(); accepted != 3 || open != 1 {
+		t.Errorf("%s after rotation: %d connections accepted, %d open; want 3 and 1", m1.URL, accepted, open)
 	}
 
 	// Deleted: nothing stays open.

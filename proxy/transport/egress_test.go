@@ -185,7 +185,7 @@ func TestNoEgressProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.CloseIdleConnections()
-	if tr.pooled.Proxy != nil || tr.upgrade.Proxy != nil {
+	if tr.pooled.Proxy != nil || tr.upgrade.transport().Proxy != nil {
 		t.Fatal("a transport has a Proxy function: members would be reached through an environment proxy")
 	}
 	if err := probe(tr, memberURL); err != nil {

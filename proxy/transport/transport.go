@@ -1,9 +1,9 @@
-// Package transport builds the pooled transports the gateway uses toward one
-// server of a member cluster: one for ordinary requests (HTTP/2, many streams
+// Package transport builds the pooled transports the gateway uses toward the
+// servers of a member cluster: one for ordinary requests (HTTP/2, many streams
 // over few connections) and one for protocol upgrades (exec, attach,
 // port-forward), which need HTTP/1.1. Both carry the gateway's credential; they
-// are built once per server and credential generation and shared by every
-// request to that server.
+// are built once per cluster and credential generation and shared by every
+// request to its servers.
 package transport
 
 import (
@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,7 +65,11 @@ func (c Config) Equal(o Config) bool {
 		c.ProxyUsername == o.ProxyUsername && c.ProxyPassword == o.ProxyPassword && bytes.Equal(c.ProxyCAData, o.ProxyCAData)
 }
 
-// Transports are the round trippers toward one server of a member.
+// Transports are the round trippers toward the servers of a member. The
+// servers of a cluster share them, and their pool of connections (a
+// connection serves one server), unless probes have connections of their own
+// (Config.ProbeOwnConnections): then each server has its own Transports with
+// the pool still shared.
 type Transports struct {
 	// RoundTripper carries ordinary requests; it adds the gateway's credential and
 	// impersonates the identity of the request's context (impersonate.WithIdentity).
@@ -82,8 +87,9 @@ type Transports struct {
 	// and nothing else.
 	Pooled http.RoundTripper
 
-	pooled, upgrade, probe *http.Transport
-	bearer                 string // "Bearer <token>", or "" with a client certificate
+	pooled, probe *http.Transport
+	upgrade       *upgradeConnections
+	bearer        string // "Bearer <token>", or "" with a client certificate
 	// pooledProbe is Probe over the pooled connections, for ProbeWhile.
 	pooledProbe http.RoundTripper
 }
@@ -180,24 +186,24 @@ const (
 	responseHeaderTable = 1024
 )
 
-// Builder builds the transports of the servers of one cluster from one Config.
-// What does not depend on the server is built once and shared: the TLS
-// configurations with the CA pool and client certificate, the dialer, the
-// upgrade transport. A cluster's servers differ only in their connections.
+// Builder builds the transports of the servers of one cluster from one Config,
+// once: the TLS configuration with the CA pool and client certificate, the
+// dialer, the pooled transport and the round trippers over it. The servers
+// differ only in their connections, which one pool keeps apart by address.
+// One pool per cluster rather than per server spares an idle cluster a
+// transport's and an HTTP/2 pool's maps (docs/benchmark.md, "Per registered
+// UpstreamCluster"); the price is that a server leaving spec.servers closes
+// the idle connections of the servers that stay too (see Release in package
+// cluster), which reopen on their next request or probe.
 type Builder struct {
 	cfg Config
-	// tlsConfig and upgradeTLS are shared by the transports: http.Transport
-	// clones its configuration per connection, and HTTP/2 set-up leaves one
-	// alone that offers h2 and http/1.1 already.
-	tlsConfig, upgradeTLS *tls.Config
-	dial                  dialFunc
-	// upgrade is the upgrade transport of every server: UpgradeAwareHandler
-	// takes only its dialer and TLS configuration, and dials each upgrade
-	// itself.
-	upgrade *http.Transport
-	// http2 configures the HTTP/2 connections of the pooled transports.
-	http2  *http.HTTP2Config
-	bearer string // the Authorization value with a token, "" with a client certificate
+	// tlsConfig is shared by the transports: http.Transport clones its
+	// configuration per connection, and HTTP/2 set-up leaves one alone that
+	// offers h2 and http/1.1 already.
+	tlsConfig *tls.Config
+	dial      dialFunc
+	// shared are the transports of every server.
+	shared *Transports
 }
 
 // NewBuilder checks cfg and builds what its transports share.
@@ -240,22 +246,113 @@ func NewBuilder(cfg Config) (*Builder, error) {
 		}
 		dial = withTimeout(cfg.Dial, dialTimeout)
 	}
-	upgradeTLS := tlsConfig.Clone()
-	upgradeTLS.NextProtos = []string{"http/1.1"}
 	tlsConfig.NextProtos = []string{"h2", "http/1.1"}
-	b := &Builder{cfg: cfg, tlsConfig: tlsConfig, upgradeTLS: upgradeTLS, dial: dial,
-		http2: &http.HTTP2Config{MaxDecoderHeaderTableSize: responseHeaderTable}}
-	// Without ForceAttemptHTTP2 an http.Transport with a TLS configuration
-	// leaves it as it is: upgrades speak HTTP/1.1.
-	b.upgrade = &http.Transport{
-		DialContext:         keepDialError(dial),
-		TLSClientConfig:     upgradeTLS,
+	b := &Builder{cfg: cfg, tlsConfig: tlsConfig, dial: dial}
+	b.shared = b.transports()
+	return b, nil
+}
+
+// http1TLS returns a copy of the TLS configuration that offers HTTP/1.1 only.
+func (b *Builder) http1TLS() *tls.Config {
+	c := b.tlsConfig.Clone()
+	c.NextProtos = []string{"http/1.1"}
+	return c
+}
+
+// transports builds the transports every server of b shares.
+func (b *Builder) transports() *Transports {
+	pooled := utilnet.SetTransportDefaults(&http.Transport{
+		DialContext:         b.dial,
+		TLSClientConfig:     b.tlsConfig,
+		TLSHandshakeTimeout: tlsHandshakeTimeout,
+		IdleConnTimeout:     idleConnTimeout,
+		MaxIdleConnsPerHost: maxIdleConnsPerHost,
+		HTTP2:               &http.HTTP2Config{MaxDecoderHeaderTableSize: responseHeaderTable},
+	})
+	// SetTransportDefaults fills a nil Proxy with the environment's: members
+	// are reached directly or through spec.clientConfig.proxyURL, never
+	// through an environment proxy.
+	pooled.Proxy = nil
+
+	// Credential and impersonation are added by round trippers, on the way out:
+	// for upgrades on the request written to the dialed connection.
+	withIdentity := func(rt http.RoundTripper) http.RoundTripper {
+		return b.withCredential(impersonate.NewRoundTripper(rt))
+	}
+	upgrade := &upgradeConnections{build: b.upgradeTransport}
+	// By default probes share the pooled connection, and keep it open: a
+	// handshake costs more CPU, on the gateway and on the member, than the
+	// connection's memory is worth (ProbeOwnConnections: see New).
+	probe := b.withCredential(pooled)
+	return &Transports{
+		RoundTripper: withIdentity(pooled),
+		Probe:        probe,
+		Upgrade:      proxyutil.NewUpgradeRequestRoundTripper(upgrade, withIdentity(proxyutil.MirrorRequest)),
+		Pooled:       pooled,
+		pooled:       pooled,
+		upgrade:      upgrade,
+		probe:        pooled,
+		bearer:       b.bearer(),
+		pooledProbe:  probe,
+	}
+}
+
+// bearer is the Authorization value with a token, "" with a client certificate.
+func (b *Builder) bearer() string {
+	if b.cfg.BearerToken == "" {
+		return ""
+	}
+	return "Bearer " + b.cfg.BearerToken
+}
+
+// withCredential adds the gateway's bearer token, if it has one, to the
+// requests of rt; a client certificate is in the TLS configuration.
+func (b *Builder) withCredential(rt http.RoundTripper) http.RoundTripper {
+	if b.cfg.BearerToken != "" {
+		rt = transport.NewBearerAuthRoundTripper(b.cfg.BearerToken, rt)
+	}
+	return rt
+}
+
+// upgradeTransport builds the connection side of upgrades. Without
+// ForceAttemptHTTP2 an http.Transport with a TLS configuration leaves it as it
+// is: upgrades speak HTTP/1.1.
+func (b *Builder) upgradeTransport() *http.Transport {
+	return &http.Transport{
+		DialContext:         keepDialError(b.dial),
+		TLSClientConfig:     b.http1TLS(),
 		TLSHandshakeTimeout: tlsHandshakeTimeout,
 	}
-	if hasToken {
-		b.bearer = "Bearer " + cfg.BearerToken
+}
+
+// upgradeConnections is the connection side of upgrades: UpgradeAwareHandler
+// takes only the dialer and the TLS configuration of its transport, found
+// through utilnet.RoundTripperWrapper, and dials each upgrade itself. The
+// transport is built on first use: most clusters never see an exec, attach or
+// port-forward, and every idle one would hold it.
+type upgradeConnections struct {
+	build func() *http.Transport
+	once  sync.Once
+	built atomic.Pointer[http.Transport]
+}
+
+func (u *upgradeConnections) transport() *http.Transport {
+	u.once.Do(func() { u.built.Store(u.build()) })
+	return u.built.Load()
+}
+
+// WrappedRoundTripper returns the transport, for utilnet.DialerFor and
+// utilnet.TLSClientConfig.
+func (u *upgradeConnections) WrappedRoundTripper() http.RoundTripper { return u.transport() }
+
+func (u *upgradeConnections) RoundTrip(req *http.Request) (*http.Response, error) {
+	return u.transport().RoundTrip(req)
+}
+
+func (u *upgradeConnections) closeIdleConnections() {
+	if t := u.built.Load(); t != nil {
+		t.CloseIdleConnections()
 	}
-	return b, nil
 }
 
 // Config is the configuration b was built from.
@@ -270,67 +367,32 @@ func New(cfg Config) (*Transports, error) {
 	return b.New(), nil
 }
 
-// New builds the transports toward one server: connections of their own,
-// the rest shared with the other transports of b.
+// New returns the transports toward one server: those every server of b
+// shares, with, under Config.ProbeOwnConnections, a probe transport of the
+// server's own.
 func (b *Builder) New() *Transports {
-	pooled := utilnet.SetTransportDefaults(&http.Transport{
+	if !b.cfg.ProbeOwnConnections {
+		return b.shared
+	}
+	// With ProbeOwnConnections a probe leaves no connection behind, so a
+	// cluster nobody sends requests to holds none once the pooled one has
+	// been idle for idleConnTimeout; its memory (TLS and HTTP/2 state, a
+	// reader goroutine) is most of an idle cluster's. The price is a TLS
+	// handshake per probe, resumed to spare what it can (the session cache is
+	// the server's own, since the servers of a cluster may share a name:
+	// spec.clientConfig.serverName, or one host), and paid only while the
+	// server is idle (ProbeWhile).
+	probeTLS := b.http1TLS()
+	probeTLS.ClientSessionCache = tls.NewLRUClientSessionCache(sessionCacheSize)
+	own := &http.Transport{
 		DialContext:         b.dial,
-		TLSClientConfig:     b.tlsConfig,
+		TLSClientConfig:     probeTLS,
 		TLSHandshakeTimeout: tlsHandshakeTimeout,
-		IdleConnTimeout:     idleConnTimeout,
-		MaxIdleConnsPerHost: maxIdleConnsPerHost,
-		HTTP2:               b.http2,
-	})
-	// SetTransportDefaults fills a nil Proxy with the environment's: members
-	// are reached directly or through spec.clientConfig.proxyURL, never
-	// through an environment proxy.
-	pooled.Proxy = nil
-
-	// By default probes share the pooled connection, and keep it open: a
-	// handshake costs more CPU, on the gateway and on the member, than the
-	// connection's memory is worth. With ProbeOwnConnections a probe leaves no
-	// connection behind, so a cluster nobody sends requests to holds none
-	// once the pooled one has been idle for idleConnTimeout; its memory (TLS
-	// and HTTP/2 state, a reader goroutine) is most of an idle cluster's. The
-	// price is a TLS handshake per probe, resumed to spare what it can (the
-	// session cache is the server's own, since the servers of a cluster may
-	// share a name: spec.clientConfig.serverName, or one host), and paid only
-	// while the server is idle (ProbeWhile).
-	probeTransport := pooled
-	if b.cfg.ProbeOwnConnections {
-		probeTLS := b.upgradeTLS.Clone()
-		probeTLS.ClientSessionCache = tls.NewLRUClientSessionCache(sessionCacheSize)
-		probeTransport = &http.Transport{
-			DialContext:         b.dial,
-			TLSClientConfig:     probeTLS,
-			TLSHandshakeTimeout: tlsHandshakeTimeout,
-			DisableKeepAlives:   true,
-		}
+		DisableKeepAlives:   true,
 	}
-
-	// Credential and impersonation are added by round trippers, on the way out:
-	// for upgrades on the request written to the dialed connection.
-	withCredential := func(rt http.RoundTripper) http.RoundTripper {
-		if b.bearer != "" {
-			rt = transport.NewBearerAuthRoundTripper(b.cfg.BearerToken, rt)
-		}
-		return rt
-	}
-	withIdentity := func(rt http.RoundTripper) http.RoundTripper {
-		return withCredential(impersonate.NewRoundTripper(rt))
-	}
-	probe := withCredential(probeTransport)
-	return &Transports{
-		RoundTripper: withIdentity(pooled),
-		Probe:        probe,
-		Upgrade:      proxyutil.NewUpgradeRequestRoundTripper(b.upgrade, withIdentity(proxyutil.MirrorRequest)),
-		Pooled:       pooled,
-		pooled:       pooled,
-		upgrade:      b.upgrade,
-		probe:        probeTransport,
-		bearer:       b.bearer,
-		pooledProbe:  withCredential(pooled),
-	}
+	t := *b.shared
+	t.Probe, t.probe = b.withCredential(own), own
+	return &t
 }
 
 // withTimeout bounds dial as net.Dialer.Timeout bounds a direct dial.
@@ -342,11 +404,12 @@ func withTimeout(dial dialFunc, timeout time.Duration) dialFunc {
 	}
 }
 
-// CloseIdleConnections closes the idle pooled connections; requests in flight
-// finish on theirs. Called when a newer configuration replaces these transports.
+// CloseIdleConnections closes the idle pooled connections, those of every
+// server that shares them; requests in flight finish on theirs. Called when a
+// newer configuration replaces these transports or removes a server.
 func (t *Transports) CloseIdleConnections() {
 	t.pooled.CloseIdleConnections()
-	t.upgrade.CloseIdleConnections()
+	t.upgrade.closeIdleConnections()
 	t.probe.CloseIdleConnections()
 }
 

@@ -79,7 +79,7 @@ func TestMinimumTLSVersion(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tr.CloseIdleConnections()
-			for which, c := range map[string]*tls.Config{"pooled": tr.pooled.TLSClientConfig, "upgrade": tr.upgrade.TLSClientConfig} {
+			for which, c := range map[string]*tls.Config{"pooled": tr.pooled.TLSClientConfig, "upgrade": tr.upgrade.transport().TLSClientConfig} {
 				if c == nil {
 					t.Errorf("%s transport has no TLS configuration", which)
 				} else if c.MinVersion < tls.VersionTLS12 {
@@ -260,41 +260,50 @@ func TestProbeConnections(t *testing.T) {
 	}
 }
 
-// The transports of one Builder share what does not depend on the server (the
-// TLS configurations with the CA pool, the upgrade transport, which only
-// dials); each server has its own connections, and with ProbeOwnConnections
-// its own TLS session cache, since servers of one cluster may share a name.
+// The servers of one Builder share their transports and one pool of
+// connections; with ProbeOwnConnections each has its own probe transport and
+// TLS session cache, since servers of one cluster may share a name. The
+// upgrade transport is built on first use only.
 func TestBuilderShares(t *testing.T) {
 	url1, ca := member(t, tls.VersionTLS12, tls.VersionTLS13)
-	b, err := NewBuilder(Config{CAData: ca, BearerToken: token, ProbeOwnConnections: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	one, two := b.New(), b.New()
-	if one.pooled == two.pooled || one.probe == two.probe {
-		t.Fatal("two servers share a pooled transport")
-	}
-	if one.pooled.TLSClientConfig.RootCAs == nil || one.pooled.TLSClientConfig != two.pooled.TLSClientConfig {
-		t.Error("the servers' pooled transports have TLS configurations of their own")
-	}
-	if one.upgrade != two.upgrade {
-		t.Error("the servers have upgrade transports of their own")
-	}
-	if one.probe.TLSClientConfig.ClientSessionCache == two.probe.TLSClientConfig.ClientSessionCache {
-		t.Error("the servers' probes share a TLS session cache")
-	}
-	// Both work, the shared upgrade configuration still speaks HTTP/1.1
-	// only, and the shared pooled one was left as built by HTTP/2 set-up.
-	for _, tr := range []*Transports{one, two} {
-		if err := probe(tr, url1); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got := one.upgrade.TLSClientConfig.NextProtos; !slices.Equal(got, []string{"http/1.1"}) {
-		t.Errorf("upgrade ALPN %q, want http/1.1 only", got)
-	}
-	if got := one.pooled.TLSClientConfig.NextProtos; !slices.Equal(got, []string{"h2", "http/1.1"}) {
-		t.Errorf("pooled ALPN %q, want h2 and http/1.1 offered", got)
+	url2, _ := member(t, tls.VersionTLS12, tls.VersionTLS13) // httptest's certificate again
+	for _, own := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ProbeOwnConnections=%v", own), func(t *testing.T) {
+			b, err := NewBuilder(Config{CAData: ca, BearerToken: token, ProbeOwnConnections: own})
+			if err != nil {
+				t.Fatal(err)
+			}
+			one, two := b.New(), b.New()
+			if (one == two) == own {
+				t.Errorf("the servers share one set of transports: %v, want %v", one == two, !own)
+			}
+			if one.pooled != two.pooled || one.pooled.TLSClientConfig.RootCAs == nil {
+				t.Fatal("the servers have pooled transports of their own")
+			}
+			if own && one.probe.TLSClientConfig.ClientSessionCache == two.probe.TLSClientConfig.ClientSessionCache {
+				t.Error("the servers' probes share a TLS session cache")
+			}
+			// Both work over one pool; the pooled TLS configuration was left
+			// as built by HTTP/2 set-up.
+			if err := probeVia(one.Pooled, url1); err != nil {
+				t.Fatal(err)
+			}
+			if err := probeVia(two.Pooled, url2); err != nil {
+				t.Fatal(err)
+			}
+			if got := one.pooled.TLSClientConfig.NextProtos; !slices.Equal(got, []string{"h2", "http/1.1"}) {
+				t.Errorf("pooled ALPN %q, want h2 and http/1.1 offered", got)
+			}
+			if one.upgrade.built.Load() != nil {
+				t.Error("the upgrade transport was built before an upgrade")
+			}
+			if got := one.upgrade.transport().TLSClientConfig.NextProtos; !slices.Equal(got, []string{"http/1.1"}) {
+				t.Errorf("upgrade ALPN %q, want http/1.1 only", got)
+			}
+			if one.upgrade.transport() != two.upgrade.transport() {
+				t.Error("the servers have upgrade transports of their own")
+			}
+		})
 	}
 }
 
