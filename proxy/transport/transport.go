@@ -212,9 +212,9 @@ func NewBuilder(cfg Config) (*Builder, error) {
 	if hasToken == hasCert {
 		return nil, fmt.Errorf("exactly one credential is required: a bearer token or a client certificate and key")
 	}
-	tlsCfg := transport.TLSConfig{CAData: cfg.CAData, ServerName: cfg.ServerName, Insecure: cfg.Insecure}
+	var cert *tls.Certificate
 	if hasCert {
-		cert, err := tls.X509KeyPair(cfg.CertData, cfg.KeyData)
+		c, err := tls.X509KeyPair(cfg.CertData, cfg.KeyData)
 		if err != nil {
 			return nil, err
 		}
@@ -222,17 +222,24 @@ func NewBuilder(cfg Config) (*Builder, error) {
 		// client only sends the certificate, and would keep the leaf with
 		// every idle cluster (docs/benchmark.md, "Per registered
 		// UpstreamCluster").
-		cert.Leaf = nil
-		tlsCfg.GetCertHolder = &transport.GetCertHolder{GetCert: func() (*tls.Certificate, error) { return &cert, nil }}
+		c.Leaf = nil
+		cert = &c
 	}
-	tlsConfig, err := transport.TLSConfigFor(&transport.Config{TLS: tlsCfg})
+	tlsConfig, err := transport.TLSConfigFor(&transport.Config{TLS: transport.TLSConfig{
+		CAData: cfg.CAData, ServerName: cfg.ServerName, Insecure: cfg.Insecure}})
 	if err != nil {
 		return nil, err
 	}
-	if tlsConfig == nil { // no CA, no client cert, verification on: host roots
+	if tlsConfig == nil { // no CA, verification on: host roots
 		tlsConfig = &tls.Config{}
 	}
 	tlsConfig.MinVersion = tls.VersionTLS12
+	if cert != nil {
+		// Sent whatever CAs the member names, as client-go sends it; set here
+		// rather than through TLSConfigFor, whose callback keeps the whole
+		// transport.Config it was given with every cluster.
+		tlsConfig.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
+	}
 
 	// Every transport dials through dial: directly, or through the egress
 	// proxy (egress.go).
